@@ -1,0 +1,231 @@
+//! `nosefs`: format, inspect and check noseFS images.
+
+#![forbid(unsafe_code)]
+
+mod size;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use nosefs_core::format::layout::MkfsParams;
+use nosefs_core::fsck::{fsck, FsckOptions};
+use nosefs_core::image::Image;
+use nosefs_core::info::{zone_rows, Usage};
+use nosefs_core::mkfs::mkfs;
+use nosefs_core::pmem::{Access, FlushKind};
+use nosefs_core::Error;
+
+use size::{format_bytes, parse_size};
+
+/// noseFS: a file system for persistent memory.
+#[derive(Debug, Parser)]
+#[command(name = "nosefs", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Format IMAGE (created if missing) as a noseFS file system.
+    Mkfs(MkfsArgs),
+    /// Print the zones of IMAGE and how much of each is in use.
+    Info {
+        /// The image file or device-dax device.
+        image: PathBuf,
+    },
+    /// Check IMAGE against every invariant of the format. Exit status as fsck(8): 0 clean,
+    /// 1 errors corrected, 4 errors left, 8 operational error.
+    Fsck {
+        /// The image file or device-dax device.
+        image: PathBuf,
+        /// Repair what can be repaired safely (superblock from its backup, the block bitmap).
+        #[arg(long)]
+        repair: bool,
+        /// Print only problems, not the summary.
+        #[arg(short, long)]
+        quiet: bool,
+    },
+}
+
+#[derive(Debug, clap::Args)]
+struct MkfsArgs {
+    /// The image: a file (default location /dev/shm) or a device-dax device.
+    image: PathBuf,
+    /// Image size, e.g. 1G, 512MiB, 4096 (bytes). Required for a new file; a device's size is
+    /// its own.
+    #[arg(long, value_parser = parse_size)]
+    size: Option<u64>,
+    /// Pinode slots (default: one per 8 KiB of image).
+    #[arg(long)]
+    pinodes: Option<u64>,
+    /// Hash buckets, rounded up to a power of two (default: the pinode count).
+    #[arg(long)]
+    buckets: Option<u64>,
+    /// Logs in each of the directory and file journals (default: 256).
+    #[arg(long)]
+    logs: Option<u64>,
+    /// Extent slots (default: one per 4 KiB of image).
+    #[arg(long)]
+    extents: Option<u64>,
+    /// Long-name records, for names over 40 bytes (default: pinodes / 16).
+    #[arg(long)]
+    long_names: Option<u64>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Mkfs(args) => report(run_mkfs(args)),
+        Command::Info { image } => report(run_info(&image)),
+        Command::Fsck {
+            image,
+            repair,
+            quiet,
+        } => run_fsck(&image, repair, quiet),
+    }
+}
+
+fn report(result: Result<(), Error>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("nosefs: error: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn run_mkfs(args: MkfsArgs) -> Result<(), Error> {
+    let params = MkfsParams {
+        image_bytes: args.size.unwrap_or(0),
+        pinodes: args.pinodes,
+        buckets: args.buckets,
+        logs: args.logs,
+        extents: args.extents,
+        long_names: args.long_names,
+    };
+    let started = std::time::Instant::now();
+    let g = mkfs(&args.image, &params)?;
+    println!(
+        "formatted {}: {} , {} pinodes, {} data blocks, metadata {} ({:.2}%), in {:.2} s",
+        args.image.display(),
+        format_bytes(g.image_bytes),
+        g.pinode_count() - 1,
+        g.data_block_count(),
+        format_bytes(g.metadata_bytes()),
+        g.metadata_bytes() as f64 * 100.0 / g.image_bytes as f64,
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+fn run_info(path: &PathBuf) -> Result<(), Error> {
+    let image = Image::open(path, Access::ReadOnly)?;
+    let sb = image.superblock();
+    let g = image.geometry();
+    let usage = Usage::scan(&image);
+    let map = image.region().info();
+    println!("image        {}", path.display());
+    println!("uuid         {}", sb.uuid_string());
+    println!("version      {}", sb.version.get());
+    println!(
+        "size         {} ({} bytes)",
+        format_bytes(g.image_bytes),
+        g.image_bytes
+    );
+    let state = if image.superblock().is_clean() {
+        "clean"
+    } else {
+        "not cleanly unmounted"
+    };
+    println!("state        {state}, mounted {} times", sb.mount_count());
+    println!(
+        "mapping      {:?}, MAP_SYNC {}, flush {} (best on this CPU: {})",
+        map.kind,
+        if map.map_sync { "yes" } else { "no" },
+        image.region().flush_kind(),
+        FlushKind::detect()
+    );
+    println!();
+    println!(
+        "{:<14} {:>14} {:>12} {:>12} {:>12}",
+        "zone", "offset", "size", "records", "in use"
+    );
+    println!(
+        "{:<14} {:>14} {:>12} {:>12} {:>12}",
+        "superblocks",
+        0,
+        format_bytes(8192),
+        2,
+        "-"
+    );
+    for row in zone_rows(&image, &usage) {
+        let used = row.used.map_or("-".to_string(), |u| u.to_string());
+        println!(
+            "{:<14} {:>14} {:>12} {:>12} {:>12}",
+            row.zone.name(),
+            row.span.offset,
+            format_bytes(row.bytes),
+            row.span.count,
+            used
+        );
+    }
+    println!();
+    println!(
+        "pinodes      {} of {} in use ({} files and directories, {} directories)",
+        usage.pinodes_used,
+        g.pinode_count() - 1,
+        usage.inodes_used,
+        usage.directories
+    );
+    println!(
+        "extents      {} of {} in use",
+        usage.extents_used,
+        g.extent_count() - 1
+    );
+    println!(
+        "data         {} of {} blocks in use ({} live)",
+        usage.blocks_used,
+        g.data_block_count(),
+        format_bytes(usage.live_bytes)
+    );
+    match usage.space_amplification() {
+        Some(a) => println!("space amplification {a:.3} (allocated / live bytes)"),
+        None => println!("space amplification n/a (no file data)"),
+    }
+    println!(
+        "journals     {} directory logs pending, {} file logs in use",
+        usage.dir_logs_pending, usage.file_logs_in_use
+    );
+    Ok(())
+}
+
+fn run_fsck(path: &PathBuf, repair: bool, quiet: bool) -> ExitCode {
+    let report = match fsck(path, FsckOptions { repair }) {
+        Ok(report) => report,
+        Err(e) => {
+            eprintln!("nosefs fsck: {}: {e}", path.display());
+            return ExitCode::from(8);
+        }
+    };
+    for p in &report.problems {
+        println!("{p}");
+    }
+    for p in &report.repaired {
+        println!("{p} [repaired]");
+    }
+    if !quiet {
+        for note in &report.notes {
+            println!("note: {note}");
+        }
+        let summary = match report.exit_code() {
+            0 => "clean".to_string(),
+            1 => format!("{} problems repaired", report.repaired.len()),
+            _ => format!("{} problems found", report.problems.len()),
+        };
+        println!("{}: {summary}", path.display());
+    }
+    ExitCode::from(report.exit_code() as u8)
+}

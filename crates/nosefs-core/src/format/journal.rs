@@ -1,0 +1,158 @@
+//! The directory and file journals: arrays of 512-byte logs of 8-byte entries.
+//!
+//! Directory log:
+//!
+//! | offset | size | field     | meaning                                                   |
+//! |-------:|-----:|-----------|-----------------------------------------------------------|
+//! |      0 |    8 | `tail`    | committed entries; 0 = empty. The commit point            |
+//! |      8 |  504 | `entries` | 63 entries: `op << 56 \| slot` (bits 32..56 zero)          |
+//!
+//! File log:
+//!
+//! | offset | size | field     | meaning                                                   |
+//! |-------:|-----:|-----------|-----------------------------------------------------------|
+//! |      0 |    8 | `header`  | bit 63 in use; bits 0..32 committed entries. Commit point |
+//! |      8 |  496 | `entries` | 62 entries: `old eno \| new eno << 32`; new = `u32::MAX` deletes |
+//! |    504 |    8 | `next`    | next log of a chained commit; 0 = none                    |
+//!
+//! Protocol (the paper's address-only redo journal): new pinodes or extents are written with
+//! their valid bit clear; entries naming their *slots* (never their contents) are written; both are
+//! persisted; one aligned 8-byte store of the tail (or header) commits; the apply step sets valid
+//! bits and links; a second 8-byte store of zero clears the log. At mount every log with a nonzero
+//! tail is replayed; replay is idempotent, so a crash during replay is replayed again.
+//!
+//! Invariants: a directory log's `tail` is at most 63 and each of its first `tail` entries has a
+//! known op and a slot in the pinode table; a file log's committed count is at most 62 times the
+//! logs in its chain, and each entry names extents in the extent table (or `u32::MAX`).
+//! Log 0 of each journal is reserved.
+
+use zerocopy::little_endian::U64;
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
+
+use super::{record_layout, RecordLayout};
+
+/// Size of one log in either journal.
+pub const LOG_BYTES: u64 = 512;
+/// Entries in a directory log after its tail.
+pub const DIR_LOG_ENTRIES: usize = 63;
+/// Entries in a file log between its header and its `next` link.
+pub const FILE_LOG_ENTRIES: usize = 62;
+
+/// Directory-log operation: make the pinode at `slot` valid and link it into its bucket.
+pub const DIR_OP_INSERT: u8 = 1;
+/// Directory-log operation: unlink the pinode at `slot` from its bucket and clear its valid bit.
+pub const DIR_OP_REMOVE: u8 = 2;
+
+/// Bit of a file log's header: the log is in use.
+pub const FILE_LOG_IN_USE: u64 = 1 << 63;
+/// New-extent value in a file-log entry that marks a deletion.
+pub const FILE_ENTRY_DELETE: u32 = u32::MAX;
+
+/// A directory log.
+#[repr(C)]
+#[derive(Debug, Clone, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+pub struct DirLog {
+    pub tail: U64,
+    pub entries: [U64; DIR_LOG_ENTRIES],
+}
+
+/// A file log.
+#[repr(C)]
+#[derive(Debug, Clone, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+pub struct FileLog {
+    pub header: U64,
+    pub entries: [U64; FILE_LOG_ENTRIES],
+    pub next: U64,
+}
+
+const _: () = assert!(size_of::<DirLog>() as u64 == LOG_BYTES);
+const _: () = assert!(size_of::<FileLog>() as u64 == LOG_BYTES);
+const _: () = assert!(std::mem::offset_of!(DirLog, tail) == 0);
+const _: () = assert!(std::mem::offset_of!(FileLog, header) == 0);
+
+/// The directory log's layout, tied to docs/format.md by a test.
+pub const DIR_LOG_LAYOUT: RecordLayout = record_layout!("DirLog", DirLog, [tail, entries]);
+/// The file log's layout, tied to docs/format.md by a test.
+pub const FILE_LOG_LAYOUT: RecordLayout =
+    record_layout!("FileLog", FileLog, [header, entries, next]);
+
+/// A decoded directory-log entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DirEntry {
+    /// [`DIR_OP_INSERT`] or [`DIR_OP_REMOVE`] (others are rejected by [`DirEntry::decode`]).
+    pub op: u8,
+    /// The pinode slot the operation applies to.
+    pub slot: u32,
+}
+
+impl DirEntry {
+    /// Encodes the entry as its 8-byte word.
+    pub fn encode(self) -> u64 {
+        (u64::from(self.op) << 56) | u64::from(self.slot)
+    }
+
+    /// Decodes a word, or says what is wrong with it.
+    pub fn decode(word: u64) -> Result<DirEntry, String> {
+        let op = (word >> 56) as u8;
+        if op != DIR_OP_INSERT && op != DIR_OP_REMOVE {
+            return Err(format!("unknown operation {op}"));
+        }
+        if (word >> 32) & 0x00ff_ffff != 0 {
+            return Err(format!("reserved bits set in {word:#018x}"));
+        }
+        Ok(DirEntry {
+            op,
+            slot: word as u32,
+        })
+    }
+}
+
+/// A decoded file-log entry: the old and new version of one extent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileEntry {
+    /// The extent replaced or deleted; 0 when the entry only adds `new`.
+    pub old: u32,
+    /// The extent that replaces `old`, or [`FILE_ENTRY_DELETE`].
+    pub new: u32,
+}
+
+impl FileEntry {
+    /// Encodes the entry as its 8-byte word.
+    pub fn encode(self) -> u64 {
+        u64::from(self.old) | (u64::from(self.new) << 32)
+    }
+
+    /// Decodes a word.
+    pub fn decode(word: u64) -> FileEntry {
+        FileEntry {
+            old: word as u32,
+            new: (word >> 32) as u32,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dir_entries_round_trip_and_reject_garbage() {
+        let e = DirEntry {
+            op: DIR_OP_REMOVE,
+            slot: 0xffff_fffe,
+        };
+        assert_eq!(DirEntry::decode(e.encode()), Ok(e));
+        assert!(DirEntry::decode(0).is_err(), "op 0 is not an operation");
+        assert!(DirEntry::decode((9u64 << 56) | 5).is_err());
+        assert!(DirEntry::decode((1u64 << 56) | (1 << 40) | 5).is_err());
+    }
+
+    #[test]
+    fn file_entries_round_trip() {
+        let e = FileEntry {
+            old: 17,
+            new: FILE_ENTRY_DELETE,
+        };
+        assert_eq!(FileEntry::decode(e.encode()), e);
+    }
+}

@@ -1,0 +1,150 @@
+//! An opened image: its region, its validated superblock and geometry, and typed record access.
+//!
+//! Every accessor takes an index that the caller has checked against the geometry (an index read
+//! from the media is validated first, see `fsck`); an index out of range is a bug and panics.
+
+use std::path::Path;
+
+use crate::error::{Error, Result};
+use crate::format::extent::Extent;
+use crate::format::hash_table::Bucket;
+use crate::format::journal::{DirLog, FileLog};
+use crate::format::layout::{Geometry, Zone};
+use crate::format::long_name::LongName;
+use crate::format::pinode::Pinode;
+use crate::format::superblock::{
+    self, Superblock, BACKUP_OFFSET, PRIMARY_OFFSET, STATE_OFFSET, SUPERBLOCK_BYTES,
+};
+use crate::pmem::{Access, Region, RegionOptions};
+
+/// A noseFS image with a valid superblock.
+#[derive(Debug)]
+pub struct Image {
+    region: Region,
+    superblock: Superblock,
+    geometry: Geometry,
+}
+
+/// Reads the superblock copy at `offset`, if the region is large enough to hold one.
+pub fn read_superblock(region: &Region, offset: u64) -> Option<Superblock> {
+    (region.len() >= offset + SUPERBLOCK_BYTES).then(|| region.read::<Superblock>(offset))
+}
+
+impl Image {
+    /// Opens the image at `path` and validates its primary superblock.
+    pub fn open(path: &Path, access: Access) -> Result<Image> {
+        let options = RegionOptions {
+            access,
+            ..RegionOptions::default()
+        };
+        let region = Region::open(path, &options)?;
+        Image::from_region(region).map_err(|e| match e {
+            Error::TooSmall {
+                minimum_bytes,
+                size_bytes,
+                ..
+            } => Error::TooSmall {
+                path: path.to_path_buf(),
+                size_bytes,
+                minimum_bytes,
+            },
+            other => other,
+        })
+    }
+
+    /// Validates the primary superblock of a region.
+    pub fn from_region(region: Region) -> Result<Image> {
+        let Some(superblock) = read_superblock(&region, PRIMARY_OFFSET) else {
+            return Err(Error::TooSmall {
+                path: Default::default(),
+                size_bytes: region.len(),
+                minimum_bytes: crate::format::layout::MIN_IMAGE_BYTES,
+            });
+        };
+        Image::with_superblock(region, superblock)
+    }
+
+    /// Validates `superblock` (the primary or the backup copy) against a region.
+    pub fn with_superblock(region: Region, superblock: Superblock) -> Result<Image> {
+        let geometry = Geometry::from_superblock(&superblock, region.len())?;
+        Ok(Image {
+            region,
+            superblock,
+            geometry,
+        })
+    }
+
+    /// The region (for the core's own modules).
+    pub fn region(&self) -> &Region {
+        &self.region
+    }
+
+    /// Gives the region back.
+    pub fn into_region(self) -> Region {
+        self.region
+    }
+
+    /// The superblock as validated at open (the `state` word as it was then).
+    pub fn superblock(&self) -> &Superblock {
+        &self.superblock
+    }
+
+    /// The validated geometry.
+    pub fn geometry(&self) -> &Geometry {
+        &self.geometry
+    }
+
+    /// The current mount-state word.
+    pub fn state(&self) -> u64 {
+        self.region.load_u64(STATE_OFFSET)
+    }
+
+    /// Sets the mount-state word with one persisted 8-byte store.
+    pub fn set_state(&self, clean: bool, mount_count: u64) {
+        self.region
+            .store_u64_persist(STATE_OFFSET, superblock::state_word(clean, mount_count));
+    }
+
+    /// The backup superblock, if the image holds one.
+    pub fn backup_superblock(&self) -> Option<Superblock> {
+        read_superblock(&self.region, BACKUP_OFFSET)
+    }
+
+    /// Pinode `slot`.
+    pub fn pinode(&self, slot: u64) -> Pinode {
+        self.region.read(self.geometry.pinode_offset(slot))
+    }
+
+    /// Bucket `index`.
+    pub fn bucket(&self, index: u64) -> Bucket {
+        Bucket::from_word(self.region.load_u64(self.geometry.bucket_offset(index)))
+    }
+
+    /// Extent `eno`.
+    pub fn extent(&self, eno: u64) -> Extent {
+        self.region.read(self.geometry.extent_offset(eno))
+    }
+
+    /// Long-name record `index`.
+    pub fn long_name(&self, index: u64) -> LongName {
+        self.region.read(self.geometry.long_name_offset(index))
+    }
+
+    /// Directory log `index`.
+    pub fn dir_log(&self, index: u64) -> DirLog {
+        self.region.read(self.geometry.dir_log_offset(index))
+    }
+
+    /// File log `index`.
+    pub fn file_log(&self, index: u64) -> FileLog {
+        self.region.read(self.geometry.file_log_offset(index))
+    }
+
+    /// A copy of the whole block bitmap.
+    pub fn bitmap(&self) -> Vec<u8> {
+        let span = self.geometry.span(Zone::Bitmap);
+        let mut bytes = vec![0u8; span.count as usize];
+        self.region.read_bytes(span.offset, &mut bytes);
+        bytes
+    }
+}
