@@ -4,7 +4,7 @@
 
 mod size;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -121,7 +121,7 @@ fn run_mkfs(args: MkfsArgs) -> Result<(), Error> {
     Ok(())
 }
 
-fn run_info(path: &PathBuf) -> Result<(), Error> {
+fn run_info(path: &Path) -> Result<(), Error> {
     let image = Image::open(path, Access::ReadOnly)?;
     let sb = image.superblock();
     let g = image.geometry();
@@ -202,7 +202,7 @@ fn run_info(path: &PathBuf) -> Result<(), Error> {
     Ok(())
 }
 
-fn run_fsck(path: &PathBuf, repair: bool, quiet: bool) -> ExitCode {
+fn run_fsck(path: &Path, repair: bool, quiet: bool) -> ExitCode {
     let report = match fsck(path, FsckOptions { repair }) {
         Ok(report) => report,
         Err(e) => {
