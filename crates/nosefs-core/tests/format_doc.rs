@@ -4,10 +4,13 @@ use std::collections::HashMap;
 
 use nosefs_core::format::{RecordLayout, ALL_LAYOUTS};
 
+/// One documented field: (name, offset, size).
+type Row = (String, usize, usize);
+
 /// `### Name (N bytes)` sections and the (field, offset, size) rows of the table after each.
-fn doc_tables(doc: &str) -> HashMap<String, (usize, Vec<(String, usize, usize)>)> {
+fn doc_tables(doc: &str) -> HashMap<String, (usize, Vec<Row>)> {
     let mut tables = HashMap::new();
-    let mut current: Option<(String, usize, Vec<(String, usize, usize)>)> = None;
+    let mut current: Option<(String, usize, Vec<Row>)> = None;
     for line in doc.lines() {
         if let Some(heading) = line.strip_prefix("### ") {
             if let Some((name, size, rows)) = current.take() {
@@ -38,7 +41,7 @@ fn doc_tables(doc: &str) -> HashMap<String, (usize, Vec<(String, usize, usize)>)
     tables
 }
 
-fn code_rows(layout: &RecordLayout) -> Vec<(String, usize, usize)> {
+fn code_rows(layout: &RecordLayout) -> Vec<Row> {
     layout
         .rows()
         .into_iter()
