@@ -72,6 +72,9 @@ struct MkfsArgs {
     /// Long-name records, for names over 40 bytes (default: pinodes / 16).
     #[arg(long)]
     long_names: Option<u64>,
+    /// Seed of the name hash (default: random); a fixed seed makes an image reproducible.
+    #[arg(long, hide = true)]
+    hash_seed: Option<u64>,
 }
 
 fn main() -> ExitCode {
@@ -105,6 +108,7 @@ fn run_mkfs(args: MkfsArgs) -> Result<(), Error> {
         logs: args.logs,
         extents: args.extents,
         long_names: args.long_names,
+        hash_seed: args.hash_seed,
     };
     let started = std::time::Instant::now();
     let g = mkfs(&args.image, &params)?;

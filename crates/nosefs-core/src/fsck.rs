@@ -382,6 +382,9 @@ impl Checker<'_> {
         if p.flags.get() & pinode::FLAG_LONG_NAME == 0 {
             return Ok(p.inline_name().to_vec());
         }
+        if usize::from(p.name_len) <= INLINE_NAME_MAX {
+            return Err(format!("LONG_NAME set on a {}-byte name", p.name_len));
+        }
         let index = u64::from(p.long_name.get());
         if index == 0 || index >= self.geometry.long_name_count() {
             return Err(format!("long-name record {index} out of range"));

@@ -45,7 +45,10 @@ pub fn mkfs(path: &Path, params: &MkfsParams) -> Result<Geometry> {
         image_bytes: region.len(),
         ..params.clone()
     })?;
-    geometry.hash_seed = random_u64()?;
+    geometry.hash_seed = match params.hash_seed {
+        Some(seed) => seed,
+        None => random_u64()?,
+    };
     let owner = std::fs::metadata(path)
         .map(|m| (m.uid(), m.gid()))
         .map_err(|e| Error::io(format!("cannot stat {}", path.display()), e))?;

@@ -147,6 +147,8 @@ pub struct MkfsParams {
     pub extents: Option<u64>,
     /// Long-name records (including the reserved record 0).
     pub long_names: Option<u64>,
+    /// Seed of the name hash (default: random). Fixed seeds make images reproducible for tests.
+    pub hash_seed: Option<u64>,
 }
 
 impl Geometry {

@@ -1,0 +1,358 @@
+//! fsck finds a hand-built tree clean, and names the structure and field of each corruption.
+
+mod common;
+
+use common::*;
+use nosefs_core::format::journal::{DirEntry, DIR_OP_INSERT};
+use nosefs_core::format::pinode::{self, Pinode};
+use nosefs_core::fsck::{fsck, FsckOptions, FsckReport};
+use nosefs_core::image::Image;
+use zerocopy::little_endian::{U32, U64};
+
+const SIZE: u64 = 4 << 20;
+
+fn check(t: &TestImage) -> FsckReport {
+    fsck(&t.path, FsckOptions::default()).expect("fsck runs")
+}
+
+fn populated() -> TestImage {
+    let t = fresh_image(SIZE);
+    populate(&open_rw(&t));
+    t
+}
+
+/// Applies `corrupt` to a freshly populated image and asserts that fsck reports a problem whose
+/// text starts with `structure_field` (e.g. `pinode[3].parent`).
+fn assert_detects(structure_field: &str, corrupt: impl FnOnce(&Image)) {
+    let t = populated();
+    corrupt(&open_rw(&t));
+    let report = check(&t);
+    let lines: Vec<String> = report.problems.iter().map(|p| p.to_string()).collect();
+    assert!(
+        lines.iter().any(|l| l.starts_with(structure_field)),
+        "expected a problem at {structure_field}, got {lines:#?}"
+    );
+    assert_eq!(report.exit_code(), 4);
+}
+
+fn edit_pinode(image: &Image, slot: u64, edit: impl FnOnce(&mut Pinode)) {
+    let mut p = image.pinode(slot);
+    edit(&mut p);
+    write_pinode(image, slot, &p);
+}
+
+#[test]
+fn a_fresh_image_is_clean() {
+    let t = fresh_image(SIZE);
+    let report = check(&t);
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    assert_eq!(report.exit_code(), 0);
+}
+
+#[test]
+fn a_populated_image_is_clean() {
+    let report = check(&populated());
+    assert!(report.problems.is_empty(), "{:#?}", report.problems);
+    assert_eq!(report.exit_code(), 0);
+}
+
+#[test]
+fn parent_that_does_not_exist() {
+    assert_detects("pinode[3].parent", |i| {
+        edit_pinode(i, FILE_SLOT, |p| p.parent = U64::new(99))
+    });
+}
+
+#[test]
+fn parent_that_is_not_a_directory() {
+    assert_detects("pinode[5].parent", |i| {
+        edit_pinode(i, LONG_SLOT, |p| p.parent = U64::new(FILE_INO))
+    });
+}
+
+#[test]
+fn directory_link_count() {
+    assert_detects("pinode[1].nlink", |i| {
+        edit_pinode(i, 1, |p| p.nlink = U32::new(2))
+    });
+}
+
+#[test]
+fn file_link_count() {
+    assert_detects("pinode[3].nlink", |i| {
+        edit_pinode(i, FILE_SLOT, |p| p.nlink = U32::new(1))
+    });
+}
+
+#[test]
+fn valid_pinode_outside_every_chain() {
+    assert_detects("pinode[6].hash_next", |i| {
+        let stray = new_pinode(9, 1, pinode::S_IFREG, b"stray", true);
+        write_pinode(i, 6, &stray);
+    });
+}
+
+#[test]
+fn chain_cycle() {
+    assert_detects("pinode[2].hash_next", |i| {
+        edit_pinode(i, DIR_SLOT, |p| p.hash_next = U32::new(DIR_SLOT as u32))
+    });
+}
+
+#[test]
+fn chain_through_an_invalid_pinode() {
+    let t = populated();
+    edit_pinode(&open_rw(&t), DIR_SLOT, |p| p.flags = U32::new(0));
+    let lines: Vec<String> = check(&t).problems.iter().map(|p| p.to_string()).collect();
+    // Reported at the link that reaches it: a bucket head, or a predecessor's hash_next.
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.ends_with("links to invalid pinode 2")
+                && (l.starts_with("bucket[") || l.contains("].hash_next"))),
+        "{lines:#?}"
+    );
+}
+
+#[test]
+fn chain_slot_out_of_range() {
+    assert_detects("pinode[2].hash_next", |i| {
+        edit_pinode(i, DIR_SLOT, |p| p.hash_next = U32::new(u32::MAX))
+    });
+}
+
+#[test]
+fn name_in_the_wrong_bucket() {
+    assert_detects("pinode[2].name", |i| {
+        edit_pinode(i, DIR_SLOT, |p| p.set_name(b"e"))
+    });
+}
+
+#[test]
+fn invalid_file_name() {
+    assert_detects("pinode[2].name", |i| {
+        edit_pinode(i, DIR_SLOT, |p| p.name[0] = b'/')
+    });
+}
+
+#[test]
+fn duplicate_name() {
+    assert_detects("pinode[6].name", |i| {
+        let mut dup = new_pinode(9, 1, pinode::S_IFREG, b"d", true);
+        dup.nlink = U32::new(1);
+        put_pinode(i, 6, dup, b"d");
+    });
+}
+
+#[test]
+fn unknown_file_type() {
+    assert_detects("pinode[5].mode", |i| {
+        edit_pinode(i, LONG_SLOT, |p| p.mode = U32::new(0o644))
+    });
+}
+
+#[test]
+fn long_name_record_mismatch() {
+    assert_detects("pinode[5].long_name", |i| {
+        let offset = i.geometry().long_name_offset(LONG_RECORD);
+        i.region().write_bytes(offset, &[150]);
+        i.region().persist(offset, 1);
+    });
+}
+
+#[test]
+fn long_name_flag_without_a_long_name() {
+    // A LONG_NAME flag on a short name must be reported, and must not crash fsck.
+    assert_detects("pinode[2].flags", |i| {
+        edit_pinode(i, DIR_SLOT, |p| {
+            p.flags = U32::new(p.flags.get() | pinode::FLAG_LONG_NAME);
+            p.long_name = U32::new(LONG_RECORD as u32); // a real record, of a different length
+        })
+    });
+}
+
+#[test]
+fn two_primaries_for_one_inode() {
+    assert_detects("pinode[4].flags", |i| {
+        edit_pinode(i, LINK_SLOT, |p| {
+            p.flags = U32::new(p.flags.get() | pinode::FLAG_PRIMARY)
+        })
+    });
+}
+
+#[test]
+fn directory_parent_loop() {
+    let t = populated();
+    {
+        let i = open_rw(&t);
+        // Move /d under itself: take it out of its bucket, re-chain it at slot 7 keyed by its own
+        // inode, and fix the link counts, so that the loop is the only thing wrong.
+        let g = i.geometry();
+        let old = i.pinode(DIR_SLOT);
+        let bucket =
+            nosefs_core::format::hash_table::bucket_of(g.hash_seed, g.bucket_count(), 1, b"d");
+        assert_eq!(
+            u64::from(i.bucket(bucket).head.get()),
+            DIR_SLOT,
+            "d heads its bucket"
+        );
+        let unlinked = nosefs_core::format::hash_table::Bucket {
+            head: old.hash_next,
+            reserved: U32::new(0),
+        };
+        i.region()
+            .store_u64_persist(g.bucket_offset(bucket), unlinked.to_word());
+        edit_pinode(&i, DIR_SLOT, |p| *p = Pinode::zeroed());
+        let mut d = old;
+        d.parent = U64::new(DIR_INO);
+        d.nlink = U32::new(3);
+        put_pinode(&i, 7, d, b"d");
+        edit_pinode(&i, 1, |p| p.nlink = U32::new(2));
+    }
+    let lines: Vec<String> = check(&t).problems.iter().map(|p| p.to_string()).collect();
+    assert_eq!(
+        lines,
+        vec!["pinode[7].parent: parent chain loops without reaching the root"]
+    );
+}
+
+#[test]
+fn overlapping_extents() {
+    assert_detects("extent[2].file_offset", |i| {
+        let mut e2 = i.extent(2);
+        e2.file_offset = U64::new(5000);
+        write_extent(i, 2, &e2);
+    });
+}
+
+#[test]
+fn extent_beyond_the_data_zone() {
+    assert_detects("extent[2].start_block", |i| {
+        let mut e2 = i.extent(2);
+        e2.start_block = U32::new(u32::MAX - 1);
+        write_extent(i, 2, &e2);
+    });
+}
+
+#[test]
+fn extent_block_count_disagrees_with_length() {
+    assert_detects("extent[1].block_count", |i| {
+        let mut e1 = i.extent(1);
+        e1.block_count = zerocopy::little_endian::U16::new(5);
+        write_extent(i, 1, &e1);
+    });
+}
+
+#[test]
+fn extent_outside_any_list() {
+    assert_detects("extent[3].ino", |i| {
+        write_extent(i, 3, &new_extent(FILE_INO, 20_000, 3, 0, 10))
+    });
+}
+
+#[test]
+fn size_smaller_than_the_extents() {
+    assert_detects("pinode[3].size", |i| {
+        edit_pinode(i, FILE_SLOT, |p| p.size = U64::new(9_000))
+    });
+}
+
+#[test]
+fn broken_prev_link() {
+    assert_detects("extent[2].prev", |i| {
+        let mut e2 = i.extent(2);
+        e2.prev = U32::new(0);
+        write_extent(i, 2, &e2);
+    });
+}
+
+#[test]
+fn bitmap_disagreeing_with_extents_is_reported_then_repaired() {
+    let t = populated();
+    {
+        let image = open_rw(&t);
+        set_bitmap(&image, 1..2, false); // referenced but free
+        set_bitmap(&image, 40..41, true); // allocated but unreferenced
+    }
+    let report = check(&t);
+    assert_eq!(report.problems.len(), 1, "{:?}", report.problems);
+    assert!(report.problems[0]
+        .to_string()
+        .starts_with("bitmap.bits: 2 blocks"));
+    let repaired = fsck(&t.path, FsckOptions { repair: true }).unwrap();
+    assert_eq!(repaired.exit_code(), 1);
+    assert_eq!(check(&t).exit_code(), 0, "clean after repair");
+}
+
+#[test]
+fn malformed_directory_log() {
+    assert_detects("dir_log[3].entries", |i| {
+        let offset = i.geometry().dir_log_offset(3);
+        i.region().write(offset + 8, &U64::new(0xff << 56));
+        i.region().store_u64_persist(offset, 1);
+    });
+}
+
+#[test]
+fn committed_directory_log_is_replayable_not_an_error() {
+    let t = populated();
+    {
+        let image = open_rw(&t);
+        // A create committed but not applied: the new pinode is written with its valid bit clear.
+        let mut p = new_pinode(9, 1, pinode::S_IFREG, b"new", true);
+        p.flags = U32::new(pinode::FLAG_PRIMARY);
+        write_pinode(&image, 6, &p);
+        let offset = image.geometry().dir_log_offset(3);
+        let entry = DirEntry {
+            op: DIR_OP_INSERT,
+            slot: 6,
+        };
+        image.region().write(offset + 8, &U64::new(entry.encode()));
+        image.region().persist(offset + 8, 8);
+        image.region().store_u64_persist(offset, 1);
+    }
+    let report = check(&t);
+    assert!(report.problems.is_empty(), "{:#?}", report.problems);
+    assert!(report
+        .notes
+        .iter()
+        .any(|n| n.contains("dir_log[3] holds 1 committed")));
+}
+
+#[test]
+fn fsck_refuses_a_mounted_image() {
+    let t = populated();
+    let _writer = open_rw(&t);
+    assert!(matches!(check_err(&t), nosefs_core::Error::InUse(_)));
+}
+
+fn check_err(t: &TestImage) -> nosefs_core::Error {
+    fsck(&t.path, FsckOptions::default()).expect_err("fsck must fail")
+}
+
+#[test]
+fn random_metadata_corruption_never_panics() {
+    // Media content is never trusted: whatever the bytes, fsck reports, it does not crash.
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    for round in 0..40 {
+        let t = populated();
+        {
+            let image = open_rw(&t);
+            let meta = image.geometry().metadata_bytes();
+            let first = 2 * 4096;
+            for _ in 0..(1 + round * 8) {
+                let offset = first + next() % (meta - first - 8);
+                image.region().write_bytes(offset, &next().to_le_bytes());
+            }
+            image.region().fence();
+        }
+        let result = std::panic::catch_unwind(|| fsck(&t.path, FsckOptions::default()));
+        assert!(result.is_ok(), "fsck panicked in round {round}");
+    }
+}
