@@ -33,6 +33,12 @@ pub const ROOT_INO: u64 = 1;
 /// `params.image_bytes == 0` means "the existing file's or device's size".
 pub fn mkfs(path: &Path, params: &MkfsParams) -> Result<Geometry> {
     let size = (params.image_bytes != 0).then_some(params.image_bytes);
+    if size.is_none() && !path.exists() {
+        return Err(Error::InvalidArgument(format!(
+            "{} does not exist: give --size to create it",
+            path.display()
+        )));
+    }
     if let Some(size) = size {
         // Refuse impossible options before touching an existing file.
         Geometry::for_mkfs(&MkfsParams {

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Installs what building and testing noseFS needs on a fresh Debian machine, and nothing that is
+# already there. Safe to run repeatedly. Needs root for apt-get (CI and the dev machines are root).
+set -euo pipefail
+
+log() { printf 'install-deps: %s\n' "$*" >&2; }
+
+# A Rust toolchain installed by rustup may not be on PATH in a non-login shell.
+if ! command -v cargo >/dev/null 2>&1 && [ -f "$HOME/.cargo/env" ]; then
+  # shellcheck disable=SC1091
+  . "$HOME/.cargo/env"
+fi
+
+apt_packages=()
+command -v cc >/dev/null 2>&1 || apt_packages+=(build-essential)
+command -v git >/dev/null 2>&1 || apt_packages+=(git)
+if ! command -v cargo >/dev/null 2>&1; then
+  # Debian's own Rust, for machines without rustup. noseFS needs Rust 1.80 or newer.
+  apt_packages+=(cargo rustc)
+fi
+if [ "${#apt_packages[@]}" -gt 0 ]; then
+  log "apt-get install ${apt_packages[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq "${apt_packages[@]}" >/dev/null
+fi
+
+need_version="1.80.0"
+have_version="$(rustc --version | awk '{print $2}')"
+if [ "$(printf '%s\n%s\n' "$need_version" "$have_version" | sort -V | head -n1)" != "$need_version" ]; then
+  log "rustc $have_version is older than the $need_version noseFS needs"
+  exit 1
+fi
+
+# rustfmt and clippy: rustup components where rustup manages the toolchain, else Debian packages.
+for tool in rustfmt clippy; do
+  probe="cargo $([ "$tool" = clippy ] && echo clippy || echo fmt) --version"
+  if ! $probe >/dev/null 2>&1; then
+    if command -v rustup >/dev/null 2>&1; then
+      log "rustup component add $tool"
+      rustup component add "$tool"
+    else
+      log "apt-get install $([ "$tool" = clippy ] && echo rust-clippy || echo rustfmt)"
+      apt-get install -y -qq "$([ "$tool" = clippy ] && echo rust-clippy || echo rustfmt)" >/dev/null
+    fi
+  fi
+done
+log "ready: $(cargo --version)"

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The test command: installs what is missing, builds, checks formatting and lints, runs the tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v cargo >/dev/null 2>&1 && [ -f "$HOME/.cargo/env" ]; then
+  # shellcheck disable=SC1091
+  . "$HOME/.cargo/env"
+fi
+./scripts/install-deps.sh
+
+if [ ! -d /dev/shm ] || [ ! -w /dev/shm ]; then
+  echo "test: /dev/shm must exist and be writable (the tests keep their images there)" >&2
+  exit 1
+fi
+
+echo "== cargo build"
+cargo build --workspace --all-targets --locked
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+echo "== cargo clippy -D warnings"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+echo "== cargo test"
+cargo test --workspace --locked
