@@ -113,7 +113,7 @@ fn run_mkfs(args: MkfsArgs) -> Result<(), Error> {
     let started = std::time::Instant::now();
     let g = mkfs(&args.image, &params)?;
     println!(
-        "formatted {}: {} , {} pinodes, {} data blocks, metadata {} ({:.2}%), in {:.2} s",
+        "formatted {}: {}, {} pinodes, {} data blocks, metadata {} ({:.2}%), in {:.2} s",
         args.image.display(),
         format_bytes(g.image_bytes),
         g.pinode_count() - 1,
@@ -146,7 +146,7 @@ fn run_info(path: &Path) -> Result<(), Error> {
     };
     println!("state        {state}, mounted {} times", sb.mount_count());
     println!(
-        "mapping      {:?}, MAP_SYNC {}, flush {} (best on this CPU: {})",
+        "mapping      {}, MAP_SYNC {}, flush {} (best on this CPU: {})",
         map.kind,
         if map.map_sync { "yes" } else { "no" },
         image.region().flush_kind(),

@@ -32,6 +32,16 @@ pub enum MappingKind {
     Anonymous,
 }
 
+impl std::fmt::Display for MappingKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            MappingKind::File => "file",
+            MappingKind::DevDax => "device-dax",
+            MappingKind::Anonymous => "anonymous memory",
+        })
+    }
+}
+
 /// What was mapped and how.
 #[derive(Debug, Clone)]
 pub struct MapInfo {
