@@ -23,6 +23,24 @@ impl Errno {
     pub const ENOTSUP: Errno = Errno(libc::ENOTSUP);
     /// Read-only file system.
     pub const EROFS: Errno = Errno(libc::EROFS);
+    /// No such file or directory.
+    pub const ENOENT: Errno = Errno(libc::ENOENT);
+    /// File exists.
+    pub const EEXIST: Errno = Errno(libc::EEXIST);
+    /// Not a directory.
+    pub const ENOTDIR: Errno = Errno(libc::ENOTDIR);
+    /// Is a directory.
+    pub const EISDIR: Errno = Errno(libc::EISDIR);
+    /// Directory not empty.
+    pub const ENOTEMPTY: Errno = Errno(libc::ENOTEMPTY);
+    /// File name too long.
+    pub const ENAMETOOLONG: Errno = Errno(libc::ENAMETOOLONG);
+    /// Too many levels of symbolic links.
+    pub const ELOOP: Errno = Errno(libc::ELOOP);
+    /// Operation not permitted.
+    pub const EPERM: Errno = Errno(libc::EPERM);
+    /// Too many links.
+    pub const EMLINK: Errno = Errno(libc::EMLINK);
 }
 
 impl fmt::Display for Errno {

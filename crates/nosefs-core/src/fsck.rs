@@ -23,6 +23,7 @@ use crate::format::pinode::{self, Pinode, INLINE_NAME_MAX, NAME_MAX};
 use crate::format::superblock::{Superblock, BACKUP_OFFSET, PRIMARY_OFFSET, SUPERBLOCK_BYTES};
 use crate::format::BLOCK_SIZE;
 use crate::image::{read_superblock, Image};
+use crate::mkfs::ROOT_INO;
 use crate::pmem::{Access, Region, RegionOptions};
 
 /// One broken invariant.
@@ -508,7 +509,7 @@ impl Checker<'_> {
                     );
                 }
             }
-            if *slot == u64::from(self.geometry.root_slot) {
+            if p.ino.get() == ROOT_INO {
                 continue;
             }
             match self.full_name(p) {
@@ -561,7 +562,7 @@ impl Checker<'_> {
     fn check_name(&mut self, slot: u64, p: &Pinode) {
         let here = format!("pinode[{slot}]");
         let len = usize::from(p.name_len);
-        let is_root = slot == u64::from(self.geometry.root_slot);
+        let is_root = p.ino.get() == ROOT_INO;
         if is_root != (len == 0) {
             self.push(
                 &here,
@@ -619,7 +620,7 @@ impl Checker<'_> {
                 );
             }
         }
-        if slot == u64::from(self.geometry.root_slot) {
+        if ino == ROOT_INO {
             if p.parent.get() != 0 || !p.is_dir() || !p.is_primary() {
                 self.push(
                     &here,
@@ -682,10 +683,7 @@ impl Checker<'_> {
 
     /// Following parents from any directory reaches the root.
     fn check_no_cycles(&mut self) {
-        let root_ino = self
-            .scan
-            .pinode(u64::from(self.geometry.root_slot))
-            .map(|p| p.ino.get());
+        let root_ino = Some(ROOT_INO);
         let dirs = self
             .scan
             .valid

@@ -12,6 +12,7 @@ pub mod fsck;
 pub mod image;
 pub mod info;
 pub mod mkfs;
+pub mod namespace;
 pub mod pmem;
 
 pub use error::{Errno, Error, Result};

@@ -19,7 +19,7 @@
 //! |     88 |   40 | `name`        | the name if `name_len <= 40`, else its first 40 bytes        |
 //!
 //! Invariants (fsck checks each):
-//! - A slot is in use iff `VALID` is set; slot 0 is reserved; the root is slot `root_slot`.
+//! - A slot is in use iff `VALID` is set; slot 0 is reserved; the root is the pinode of `ino` 1.
 //! - Every valid pinode is in exactly one hash chain: the bucket of `(parent, name)`.
 //! - Each file has exactly one `PRIMARY` pinode, which holds size, times, link count and the extent
 //!   list; other names of it (hard links) carry the same `ino` and only their own name and parent.

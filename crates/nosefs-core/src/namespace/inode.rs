@@ -1,0 +1,134 @@
+//! DRAM state per inode: where its pinodes are, its names, and for a directory its listing.
+//!
+//! All of it is rebuilt at mount from the pinode table; NVM stays the truth for attributes.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crossbeam_skiplist::SkipMap;
+use parking_lot::{Mutex, RwLock};
+
+/// Cookies 1 and 2 are "." and ".."; entries start after them.
+pub const FIRST_ENTRY_SEQ: u64 = 3;
+
+/// One directory's listing. It changes only under the directory's inode lock, so an operation
+/// holding that lock (rmdir checking emptiness) sees it stable; readdir reads it without locks.
+#[derive(Debug)]
+pub struct DirState {
+    /// Entries by sequence number (the readdir cookie): slot of the name's pinode.
+    pub children: SkipMap<u64, u32>,
+    next_seq: AtomicU64,
+}
+
+impl DirState {
+    /// An empty listing.
+    pub fn new() -> DirState {
+        DirState {
+            children: SkipMap::new(),
+            next_seq: AtomicU64::new(FIRST_ENTRY_SEQ),
+        }
+    }
+
+    /// A fresh cookie for a new entry. Cookies only grow, so a readdir cursor never sees a
+    /// surviving entry twice nor skips one.
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+impl Default for DirState {
+    fn default() -> Self {
+        DirState::new()
+    }
+}
+
+/// What changes under the inode's lock.
+#[derive(Debug)]
+pub struct InodeData {
+    /// Slots of every name of the inode; the primary is among them.
+    pub names: Vec<u32>,
+    /// Subdirectories (directories only), for the link count.
+    pub subdirs: u32,
+}
+
+/// One inode in DRAM.
+#[derive(Debug)]
+pub struct Inode {
+    /// The inode number.
+    pub ino: u64,
+    /// Slot of the primary pinode; changes when a new version is committed.
+    pub primary: AtomicU32,
+    /// Set once the last name is gone.
+    pub removed: AtomicBool,
+    /// Names and counts, changed by operations that hold it.
+    pub data: Arc<Mutex<InodeData>>,
+    /// The listing, for directories.
+    pub dir: Option<DirState>,
+}
+
+impl Inode {
+    /// A new inode whose primary pinode is at `slot`.
+    pub fn new(ino: u64, slot: u32, is_dir: bool) -> Inode {
+        Inode {
+            ino,
+            primary: AtomicU32::new(slot),
+            removed: AtomicBool::new(false),
+            data: Arc::new(Mutex::new(InodeData {
+                names: vec![slot],
+                subdirs: 0,
+            })),
+            dir: is_dir.then(DirState::new),
+        }
+    }
+
+    /// Slot of the primary pinode.
+    pub fn primary_slot(&self) -> u32 {
+        self.primary.load(Ordering::Acquire)
+    }
+}
+
+const SHARDS: usize = 64;
+
+/// Inodes by number, sharded so that no lookup takes a global lock.
+#[derive(Debug)]
+pub struct InodeTable {
+    shards: Vec<RwLock<HashMap<u64, Arc<Inode>>>>,
+}
+
+impl Default for InodeTable {
+    fn default() -> Self {
+        InodeTable {
+            shards: (0..SHARDS).map(|_| RwLock::new(HashMap::new())).collect(),
+        }
+    }
+}
+
+impl InodeTable {
+    fn shard(&self, ino: u64) -> &RwLock<HashMap<u64, Arc<Inode>>> {
+        &self.shards[(ino as usize) % SHARDS]
+    }
+
+    /// The inode numbered `ino`, if it exists.
+    pub fn get(&self, ino: u64) -> Option<Arc<Inode>> {
+        self.shard(ino).read().get(&ino).cloned()
+    }
+
+    /// Adds an inode.
+    pub fn insert(&self, inode: Arc<Inode>) {
+        self.shard(inode.ino).write().insert(inode.ino, inode);
+    }
+
+    /// Removes an inode.
+    pub fn remove(&self, ino: u64) {
+        self.shard(ino).write().remove(&ino);
+    }
+
+    /// Every inode (for mount-time fix-ups and tests).
+    pub fn all(&self) -> Vec<Arc<Inode>> {
+        self.shards
+            .iter()
+            .flat_map(|s| s.read().values().cloned().collect::<Vec<_>>())
+            .collect()
+    }
+}

@@ -1,0 +1,423 @@
+//! The namespace: pinodes in one global hash table keyed by (parent, name), with a DRAM mirror,
+//! per-bucket locks, per-CPU pinode pools and the directory journal (seed 001, III-B, C, E).
+//!
+//! [`Fs`] is the one API every frontend calls. It is `Send + Sync`; handles are inode numbers;
+//! errors carry POSIX errno values. Every namespace operation is atomic and durable on return.
+//!
+//! Lock order, always: the topology lock (only for moving a directory to another parent) →
+//! directory `live` locks (by ascending inode number) → inode locks (ascending inode number) →
+//! mirror buckets (ascending bucket) → directory logs (ascending log). Lookups take one mirror
+//! bucket's shared lock and nothing else.
+//!
+//! Derived state is kept out of the journal: link counts and directory timestamps are updated in
+//! place with atomic stores after the commit, and mount recomputes link counts from the tree, so a
+//! crash between the commit and those stores is repaired.
+
+mod inode;
+mod mirror;
+mod ops;
+mod pool;
+mod recovery;
+mod rename;
+pub mod txn;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, MutexGuard};
+
+use crate::error::{Errno, Result};
+use crate::format::hash_table::name_hash;
+use crate::format::pinode::{self, Pinode, INLINE_NAME_MAX, NAME_MAX};
+use crate::format::BLOCK_SIZE;
+use crate::image::Image;
+use inode::{Inode, InodeTable};
+use mirror::{BucketGuard, MirrorBucket, MirrorEntry};
+use pool::SlotPools;
+
+pub use ops::{Owner, SetAttr};
+pub use rename::RenameFlags;
+
+/// The root directory's inode number.
+pub const ROOT_INO: u64 = crate::mkfs::ROOT_INO;
+
+/// Attributes of an inode, as stat reports them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Attr {
+    /// Inode number.
+    pub ino: u64,
+    /// File type and permission bits.
+    pub mode: u32,
+    /// Link count.
+    pub nlink: u32,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+    /// Size in bytes.
+    pub size: u64,
+    /// Device number of a device node.
+    pub rdev: u32,
+    /// Access time, nanoseconds since the epoch.
+    pub atime_ns: i64,
+    /// Modification time.
+    pub mtime_ns: i64,
+    /// Status change time.
+    pub ctime_ns: i64,
+}
+
+impl Attr {
+    fn from_pinode(p: &Pinode) -> Attr {
+        let is_dir = p.is_dir();
+        Attr {
+            ino: p.ino.get(),
+            mode: p.mode.get(),
+            nlink: p.nlink.get(),
+            uid: p.uid.get(),
+            gid: p.gid.get(),
+            size: if is_dir { BLOCK_SIZE } else { p.size.get() },
+            rdev: p.rdev.get(),
+            atime_ns: p.atime_ns.get(),
+            mtime_ns: p.mtime_ns.get(),
+            ctime_ns: p.ctime_ns.get(),
+        }
+    }
+
+    /// Whether this is a directory.
+    pub fn is_dir(&self) -> bool {
+        self.mode & pinode::S_IFMT == pinode::S_IFDIR
+    }
+}
+
+/// One directory entry from [`Fs::readdir`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirEntry {
+    /// The name.
+    pub name: Vec<u8>,
+    /// Its inode number.
+    pub ino: u64,
+    /// Its file type (`S_IFMT` bits of the mode).
+    pub file_type: u32,
+    /// Pass this to the next `readdir` call to continue after this entry.
+    pub cookie: u64,
+}
+
+/// Mount options.
+#[derive(Debug, Clone, Default)]
+pub struct MountOptions {
+    /// CPUs to keep pools for (default: the machine's).
+    pub cpus: Option<usize>,
+}
+
+/// What mount found and did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MountReport {
+    /// Directory logs replayed.
+    pub logs_replayed: u64,
+    /// Link counts corrected (left stale by a crash between commit and update).
+    pub nlinks_fixed: u64,
+    /// Whether the image had been unmounted cleanly.
+    pub was_clean: bool,
+}
+
+/// A mounted noseFS file system.
+#[derive(Debug)]
+pub struct Fs {
+    image: Image,
+    mirror: Vec<MirrorBucket>,
+    inodes: InodeTable,
+    pinodes: SlotPools,
+    long_names: SlotPools,
+    logs: Vec<Mutex<()>>,
+    next_ino: AtomicU64,
+    /// Serialises moves of a directory to another parent, so two of them cannot build a cycle.
+    topology: Mutex<()>,
+    report: MountReport,
+}
+
+impl Fs {
+    /// Mounts the image at `path`: replays the journal, rebuilds DRAM state, marks it in use.
+    pub fn mount(path: &std::path::Path, options: &MountOptions) -> Result<Fs> {
+        let image = Image::open(path, crate::pmem::Access::ReadWrite)?;
+        Fs::mount_image(image, options)
+    }
+
+    /// Mounts an opened image (any backend, including a recording one).
+    pub fn mount_image(image: Image, options: &MountOptions) -> Result<Fs> {
+        recovery::mount(image, options)
+    }
+
+    /// Marks the image cleanly unmounted and gives it back.
+    pub fn unmount(self) -> Image {
+        let count = self.image.superblock().mount_count() + 1;
+        self.image.set_state(true, count);
+        self.image
+    }
+
+    /// What mount found.
+    pub fn mount_report(&self) -> &MountReport {
+        &self.report
+    }
+
+    /// The image (for fsck of a recording region, and for tests).
+    pub fn image(&self) -> &Image {
+        &self.image
+    }
+
+    fn bucket_index(&self, hash: u64) -> u64 {
+        hash & (self.image.geometry().bucket_count() - 1)
+    }
+
+    fn hash(&self, parent: u64, name: &[u8]) -> u64 {
+        name_hash(self.image.geometry().hash_seed, parent, name)
+    }
+
+    fn name_matches(&self, slot: u32, parent: u64, name: &[u8]) -> bool {
+        let p = self.image.pinode(u64::from(slot));
+        if p.parent.get() != parent || usize::from(p.name_len) != name.len() {
+            return false;
+        }
+        let inline = name.len().min(INLINE_NAME_MAX);
+        p.name[..inline] == name[..inline]
+            && (name.len() <= INLINE_NAME_MAX || txn::full_name(&self.image, &p) == name)
+    }
+
+    /// The mirror entry of (parent, name), without locking anything but its bucket, shared.
+    fn find(&self, parent: u64, name: &[u8]) -> Option<MirrorEntry> {
+        let hash = self.hash(parent, name);
+        self.mirror[self.bucket_index(hash) as usize]
+            .candidates(hash, |e| self.name_matches(e.slot, parent, name))
+    }
+
+    /// The mirror entry of (parent, name) under its bucket's write lock.
+    fn find_locked(
+        &self,
+        guard: &BucketGuard<'_>,
+        parent: u64,
+        name: &[u8],
+    ) -> Option<MirrorEntry> {
+        let hash = self.hash(parent, name);
+        guard.find(hash, |e| self.name_matches(e.slot, parent, name))
+    }
+
+    fn inode(&self, ino: u64) -> Result<Arc<Inode>> {
+        self.inodes.get(ino).ok_or(Errno::ENOENT.into())
+    }
+
+    /// A directory's inode, or ENOENT / ENOTDIR.
+    fn dir_inode(&self, ino: u64) -> Result<Arc<Inode>> {
+        let inode = self.inode(ino)?;
+        if inode.dir.is_none() {
+            return Err(Errno::ENOTDIR.into());
+        }
+        Ok(inode)
+    }
+
+    /// The primary pinode of an inode, read consistently with concurrent new versions.
+    fn primary_pinode(&self, inode: &Inode) -> Result<Pinode> {
+        loop {
+            let slot = inode.primary_slot();
+            let p = self.image.pinode(u64::from(slot));
+            if p.is_valid() && p.ino.get() == inode.ino && p.is_primary() {
+                return Ok(p);
+            }
+            if inode.removed.load(Ordering::Acquire) {
+                return Err(Errno::ENOENT.into());
+            }
+            if inode.primary_slot() == slot {
+                // The slot is mid-replacement; the new primary is published right after commit.
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    /// Attributes of inode `ino`.
+    pub fn getattr(&self, ino: u64) -> Result<Attr> {
+        let inode = self.inode(ino)?;
+        Ok(Attr::from_pinode(&self.primary_pinode(&inode)?))
+    }
+
+    /// Looks `name` up in directory `parent`.
+    pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<Attr> {
+        let dir = self.dir_inode(parent)?;
+        match name {
+            b"." => return self.getattr(parent),
+            b".." => return self.getattr(self.parent_of(&dir)?),
+            _ => {}
+        }
+        check_name_len(name)?;
+        let entry = self.find(parent, name).ok_or(Errno::ENOENT)?;
+        let ino = self.image.pinode(u64::from(entry.slot)).ino.get();
+        self.getattr(ino)
+    }
+
+    fn parent_of(&self, dir: &Inode) -> Result<u64> {
+        if dir.ino == ROOT_INO {
+            return Ok(ROOT_INO);
+        }
+        Ok(self.primary_pinode(dir)?.parent.get())
+    }
+
+    /// Lists directory `dir` from `cookie` (0 to start), calling `emit` for each entry until it
+    /// returns false. "." and ".." come first. Entries created or removed during the listing may or
+    /// may not appear; every entry present throughout appears exactly once.
+    pub fn readdir(
+        &self,
+        dir: u64,
+        cookie: u64,
+        mut emit: impl FnMut(DirEntry) -> bool,
+    ) -> Result<()> {
+        let inode = self.dir_inode(dir)?;
+        let state = inode.dir.as_ref().expect("dir_inode checked");
+        let dots: [(&[u8], u64, u64); 2] = [(b".", dir, 1), (b"..", self.parent_of(&inode)?, 2)];
+        for (name, ino, c) in dots {
+            if cookie < c {
+                let entry = DirEntry {
+                    name: name.to_vec(),
+                    ino,
+                    file_type: pinode::S_IFDIR,
+                    cookie: c,
+                };
+                if !emit(entry) {
+                    return Ok(());
+                }
+            }
+        }
+        let start = cookie.max(inode::FIRST_ENTRY_SEQ - 1) + 1;
+        for child in state.children.range(start..) {
+            let p = self.image.pinode(u64::from(*child.value()));
+            // A slot freed and reused since the listing was read is no longer this entry.
+            if !p.is_valid() || p.parent.get() != dir {
+                continue;
+            }
+            let entry = DirEntry {
+                name: txn::full_name(&self.image, &p),
+                ino: p.ino.get(),
+                file_type: p.mode.get() & pinode::S_IFMT,
+                cookie: *child.key(),
+            };
+            if !emit(entry) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Resolves `path`, absolute or relative to directory `start`, component by component.
+    /// (Symbolic links arrive with file data, which stores their targets.)
+    ///
+    /// Each component takes only its bucket's shared lock. A rename elsewhere in the path can
+    /// change several buckets between two components, so the walk records each bucket's sequence
+    /// (the per-bucket seqlock) and walks again if any changed before it finished.
+    pub fn resolve(&self, start: u64, path: &[u8]) -> Result<Attr> {
+        const ATTEMPTS: usize = 8;
+        let mut last = Err(Errno::ENOENT.into());
+        for _ in 0..ATTEMPTS {
+            let mut seen = Vec::new();
+            last = self.walk(start, path, &mut seen);
+            let stable = seen
+                .iter()
+                .all(|&(b, seq)| seq % 2 == 0 && self.mirror[b as usize].sequence() == seq);
+            if stable {
+                return last;
+            }
+        }
+        last
+    }
+
+    fn walk(&self, start: u64, path: &[u8], seen: &mut Vec<(u64, u64)>) -> Result<Attr> {
+        if path.is_empty() {
+            return Err(Errno::ENOENT.into());
+        }
+        let mut attr = self.getattr(if path[0] == b'/' { ROOT_INO } else { start })?;
+        for component in path.split(|&b| b == b'/').filter(|c| !c.is_empty()) {
+            if !attr.is_dir() {
+                return Err(Errno::ENOTDIR.into());
+            }
+            let bucket = self.bucket_index(self.hash(attr.ino, component));
+            seen.push((bucket, self.mirror[bucket as usize].sequence()));
+            attr = self.lookup(attr.ino, component)?;
+        }
+        if path.ends_with(b"/") && !attr.is_dir() {
+            return Err(Errno::ENOTDIR.into());
+        }
+        Ok(attr)
+    }
+
+    /// Allocates a pinode slot, or ENOSPC.
+    fn alloc_pinode(&self) -> Result<u32> {
+        self.pinodes.alloc().ok_or(Errno::ENOSPC.into())
+    }
+
+    fn new_ino(&self) -> u64 {
+        self.next_ino.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Commits `txn`, whose pinodes live in `buckets` (held locked by the caller), through the
+    /// highest-numbered of their directory logs, holding all of their logs in ascending order.
+    fn commit(&self, buckets: &[u64], txn: &mut txn::Txn) {
+        let log_count = self.image.geometry().dir_log_count();
+        let mut logs: Vec<u64> = buckets.iter().map(|b| 1 + b % (log_count - 1)).collect();
+        logs.sort_unstable();
+        logs.dedup();
+        let _held: Vec<MutexGuard<'_, ()>> =
+            logs.iter().map(|&l| self.logs[l as usize].lock()).collect();
+        let target = *logs.last().expect("a transaction touches a bucket");
+        txn::commit(&self.image, target, txn);
+    }
+
+    /// Locks mirror buckets in ascending order, once each.
+    fn lock_buckets(&self, buckets: &[u64]) -> Vec<(u64, BucketGuard<'_>)> {
+        let mut sorted = buckets.to_vec();
+        sorted.sort_unstable();
+        sorted.dedup();
+        sorted
+            .into_iter()
+            .map(|b| (b, self.mirror[b as usize].lock()))
+            .collect()
+    }
+
+    /// Counts for `nosefs info`-like reports and tests: (pinodes in use, free pinode slots).
+    pub fn pinode_usage(&self) -> (u64, u64) {
+        let total = self.image.geometry().pinode_count() - 1;
+        let free = self.pinodes.free_count() as u64;
+        (total - free, free)
+    }
+}
+
+fn guard_of<'a, 'b>(
+    guards: &'a mut [(u64, BucketGuard<'b>)],
+    bucket: u64,
+) -> &'a mut BucketGuard<'b> {
+    &mut guards
+        .iter_mut()
+        .find(|(b, _)| *b == bucket)
+        .expect("bucket is locked")
+        .1
+}
+
+/// ENAMETOOLONG for names over NAME_MAX; ENOENT for the empty name.
+fn check_name_len(name: &[u8]) -> Result<()> {
+    if name.is_empty() {
+        return Err(Errno::ENOENT.into());
+    }
+    if name.len() > NAME_MAX {
+        return Err(Errno::ENAMETOOLONG.into());
+    }
+    Ok(())
+}
+
+/// Validates a name for a new entry: length, no '/' or NUL, not "." or "..".
+fn check_new_name(name: &[u8]) -> Result<()> {
+    check_name_len(name)?;
+    if name == b"." || name == b".." {
+        return Err(Errno::EEXIST.into());
+    }
+    if name.contains(&b'/') || name.contains(&0) {
+        return Err(Errno::EINVAL.into());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

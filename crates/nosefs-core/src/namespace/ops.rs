@@ -1,0 +1,573 @@
+//! Namespace operations that add, remove or change one name: create, mknod, mkdir, unlink,
+//! rmdir, link, and attribute changes (chmod, chown, utimens). Each is one journal transaction.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use parking_lot::lock_api::ArcMutexGuard;
+use parking_lot::RawMutex;
+use zerocopy::little_endian::{I64, U32, U64};
+use zerocopy::IntoBytes;
+
+use super::inode::{Inode, InodeData};
+use super::mirror::MirrorEntry;
+use super::txn::Txn;
+use super::{check_name_len, check_new_name, guard_of, Attr, Fs};
+use crate::error::{Errno, Result};
+use crate::format::long_name::LongName;
+use crate::format::pinode::{self, Pinode, INLINE_NAME_MAX};
+use crate::mkfs::now_ns;
+
+/// Most links one inode may have (as ext4's LINK_MAX).
+pub const LINK_MAX: u32 = 65_000;
+
+/// Owner of a new inode.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Owner {
+    /// User id.
+    pub uid: u32,
+    /// Group id.
+    pub gid: u32,
+}
+
+/// Attribute changes; `None` leaves a field as it is. The change time is set to now.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SetAttr {
+    /// New permission bits (the file type is kept).
+    pub mode: Option<u32>,
+    /// New owner.
+    pub uid: Option<u32>,
+    /// New group.
+    pub gid: Option<u32>,
+    /// New access time, nanoseconds since the epoch.
+    pub atime_ns: Option<i64>,
+    /// New modification time.
+    pub mtime_ns: Option<i64>,
+}
+
+/// Field offsets for in-place stores of derived state.
+const MTIME_OFFSET: u64 = 48;
+const CTIME_OFFSET: u64 = 56;
+const NLINK_OFFSET: u64 = 64;
+
+pub(super) type DataGuard = ArcMutexGuard<RawMutex, InodeData>;
+/// Inode locks held by an operation, by inode number.
+pub(super) type Locked = Vec<(u64, DataGuard)>;
+/// A new long-name record to write with a transaction.
+pub(super) type NewLongName = Option<(u32, LongName)>;
+
+impl Fs {
+    /// Locks inodes in ascending inode order, once each.
+    pub(super) fn lock_inodes(&self, inodes: &[&Arc<Inode>]) -> Locked {
+        let mut sorted: Vec<&Arc<Inode>> = inodes.to_vec();
+        sorted.sort_by_key(|i| i.ino);
+        sorted.dedup_by_key(|i| i.ino);
+        sorted
+            .into_iter()
+            .map(|i| (i.ino, i.data.lock_arc()))
+            .collect()
+    }
+
+    /// Sets `p`'s name, allocating a long-name record for a name over 40 bytes.
+    pub(super) fn name_pinode(&self, p: &mut Pinode, name: &[u8]) -> Result<NewLongName> {
+        p.set_name(name);
+        if name.len() <= INLINE_NAME_MAX {
+            p.long_name = U32::new(0);
+            return Ok(None);
+        }
+        let record = self.long_names.alloc().ok_or(Errno::ENOSPC)?;
+        p.long_name = U32::new(record);
+        Ok(Some((record, LongName::new(name))))
+    }
+
+    /// Returns slots and long-name records that a committed transaction released.
+    pub(super) fn release(&self, pinodes: &[u32], long_names: &[u32]) {
+        pinodes.iter().for_each(|&s| self.pinodes.free(s));
+        long_names
+            .iter()
+            .filter(|&&r| r != 0)
+            .for_each(|&r| self.long_names.free(r));
+    }
+
+    /// In-place stores that set a pinode's mtime and ctime to `now`.
+    pub(super) fn touch(&self, slot: u32, now: i64) -> Vec<(u64, Vec<u8>)> {
+        let base = self.image.geometry().pinode_offset(u64::from(slot));
+        let t = I64::new(now).as_bytes().to_vec();
+        vec![(base + MTIME_OFFSET, t.clone()), (base + CTIME_OFFSET, t)]
+    }
+
+    /// In-place store of a pinode's link count.
+    pub(super) fn set_nlink(&self, slot: u32, nlink: u32) -> (u64, Vec<u8>) {
+        let base = self.image.geometry().pinode_offset(u64::from(slot));
+        (base + NLINK_OFFSET, U32::new(nlink).as_bytes().to_vec())
+    }
+
+    /// Creates a regular file. With `exclusive` false an existing file is returned instead
+    /// (O_CREAT without O_EXCL); an existing directory is EISDIR.
+    pub fn create(
+        &self,
+        parent: u64,
+        name: &[u8],
+        perm: u32,
+        owner: Owner,
+        exclusive: bool,
+    ) -> Result<Attr> {
+        match self.make_node(parent, name, pinode::S_IFREG | (perm & 0o7777), 0, owner) {
+            Err(e) if !exclusive && e.errno() == Errno::EEXIST => {
+                let existing = self.lookup(parent, name)?;
+                if existing.is_dir() {
+                    return Err(Errno::EISDIR.into());
+                }
+                Ok(existing)
+            }
+            other => other,
+        }
+    }
+
+    /// Creates a directory.
+    pub fn mkdir(&self, parent: u64, name: &[u8], perm: u32, owner: Owner) -> Result<Attr> {
+        self.make_node(parent, name, pinode::S_IFDIR | (perm & 0o7777), 0, owner)
+    }
+
+    /// Creates a node of any type but directory and symlink: regular file, FIFO, socket,
+    /// character or block device (`mode` carries the type).
+    pub fn mknod(
+        &self,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+        rdev: u32,
+        owner: Owner,
+    ) -> Result<Attr> {
+        match mode & pinode::S_IFMT {
+            pinode::S_IFREG
+            | pinode::S_IFIFO
+            | pinode::S_IFSOCK
+            | pinode::S_IFCHR
+            | pinode::S_IFBLK => self.make_node(parent, name, mode, rdev, owner),
+            _ => Err(Errno::EINVAL.into()),
+        }
+    }
+
+    fn make_node(
+        &self,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+        rdev: u32,
+        owner: Owner,
+    ) -> Result<Attr> {
+        check_new_name(name)?;
+        let dir = self.dir_inode(parent)?;
+        let mut locked = self.lock_inodes(&[&dir]);
+        if dir.removed.load(Ordering::Acquire) {
+            return Err(Errno::ENOENT.into());
+        }
+        let is_dir = mode & pinode::S_IFMT == pinode::S_IFDIR;
+        let hash = self.hash(parent, name);
+        let bucket = self.bucket_index(hash);
+        let mut guards = self.lock_buckets(&[bucket]);
+        if self
+            .find_locked(guard_of(&mut guards, bucket), parent, name)
+            .is_some()
+        {
+            return Err(Errno::EEXIST.into());
+        }
+        let slot = self.alloc_pinode()?;
+        let now = now_ns();
+        let ino = self.new_ino();
+        let mut p = Pinode::zeroed();
+        p.ino = U64::new(ino);
+        p.parent = U64::new(parent);
+        p.flags = U32::new(pinode::FLAG_PRIMARY);
+        p.mode = U32::new(mode);
+        (p.uid, p.gid, p.rdev) = (U32::new(owner.uid), U32::new(owner.gid), U32::new(rdev));
+        p.nlink = U32::new(if is_dir { 2 } else { 1 });
+        (p.atime_ns, p.mtime_ns, p.ctime_ns) = (I64::new(now), I64::new(now), I64::new(now));
+        let long = match self.name_pinode(&mut p, name) {
+            Ok(long) => long,
+            Err(e) => {
+                self.release(&[slot], &[]);
+                return Err(e);
+            }
+        };
+        let data = &mut locked[0].1;
+        let parent_slot = dir.primary_slot();
+        let mut txn = Txn {
+            inserts: vec![(slot, p.clone())],
+            long_names: long.into_iter().collect(),
+            in_place: self.touch(parent_slot, now),
+            ..Txn::default()
+        };
+        if is_dir {
+            txn.in_place
+                .push(self.set_nlink(parent_slot, 2 + data.subdirs + 1));
+        }
+        self.commit(&[bucket], &mut txn);
+        if is_dir {
+            data.subdirs += 1;
+        }
+        // The inode before its name, so whoever finds the name finds the inode.
+        self.inodes.insert(Arc::new(Inode::new(ino, slot, is_dir)));
+        let state = dir.dir.as_ref().expect("dir_inode checked");
+        let seq = state.next_seq();
+        guard_of(&mut guards, bucket).insert(MirrorEntry { hash, slot, seq });
+        state.children.insert(seq, slot);
+        Ok(Attr::from_pinode(&self.image.pinode(u64::from(slot))))
+    }
+
+    /// Finds (parent, name), locks `dir` and the inode it names (plus `extra`), and checks the
+    /// name still names that inode. Retries when a concurrent operation moved it.
+    pub(super) fn lock_name(
+        &self,
+        dir: &Arc<Inode>,
+        name: &[u8],
+    ) -> Result<(MirrorEntry, Arc<Inode>, Locked)> {
+        loop {
+            let entry = self.find(dir.ino, name).ok_or(Errno::ENOENT)?;
+            let ino = self.image.pinode(u64::from(entry.slot)).ino.get();
+            let Some(target) = self.inodes.get(ino) else {
+                continue;
+            };
+            let locked = self.lock_inodes(&[dir, &target]);
+            let still = self.find(dir.ino, name);
+            if still == Some(entry)
+                && locked
+                    .iter()
+                    .any(|(i, g)| *i == ino && g.names.contains(&entry.slot))
+            {
+                return Ok((entry, target, locked));
+            }
+        }
+    }
+
+    /// Removes a name that is not a directory.
+    pub fn unlink(&self, parent: u64, name: &[u8]) -> Result<()> {
+        check_name_len(name)?;
+        if name == b"." || name == b".." {
+            return Err(Errno::EISDIR.into());
+        }
+        let dir = self.dir_inode(parent)?;
+        let (entry, target, mut locked) = self.lock_name(&dir, name)?;
+        if target.dir.is_some() {
+            return Err(Errno::EISDIR.into());
+        }
+        let now = now_ns();
+        let mut plan = self.plan_drop_name(&target, &locked, entry.slot, now)?;
+        plan.txn
+            .in_place
+            .extend(self.touch(dir.primary_slot(), now));
+        let mut guards = self.lock_buckets(&plan.buckets);
+        self.commit(&plan.buckets, &mut plan.txn);
+        let target_data = &mut locked
+            .iter_mut()
+            .find(|(i, _)| *i == target.ino)
+            .expect("locked")
+            .1;
+        self.finish_drop_name(&dir, &target, target_data, entry, &plan, &mut guards);
+        Ok(())
+    }
+
+    /// Removes an empty directory.
+    pub fn rmdir(&self, parent: u64, name: &[u8]) -> Result<()> {
+        check_name_len(name)?;
+        match name {
+            b"." => return Err(Errno::EINVAL.into()),
+            b".." => return Err(Errno::ENOTEMPTY.into()),
+            _ => {}
+        }
+        let dir = self.dir_inode(parent)?;
+        let (entry, target, mut locked) = self.lock_name(&dir, name)?;
+        let Some(state) = target.dir.as_ref() else {
+            return Err(Errno::ENOTDIR.into());
+        };
+        if !state.children.is_empty() {
+            return Err(Errno::ENOTEMPTY.into());
+        }
+        let now = now_ns();
+        let p = self.image.pinode(u64::from(entry.slot));
+        let bucket = self.bucket_index(entry.hash);
+        let dir_data = &mut locked
+            .iter_mut()
+            .find(|(i, _)| *i == dir.ino)
+            .expect("locked")
+            .1;
+        let mut txn = Txn {
+            removes: vec![entry.slot],
+            in_place: self.touch(dir.primary_slot(), now),
+            ..Txn::default()
+        };
+        txn.in_place
+            .push(self.set_nlink(dir.primary_slot(), 2 + dir_data.subdirs - 1));
+        let mut guards = self.lock_buckets(&[bucket]);
+        self.commit(&[bucket], &mut txn);
+        dir_data.subdirs -= 1;
+        guard_of(&mut guards, bucket).remove(entry.slot);
+        dir.dir
+            .as_ref()
+            .expect("parent is a directory")
+            .children
+            .remove(&entry.seq);
+        target.removed.store(true, Ordering::Release);
+        self.inodes.remove(target.ino);
+        self.release(&[entry.slot], &[p.long_name.get()]);
+        Ok(())
+    }
+
+    /// Adds the name (new_parent, new_name) to inode `ino`, which must not be a directory.
+    pub fn link(&self, ino: u64, new_parent: u64, new_name: &[u8]) -> Result<Attr> {
+        check_new_name(new_name)?;
+        let target = self.inode(ino)?;
+        if target.dir.is_some() {
+            return Err(Errno::EPERM.into());
+        }
+        let dir = self.dir_inode(new_parent)?;
+        let mut locked = self.lock_inodes(&[&dir, &target]);
+        if target.removed.load(Ordering::Acquire) || dir.removed.load(Ordering::Acquire) {
+            return Err(Errno::ENOENT.into());
+        }
+        let names = locked
+            .iter()
+            .find(|(i, _)| *i == ino)
+            .expect("locked")
+            .1
+            .names
+            .len() as u32;
+        if names >= LINK_MAX {
+            return Err(Errno::EMLINK.into());
+        }
+        let hash = self.hash(new_parent, new_name);
+        let bucket = self.bucket_index(hash);
+        let mut guards = self.lock_buckets(&[bucket]);
+        if self
+            .find_locked(guard_of(&mut guards, bucket), new_parent, new_name)
+            .is_some()
+        {
+            return Err(Errno::EEXIST.into());
+        }
+        let primary = self.primary_pinode(&target)?;
+        let slot = self.alloc_pinode()?;
+        let mut p = Pinode::zeroed();
+        p.ino = primary.ino;
+        p.parent = U64::new(new_parent);
+        p.mode = primary.mode;
+        let long = self
+            .name_pinode(&mut p, new_name)
+            .inspect_err(|_| self.release(&[slot], &[]))?;
+        let now = now_ns();
+        let primary_slot = target.primary_slot();
+        let mut txn = Txn {
+            inserts: vec![(slot, p)],
+            long_names: long.into_iter().collect(),
+            ..Txn::default()
+        };
+        txn.in_place.push(self.set_nlink(primary_slot, names + 1));
+        txn.in_place.push((
+            self.image.geometry().pinode_offset(u64::from(primary_slot)) + CTIME_OFFSET,
+            I64::new(now).as_bytes().to_vec(),
+        ));
+        txn.in_place.extend(self.touch(dir.primary_slot(), now));
+        self.commit(&[bucket], &mut txn);
+        let seq = dir.dir.as_ref().expect("dir_inode checked").next_seq();
+        guard_of(&mut guards, bucket).insert(MirrorEntry { hash, slot, seq });
+        dir.dir
+            .as_ref()
+            .expect("dir_inode checked")
+            .children
+            .insert(seq, slot);
+        locked
+            .iter_mut()
+            .find(|(i, _)| *i == ino)
+            .expect("locked")
+            .1
+            .names
+            .push(slot);
+        self.getattr(ino)
+    }
+
+    /// Changes attributes (chmod, chown, utimens): a new version of the primary pinode.
+    pub fn setattr(&self, ino: u64, change: &SetAttr) -> Result<Attr> {
+        let inode = self.inode(ino)?;
+        let mut locked = self.lock_inodes(&[&inode]);
+        if inode.removed.load(Ordering::Acquire) {
+            return Err(Errno::ENOENT.into());
+        }
+        let old_slot = inode.primary_slot();
+        let old = self.image.pinode(u64::from(old_slot));
+        let mut new = old.clone();
+        if let Some(mode) = change.mode {
+            new.mode = U32::new((old.mode.get() & pinode::S_IFMT) | (mode & 0o7777));
+        }
+        new.uid = change.uid.map_or(old.uid, U32::new);
+        new.gid = change.gid.map_or(old.gid, U32::new);
+        new.atime_ns = change.atime_ns.map_or(old.atime_ns, I64::new);
+        new.mtime_ns = change.mtime_ns.map_or(old.mtime_ns, I64::new);
+        new.ctime_ns = I64::new(now_ns());
+        let slot = self.replace_version(&inode, &mut locked[0].1, old_slot, new)?;
+        Ok(Attr::from_pinode(&self.image.pinode(u64::from(slot))))
+    }
+
+    /// Commits `new` as the next version of the pinode at `old_slot` (same name, same bucket)
+    /// and updates the DRAM state. Returns the new slot.
+    pub(super) fn replace_version(
+        &self,
+        inode: &Inode,
+        data: &mut InodeData,
+        old_slot: u32,
+        mut new: Pinode,
+    ) -> Result<u32> {
+        let slot = self.alloc_pinode()?;
+        new.flags = U32::new(new.flags.get() & !pinode::FLAG_VALID);
+        let bucket = super::txn::bucket_of_pinode(&self.image, &new);
+        let mut guards = self.lock_buckets(&[bucket]);
+        let mut txn = Txn {
+            removes: vec![old_slot],
+            inserts: vec![(slot, new)],
+            ..Txn::default()
+        };
+        self.commit(&[bucket], &mut txn);
+        let guard = guard_of(&mut guards, bucket);
+        let entry = guard.remove(old_slot);
+        guard.insert(MirrorEntry { slot, ..entry });
+        self.relist(slot, entry.seq);
+        if inode.primary_slot() == old_slot {
+            inode.primary.store(slot, Ordering::Release);
+        }
+        data.names
+            .iter_mut()
+            .filter(|s| **s == old_slot)
+            .for_each(|s| *s = slot);
+        self.release(&[old_slot], &[]);
+        Ok(slot)
+    }
+
+    /// Points the parent's listing entry `seq` at a name's new slot.
+    pub(super) fn relist(&self, slot: u32, seq: u64) {
+        let parent = self.image.pinode(u64::from(slot)).parent.get();
+        let Some(dir) = self.inodes.get(parent) else {
+            return;
+        };
+        if let (Some(state), true) = (dir.dir.as_ref(), seq != 0) {
+            state.children.insert(seq, slot);
+        }
+    }
+}
+
+/// How dropping one name of an inode is committed.
+pub(super) struct DropPlan {
+    pub txn: Txn,
+    pub buckets: Vec<u64>,
+    /// The name promoted to primary, with its new slot, when the primary name goes.
+    pub promoted: Option<(u32, u32)>,
+    /// Whether the inode loses its last name.
+    pub last: bool,
+}
+
+impl Fs {
+    /// Plans removing name `slot` of `target` (not a directory): the last name frees the inode;
+    /// the primary name with others left promotes another name to primary in the same commit.
+    pub(super) fn plan_drop_name(
+        &self,
+        target: &Inode,
+        locked: &[(u64, DataGuard)],
+        slot: u32,
+        now: i64,
+    ) -> Result<DropPlan> {
+        let data = &locked
+            .iter()
+            .find(|(i, _)| *i == target.ino)
+            .expect("target is locked")
+            .1;
+        let bucket = super::txn::bucket_of_pinode(&self.image, &self.image.pinode(u64::from(slot)));
+        let mut plan = DropPlan {
+            txn: Txn {
+                removes: vec![slot],
+                ..Txn::default()
+            },
+            buckets: vec![bucket],
+            promoted: None,
+            last: data.names.len() == 1,
+        };
+        if plan.last {
+            return Ok(plan);
+        }
+        let remaining = data.names.len() as u32 - 1;
+        let primary_slot = target.primary_slot();
+        if slot != primary_slot {
+            plan.txn
+                .in_place
+                .push(self.set_nlink(primary_slot, remaining));
+            plan.txn.in_place.push((
+                self.image.geometry().pinode_offset(u64::from(primary_slot)) + CTIME_OFFSET,
+                I64::new(now).as_bytes().to_vec(),
+            ));
+            return Ok(plan);
+        }
+        // The primary name goes: another name becomes primary, carrying the attributes.
+        let heir = *data
+            .names
+            .iter()
+            .find(|&&s| s != slot)
+            .expect("another name exists");
+        let heir_pinode = self.image.pinode(u64::from(heir));
+        let mut promoted = self.image.pinode(u64::from(primary_slot));
+        promoted.parent = heir_pinode.parent;
+        promoted.name = heir_pinode.name;
+        promoted.name_len = heir_pinode.name_len;
+        promoted.long_name = heir_pinode.long_name;
+        let long = heir_pinode.flags.get() & pinode::FLAG_LONG_NAME;
+        promoted.flags =
+            U32::new((promoted.flags.get() & !pinode::FLAG_LONG_NAME & !pinode::FLAG_VALID) | long);
+        promoted.nlink = U32::new(remaining);
+        promoted.ctime_ns = I64::new(now);
+        let new_slot = self.alloc_pinode()?;
+        plan.buckets
+            .push(super::txn::bucket_of_pinode(&self.image, &heir_pinode));
+        plan.txn.removes.push(heir);
+        plan.txn.inserts.push((new_slot, promoted));
+        plan.promoted = Some((heir, new_slot));
+        Ok(plan)
+    }
+
+    /// DRAM bookkeeping after a committed [`DropPlan`].
+    pub(super) fn finish_drop_name(
+        &self,
+        dir: &Inode,
+        target: &Inode,
+        data: &mut InodeData,
+        entry: MirrorEntry,
+        plan: &DropPlan,
+        guards: &mut [(u64, super::mirror::BucketGuard<'_>)],
+    ) {
+        let long = self.image.pinode(u64::from(entry.slot)).long_name.get();
+        guard_of(guards, self.bucket_index(entry.hash)).remove(entry.slot);
+        dir.dir
+            .as_ref()
+            .expect("parent is a directory")
+            .children
+            .remove(&entry.seq);
+        data.names.retain(|&s| s != entry.slot);
+        let mut freed = vec![entry.slot];
+        if let Some((heir, new_slot)) = plan.promoted {
+            let heir_bucket = plan.buckets[1];
+            let guard = guard_of(guards, heir_bucket);
+            let heir_entry = guard.remove(heir);
+            guard.insert(MirrorEntry {
+                slot: new_slot,
+                ..heir_entry
+            });
+            self.relist(new_slot, heir_entry.seq);
+            data.names
+                .iter_mut()
+                .filter(|s| **s == heir)
+                .for_each(|s| *s = new_slot);
+            target.primary.store(new_slot, Ordering::Release);
+            freed.push(heir);
+        }
+        if plan.last {
+            target.removed.store(true, Ordering::Release);
+            self.inodes.remove(target.ino);
+        }
+        self.release(&freed, &[long]);
+    }
+}

@@ -1,0 +1,399 @@
+//! rename(2) with RENAME_NOREPLACE and RENAME_EXCHANGE, as one journal transaction.
+//!
+//! The moved name gets a new pinode version with its new parent and name; its inode number, and
+//! therefore every child of a moved directory, stays untouched. Only moves of a directory to
+//! another parent take the topology lock, so that two such moves cannot together build a cycle
+//! (Linux serialises them the same way); every other rename locks only its inodes and buckets.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use zerocopy::little_endian::{I64, U32, U64};
+
+use super::inode::Inode;
+use super::mirror::MirrorEntry;
+use super::ops::{DataGuard, DropPlan, NewLongName};
+use super::txn::{bucket_of_pinode, Txn};
+use super::{check_name_len, check_new_name, guard_of, Fs, ROOT_INO};
+use crate::error::{Errno, Result};
+use crate::format::pinode::{self, Pinode};
+use crate::mkfs::now_ns;
+
+/// rename(2) flags.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RenameFlags {
+    /// Fail with EEXIST rather than replace an existing target.
+    pub noreplace: bool,
+    /// Swap source and target, which must both exist.
+    pub exchange: bool,
+}
+
+/// The two names of a rename, found and locked.
+struct Sides {
+    from: Arc<Inode>,
+    to: Arc<Inode>,
+    src: MirrorEntry,
+    src_inode: Arc<Inode>,
+    dst: Option<(MirrorEntry, Arc<Inode>)>,
+}
+
+impl Fs {
+    /// Renames (p1, n1) to (p2, n2).
+    pub fn rename(&self, p1: u64, n1: &[u8], p2: u64, n2: &[u8], flags: RenameFlags) -> Result<()> {
+        check_name_len(n1)?;
+        if n1 == b"." || n1 == b".." {
+            return Err(Errno::EINVAL.into());
+        }
+        check_new_name(n2).map_err(|e| {
+            if e.errno() == Errno::EEXIST {
+                Errno::EINVAL.into()
+            } else {
+                e
+            }
+        })?;
+        if flags.noreplace && flags.exchange {
+            return Err(Errno::EINVAL.into());
+        }
+        let from = self.dir_inode(p1)?;
+        let to = self.dir_inode(p2)?;
+        loop {
+            let src = self.find(p1, n1).ok_or(Errno::ENOENT)?;
+            let Some(src_inode) = self
+                .inodes
+                .get(self.image.pinode(u64::from(src.slot)).ino.get())
+            else {
+                continue;
+            };
+            let dst = match self.find(p2, n2) {
+                Some(e) => match self
+                    .inodes
+                    .get(self.image.pinode(u64::from(e.slot)).ino.get())
+                {
+                    Some(i) => Some((e, i)),
+                    None => continue,
+                },
+                None => None,
+            };
+            let moves_dir = |i: &Inode| i.dir.is_some() && p1 != p2;
+            let topology = (moves_dir(&src_inode)
+                || dst
+                    .as_ref()
+                    .is_some_and(|(_, d)| flags.exchange && moves_dir(d)))
+            .then(|| self.topology.lock());
+            let mut all = vec![&from, &to, &src_inode];
+            if let Some((_, d)) = &dst {
+                all.push(d);
+            }
+            let mut locked = self.lock_inodes(&all);
+            if self.find(p1, n1) != Some(src) || self.find(p2, n2) != dst.as_ref().map(|(e, _)| *e)
+            {
+                continue;
+            }
+            if from.removed.load(Ordering::Acquire) || to.removed.load(Ordering::Acquire) {
+                return Err(Errno::ENOENT.into());
+            }
+            let sides = Sides {
+                from: from.clone(),
+                to: to.clone(),
+                src,
+                src_inode,
+                dst,
+            };
+            let result = self.rename_locked(&sides, n2, n1, flags, &mut locked);
+            drop(topology);
+            return result;
+        }
+    }
+
+    fn rename_locked(
+        &self,
+        s: &Sides,
+        n2: &[u8],
+        n1: &[u8],
+        flags: RenameFlags,
+        locked: &mut [(u64, DataGuard)],
+    ) -> Result<()> {
+        if let Some((dst, d_inode)) = &s.dst {
+            if dst.slot == s.src.slot || d_inode.ino == s.src_inode.ino {
+                return Ok(()); // the same name, or two names of one file: nothing to do
+            }
+        }
+        self.check_rename(s, flags)?;
+        let now = now_ns();
+        let mut txn = Txn::default();
+        let mut buckets = vec![self.bucket_index(s.src.hash)];
+        let (moved, moved_long) = self.moved_version(s.src.slot, s.to.ino, n2, now)?;
+        buckets.push(bucket_of_pinode_with(self, &moved, n2));
+        txn.removes.push(s.src.slot);
+        txn.inserts.push(moved);
+        txn.long_names.extend(moved_long);
+        let mut drop_plan: Option<DropPlan> = None;
+        if let Some((dst, d_inode)) = &s.dst {
+            buckets.push(self.bucket_index(dst.hash));
+            if flags.exchange {
+                let (back, back_long) = self.moved_version(dst.slot, s.from.ino, n1, now)?;
+                buckets.push(bucket_of_pinode_with(self, &back, n1));
+                txn.removes.push(dst.slot);
+                txn.inserts.push(back);
+                txn.long_names.extend(back_long);
+            } else if d_inode.dir.is_some() {
+                txn.removes.push(dst.slot);
+            } else {
+                let plan = self.plan_drop_name(d_inode, locked, dst.slot, now)?;
+                buckets.extend(&plan.buckets);
+                txn.removes.extend(&plan.txn.removes);
+                txn.inserts.extend(plan.txn.inserts.iter().cloned());
+                txn.in_place.extend(plan.txn.in_place.iter().cloned());
+                drop_plan = Some(plan);
+            }
+        }
+        let (from_delta, to_delta) = self.subdir_deltas(s, flags);
+        self.stage_dir_updates(s, locked, (from_delta, to_delta), now, &mut txn);
+        let mut guards = self.lock_buckets(&buckets);
+        self.commit(&buckets, &mut txn);
+        self.finish_rename(
+            s,
+            flags,
+            &txn,
+            drop_plan,
+            locked,
+            (from_delta, to_delta),
+            &mut guards,
+        );
+        Ok(())
+    }
+
+    fn check_rename(&self, s: &Sides, flags: RenameFlags) -> Result<()> {
+        let src_dir = s.src_inode.dir.is_some();
+        match &s.dst {
+            None if flags.exchange => return Err(Errno::ENOENT.into()),
+            Some(_) if flags.noreplace => return Err(Errno::EEXIST.into()),
+            Some((_, d)) if !flags.exchange => {
+                let dst_dir = d.dir.is_some();
+                if src_dir && !dst_dir {
+                    return Err(Errno::ENOTDIR.into());
+                }
+                if !src_dir && dst_dir {
+                    return Err(Errno::EISDIR.into());
+                }
+                if d.dir
+                    .as_ref()
+                    .is_some_and(|state| !state.children.is_empty())
+                {
+                    return Err(Errno::ENOTEMPTY.into());
+                }
+            }
+            _ => {}
+        }
+        if src_dir && self.is_ancestor_or_self(s.src_inode.ino, s.to.ino)? {
+            return Err(Errno::EINVAL.into());
+        }
+        if let Some((_, d)) = &s.dst {
+            if flags.exchange && d.dir.is_some() && self.is_ancestor_or_self(d.ino, s.from.ino)? {
+                return Err(Errno::EINVAL.into());
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether directory `ancestor` is `dir` or one of its ancestors.
+    fn is_ancestor_or_self(&self, ancestor: u64, dir: u64) -> Result<bool> {
+        let mut at = dir;
+        loop {
+            if at == ancestor {
+                return Ok(true);
+            }
+            if at == ROOT_INO {
+                return Ok(false);
+            }
+            at = self.parent_of(&*self.inode(at)?)?;
+        }
+    }
+
+    /// A new version of the pinode at `slot`, named `name` in directory `parent`.
+    fn moved_version(
+        &self,
+        slot: u32,
+        parent: u64,
+        name: &[u8],
+        now: i64,
+    ) -> Result<((u32, Pinode), NewLongName)> {
+        let mut p = self.image.pinode(u64::from(slot));
+        p.parent = U64::new(parent);
+        p.flags = U32::new(p.flags.get() & !pinode::FLAG_VALID);
+        if p.is_primary() {
+            p.ctime_ns = I64::new(now);
+        }
+        let new_slot = self.alloc_pinode()?;
+        let long = self
+            .name_pinode(&mut p, name)
+            .inspect_err(|_| self.release(&[new_slot], &[]))?;
+        Ok(((new_slot, p), long))
+    }
+
+    /// Change in subdirectory counts of (from, to).
+    fn subdir_deltas(&self, s: &Sides, flags: RenameFlags) -> (i64, i64) {
+        let src_dir = i64::from(s.src_inode.dir.is_some());
+        let (mut from, mut to) = (-src_dir, src_dir);
+        if let Some((_, d)) = &s.dst {
+            let dst_dir = i64::from(d.dir.is_some());
+            if flags.exchange {
+                (from, to) = (from + dst_dir, to - dst_dir);
+            } else {
+                to -= dst_dir;
+            }
+        }
+        if s.from.ino == s.to.ino {
+            (from + to, 0)
+        } else {
+            (from, to)
+        }
+    }
+
+    fn stage_dir_updates(
+        &self,
+        s: &Sides,
+        locked: &[(u64, DataGuard)],
+        deltas: (i64, i64),
+        now: i64,
+        txn: &mut Txn,
+    ) {
+        for (dir, delta) in [(&s.from, deltas.0), (&s.to, deltas.1)] {
+            let slot = dir.primary_slot();
+            if dir.ino == s.to.ino
+                && s.from.ino == s.to.ino
+                && delta == 0
+                && !std::ptr::eq(dir, &s.from)
+            {
+                continue;
+            }
+            txn.in_place.extend(self.touch(slot, now));
+            if delta != 0 {
+                let data = &locked
+                    .iter()
+                    .find(|(i, _)| *i == dir.ino)
+                    .expect("locked")
+                    .1;
+                let nlink = (2 + i64::from(data.subdirs) + delta) as u32;
+                txn.in_place.push(self.set_nlink(slot, nlink));
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn finish_rename(
+        &self,
+        s: &Sides,
+        flags: RenameFlags,
+        txn: &Txn,
+        drop_plan: Option<DropPlan>,
+        locked: &mut [(u64, DataGuard)],
+        deltas: (i64, i64),
+        guards: &mut [(u64, super::mirror::BucketGuard<'_>)],
+    ) {
+        let old_src = self.image.pinode(u64::from(s.src.slot));
+        let mut freed = vec![s.src.slot];
+        let mut freed_long = vec![old_src.long_name.get()];
+        self.move_entry(
+            s.src,
+            txn.inserts[0].0,
+            &s.from,
+            &s.to,
+            &s.src_inode,
+            locked,
+            guards,
+        );
+        if let Some((dst, d_inode)) = &s.dst {
+            if flags.exchange {
+                freed.push(dst.slot);
+                freed_long.push(self.image.pinode(u64::from(dst.slot)).long_name.get());
+                self.move_entry(
+                    *dst,
+                    txn.inserts[1].0,
+                    &s.to,
+                    &s.from,
+                    d_inode,
+                    locked,
+                    guards,
+                );
+            } else if let Some(plan) = drop_plan {
+                let data = &mut locked
+                    .iter_mut()
+                    .find(|(i, _)| *i == d_inode.ino)
+                    .expect("locked")
+                    .1;
+                self.finish_drop_name(&s.to, d_inode, data, *dst, &plan, guards);
+            } else {
+                freed.push(dst.slot);
+                freed_long.push(self.image.pinode(u64::from(dst.slot)).long_name.get());
+                guard_of(guards, self.bucket_index(dst.hash)).remove(dst.slot);
+                s.to.dir
+                    .as_ref()
+                    .expect("directory")
+                    .children
+                    .remove(&dst.seq);
+                d_inode.removed.store(true, Ordering::Release);
+                self.inodes.remove(d_inode.ino);
+            }
+        }
+        for (dir, delta) in [(&s.from, deltas.0), (&s.to, deltas.1)] {
+            let data = &mut locked
+                .iter_mut()
+                .find(|(i, _)| *i == dir.ino)
+                .expect("locked")
+                .1;
+            data.subdirs = (i64::from(data.subdirs) + delta) as u32;
+        }
+        self.release(&freed, &freed_long);
+    }
+
+    /// Moves a name's mirror entry and listing entry to its new slot in `to`.
+    #[allow(clippy::too_many_arguments)]
+    fn move_entry(
+        &self,
+        old: MirrorEntry,
+        new_slot: u32,
+        from: &Inode,
+        to: &Inode,
+        inode: &Inode,
+        locked: &mut [(u64, DataGuard)],
+        guards: &mut [(u64, super::mirror::BucketGuard<'_>)],
+    ) {
+        let p = self.image.pinode(u64::from(new_slot));
+        let name = super::txn::full_name(&self.image, &p);
+        let hash = self.hash(to.ino, &name);
+        guard_of(guards, self.bucket_index(old.hash)).remove(old.slot);
+        from.dir
+            .as_ref()
+            .expect("directory")
+            .children
+            .remove(&old.seq);
+        let to_state = to.dir.as_ref().expect("directory");
+        let seq = to_state.next_seq();
+        guard_of(guards, self.bucket_index(hash)).insert(MirrorEntry {
+            hash,
+            slot: new_slot,
+            seq,
+        });
+        to_state.children.insert(seq, new_slot);
+        let data = &mut locked
+            .iter_mut()
+            .find(|(i, _)| *i == inode.ino)
+            .expect("locked")
+            .1;
+        data.names
+            .iter_mut()
+            .filter(|s| **s == old.slot)
+            .for_each(|s| *s = new_slot);
+        if inode.primary_slot() == old.slot {
+            inode.primary.store(new_slot, Ordering::Release);
+        }
+    }
+}
+
+/// The bucket of a pinode about to be written under `name` (its long-name record is not on the
+/// media yet).
+fn bucket_of_pinode_with(fs: &Fs, entry: &(u32, Pinode), name: &[u8]) -> u64 {
+    let _ = bucket_of_pinode;
+    fs.bucket_index(fs.hash(entry.1.parent.get(), name))
+}
