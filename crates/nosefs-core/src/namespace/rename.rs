@@ -113,10 +113,15 @@ impl Fs {
         flags: RenameFlags,
         locked: &mut [(u64, DataGuard)],
     ) -> Result<()> {
-        if let Some((dst, d_inode)) = &s.dst {
-            if dst.slot == s.src.slot || d_inode.ino == s.src_inode.ino {
-                return Ok(()); // the same name, or two names of one file: nothing to do
+        // Linux's order: the flags against the target first, then "same file: nothing to do",
+        // then the type and emptiness checks.
+        match &s.dst {
+            None if flags.exchange => return Err(Errno::ENOENT.into()),
+            Some(_) if flags.noreplace => return Err(Errno::EEXIST.into()),
+            Some((dst, d_inode)) if dst.slot == s.src.slot || d_inode.ino == s.src_inode.ino => {
+                return Ok(()); // the same name, or two names of one file
             }
+            _ => {}
         }
         self.check_rename(s, flags)?;
         let now = now_ns();
@@ -163,37 +168,26 @@ impl Fs {
         Ok(())
     }
 
+    /// The checks after the flags, in Linux's order: ancestry (EINVAL) before types and
+    /// emptiness (ENOTDIR, EISDIR, ENOTEMPTY).
     fn check_rename(&self, s: &Sides, flags: RenameFlags) -> Result<()> {
         let src_dir = s.src_inode.dir.is_some();
-        match &s.dst {
-            None if flags.exchange => return Err(Errno::ENOENT.into()),
-            Some(_) if flags.noreplace => return Err(Errno::EEXIST.into()),
-            Some((_, d)) if !flags.exchange => {
-                let dst_dir = d.dir.is_some();
-                if src_dir && !dst_dir {
-                    return Err(Errno::ENOTDIR.into());
-                }
-                if !src_dir && dst_dir {
-                    return Err(Errno::EISDIR.into());
-                }
-                if d.dir
-                    .as_ref()
-                    .is_some_and(|state| !state.children.is_empty())
-                {
-                    return Err(Errno::ENOTEMPTY.into());
-                }
-            }
-            _ => {}
-        }
         if src_dir && self.is_ancestor_or_self(s.src_inode.ino, s.to.ino)? {
             return Err(Errno::EINVAL.into());
         }
-        if let Some((_, d)) = &s.dst {
-            if flags.exchange && d.dir.is_some() && self.is_ancestor_or_self(d.ino, s.from.ino)? {
+        let Some((_, d)) = &s.dst else { return Ok(()) };
+        if flags.exchange {
+            if d.dir.is_some() && self.is_ancestor_or_self(d.ino, s.from.ino)? {
                 return Err(Errno::EINVAL.into());
             }
+            return Ok(());
         }
-        Ok(())
+        match (src_dir, d.dir.as_ref()) {
+            (true, None) => Err(Errno::ENOTDIR.into()),
+            (false, Some(_)) => Err(Errno::EISDIR.into()),
+            (true, Some(state)) if !state.children.is_empty() => Err(Errno::ENOTEMPTY.into()),
+            _ => Ok(()),
+        }
     }
 
     /// Whether directory `ancestor` is `dir` or one of its ancestors.
