@@ -2,6 +2,7 @@
 
 #![forbid(unsafe_code)]
 
+mod bench;
 mod size;
 
 use std::path::{Path, PathBuf};
@@ -35,6 +36,9 @@ enum Command {
         /// The image file or device-dax device.
         image: PathBuf,
     },
+    /// Benchmarks, the native library side by side with other file systems.
+    #[command(subcommand)]
+    Bench(BenchCommand),
     /// Check IMAGE against every invariant of the format. Exit status as fsck(8): 0 clean,
     /// 1 errors corrected, 4 errors left, 8 operational error.
     Fsck {
@@ -47,6 +51,12 @@ enum Command {
         #[arg(short, long)]
         quiet: bool,
     },
+}
+
+#[derive(Debug, Subcommand)]
+enum BenchCommand {
+    /// Create, rename and unlink N files in one directory.
+    Dirops(bench::DiropsArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -82,6 +92,13 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Mkfs(args) => report(run_mkfs(args)),
         Command::Info { image } => report(run_info(&image)),
+        Command::Bench(BenchCommand::Dirops(args)) => match bench::dirops(&args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("nosefs bench: error: {e}");
+                ExitCode::from(1)
+            }
+        },
         Command::Fsck {
             image,
             repair,
@@ -109,6 +126,7 @@ fn run_mkfs(args: MkfsArgs) -> Result<(), Error> {
         extents: args.extents,
         long_names: args.long_names,
         hash_seed: args.hash_seed,
+        prefault: false,
     };
     let started = std::time::Instant::now();
     let g = mkfs(&args.image, &params)?;

@@ -58,6 +58,13 @@ pub fn mkfs(path: &Path, params: &MkfsParams) -> Result<Geometry> {
     let owner = std::fs::metadata(path)
         .map(|m| (m.uid(), m.gid()))
         .map_err(|e| Error::io(format!("cannot stat {}", path.display()), e))?;
+    if params.prefault {
+        region.zero_nt(
+            FIRST_ZONE_OFFSET,
+            geometry.metadata_bytes() - FIRST_ZONE_OFFSET,
+        );
+        region.fence();
+    }
     format_region(&region, &geometry, owner)?;
     Ok(geometry)
 }

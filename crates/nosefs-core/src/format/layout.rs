@@ -149,6 +149,9 @@ pub struct MkfsParams {
     pub long_names: Option<u64>,
     /// Seed of the name hash (default: random). Fixed seeds make images reproducible for tests.
     pub hash_seed: Option<u64>,
+    /// Write every metadata zone at mkfs so its pages are allocated now rather than on first use
+    /// (benchmarks keep page faults out of timed regions this way). Not part of the format.
+    pub prefault: bool,
 }
 
 impl Geometry {
