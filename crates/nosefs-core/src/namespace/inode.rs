@@ -2,22 +2,55 @@
 //!
 //! All of it is rebuilt at mount from the pinode table; NVM stays the truth for attributes.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use crossbeam_skiplist::SkipMap;
 use parking_lot::{Mutex, RwLock};
 
 /// Cookies 1 and 2 are "." and ".."; entries start after them.
 pub const FIRST_ENTRY_SEQ: u64 = 3;
+
+/// A directory's entries by cookie. Cookies only grow, so inserts land at the right edge of the
+/// tree, which stays in cache. Its lock is a leaf: nothing else is locked while it is held.
+#[derive(Debug, Default)]
+pub struct Listing {
+    entries: Mutex<BTreeMap<u64, u32>>,
+}
+
+impl Listing {
+    /// Adds or repoints entry `seq`.
+    pub fn insert(&self, seq: u64, slot: u32) {
+        self.entries.lock().insert(seq, slot);
+    }
+
+    /// Removes entry `seq`.
+    pub fn remove(&self, seq: &u64) {
+        self.entries.lock().remove(seq);
+    }
+
+    /// Whether the directory has no entries.
+    pub fn is_empty(&self) -> bool {
+        self.entries.lock().is_empty()
+    }
+
+    /// Up to `max` entries from cookie `start` on, copied out so no lock is held by the caller.
+    pub fn batch_from(&self, start: u64, max: usize) -> Vec<(u64, u32)> {
+        let entries = self.entries.lock();
+        entries
+            .range(start..)
+            .take(max)
+            .map(|(&k, &v)| (k, v))
+            .collect()
+    }
+}
 
 /// One directory's listing. It changes only under the directory's inode lock, so an operation
 /// holding that lock (rmdir checking emptiness) sees it stable; readdir reads it without locks.
 #[derive(Debug)]
 pub struct DirState {
     /// Entries by sequence number (the readdir cookie): slot of the name's pinode.
-    pub children: SkipMap<u64, u32>,
+    pub children: Listing,
     next_seq: AtomicU64,
 }
 
@@ -25,7 +58,7 @@ impl DirState {
     /// An empty listing.
     pub fn new() -> DirState {
         DirState {
-            children: SkipMap::new(),
+            children: Listing::default(),
             next_seq: AtomicU64::new(FIRST_ENTRY_SEQ),
         }
     }
@@ -90,22 +123,45 @@ impl Inode {
 
 const SHARDS: usize = 64;
 
+/// Inode numbers are dense integers: a multiplicative mix is hash enough, and far cheaper than
+/// the default SipHash on this hot path.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct InoHasher(u64);
+
+impl std::hash::Hasher for InoHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+type InoMap = HashMap<u64, Arc<Inode>, std::hash::BuildHasherDefault<InoHasher>>;
+
 /// Inodes by number, sharded so that no lookup takes a global lock.
 #[derive(Debug)]
 pub struct InodeTable {
-    shards: Vec<RwLock<HashMap<u64, Arc<Inode>>>>,
+    shards: Vec<RwLock<InoMap>>,
 }
 
 impl Default for InodeTable {
     fn default() -> Self {
         InodeTable {
-            shards: (0..SHARDS).map(|_| RwLock::new(HashMap::new())).collect(),
+            shards: (0..SHARDS)
+                .map(|_| RwLock::new(InoMap::default()))
+                .collect(),
         }
     }
 }
 
 impl InodeTable {
-    fn shard(&self, ino: u64) -> &RwLock<HashMap<u64, Arc<Inode>>> {
+    fn shard(&self, ino: u64) -> &RwLock<InoMap> {
         &self.shards[(ino as usize) % SHARDS]
     }
 

@@ -9,6 +9,10 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::{RwLock, RwLockWriteGuard};
+use smallvec::SmallVec;
+
+/// Entries kept inline in a bucket before it spills to the heap.
+type Entries = SmallVec<[MirrorEntry; 2]>;
 
 /// One name in the mirror.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,7 +29,7 @@ pub struct MirrorEntry {
 #[derive(Debug, Default)]
 pub struct MirrorBucket {
     seq: AtomicU64,
-    entries: RwLock<Vec<MirrorEntry>>,
+    entries: RwLock<Entries>,
 }
 
 impl MirrorBucket {
@@ -64,7 +68,7 @@ impl MirrorBucket {
 #[derive(Debug)]
 pub struct BucketGuard<'a> {
     bucket: &'a MirrorBucket,
-    entries: RwLockWriteGuard<'a, Vec<MirrorEntry>>,
+    entries: RwLockWriteGuard<'a, Entries>,
 }
 
 impl BucketGuard<'_> {

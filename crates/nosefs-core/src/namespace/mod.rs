@@ -25,6 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, MutexGuard};
+use smallvec::SmallVec;
 
 use crate::error::{Errno, Result};
 use crate::format::hash_table::name_hash;
@@ -179,7 +180,8 @@ impl Fs {
         }
         let inline = name.len().min(INLINE_NAME_MAX);
         p.name[..inline] == name[..inline]
-            && (name.len() <= INLINE_NAME_MAX || txn::full_name(&self.image, &p) == name)
+            && (name.len() <= INLINE_NAME_MAX
+                || txn::with_full_name(&self.image, &p, |n| n == name))
     }
 
     /// The mirror entry of (parent, name), without locking anything but its bucket, shared.
@@ -284,21 +286,29 @@ impl Fs {
             }
         }
         let start = cookie.max(inode::FIRST_ENTRY_SEQ - 1) + 1;
-        for child in state.children.range(start..) {
-            let p = self.image.pinode(u64::from(*child.value()));
-            // A slot freed and reused since the listing was read is no longer this entry.
-            if !p.is_valid() || p.parent.get() != dir {
-                continue;
-            }
-            let entry = DirEntry {
-                name: txn::full_name(&self.image, &p),
-                ino: p.ino.get(),
-                file_type: p.mode.get() & pinode::S_IFMT,
-                cookie: *child.key(),
-            };
-            if !emit(entry) {
+        let mut next = start;
+        loop {
+            let batch = state.children.batch_from(next, 64);
+            let Some(&(last, _)) = batch.last() else {
                 break;
+            };
+            for (seq, slot) in batch {
+                let p = self.image.pinode(u64::from(slot));
+                // A slot freed and reused since the batch was read is no longer this entry.
+                if !p.is_valid() || p.parent.get() != dir {
+                    continue;
+                }
+                let entry = DirEntry {
+                    name: txn::full_name(&self.image, &p),
+                    ino: p.ino.get(),
+                    file_type: p.mode.get() & pinode::S_IFMT,
+                    cookie: seq,
+                };
+                if !emit(entry) {
+                    return Ok(());
+                }
             }
+            next = last + 1;
         }
         Ok(())
     }
@@ -357,18 +367,19 @@ impl Fs {
     /// highest-numbered of their directory logs, holding all of their logs in ascending order.
     fn commit(&self, buckets: &[u64], txn: &mut txn::Txn) {
         let log_count = self.image.geometry().dir_log_count();
-        let mut logs: Vec<u64> = buckets.iter().map(|b| 1 + b % (log_count - 1)).collect();
+        let mut logs: SmallVec<[u64; 6]> =
+            buckets.iter().map(|b| 1 + b % (log_count - 1)).collect();
         logs.sort_unstable();
         logs.dedup();
-        let _held: Vec<MutexGuard<'_, ()>> =
+        let _held: SmallVec<[MutexGuard<'_, ()>; 6]> =
             logs.iter().map(|&l| self.logs[l as usize].lock()).collect();
         let target = *logs.last().expect("a transaction touches a bucket");
         txn::commit(&self.image, target, txn);
     }
 
     /// Locks mirror buckets in ascending order, once each.
-    fn lock_buckets(&self, buckets: &[u64]) -> Vec<(u64, BucketGuard<'_>)> {
-        let mut sorted = buckets.to_vec();
+    fn lock_buckets(&self, buckets: &[u64]) -> SmallVec<[(u64, BucketGuard<'_>); 6]> {
+        let mut sorted: SmallVec<[u64; 6]> = SmallVec::from_slice(buckets);
         sorted.sort_unstable();
         sorted.dedup();
         sorted

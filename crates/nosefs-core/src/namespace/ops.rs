@@ -7,16 +7,16 @@ use std::sync::Arc;
 use parking_lot::lock_api::ArcMutexGuard;
 use parking_lot::RawMutex;
 use zerocopy::little_endian::{I64, U32, U64};
-use zerocopy::IntoBytes;
 
 use super::inode::{Inode, InodeData};
 use super::mirror::MirrorEntry;
-use super::txn::Txn;
+use super::txn::{InPlace, Txn};
 use super::{check_name_len, check_new_name, guard_of, Attr, Fs};
 use crate::error::{Errno, Result};
 use crate::format::long_name::LongName;
 use crate::format::pinode::{self, Pinode, INLINE_NAME_MAX};
 use crate::mkfs::now_ns;
+use smallvec::{smallvec, SmallVec};
 
 /// Most links one inode may have (as ext4's LINK_MAX).
 pub const LINK_MAX: u32 = 65_000;
@@ -90,16 +90,34 @@ impl Fs {
     }
 
     /// In-place stores that set a pinode's mtime and ctime to `now`.
-    pub(super) fn touch(&self, slot: u32, now: i64) -> Vec<(u64, Vec<u8>)> {
+    pub(super) fn touch(&self, slot: u32, now: i64) -> [InPlace; 2] {
         let base = self.image.geometry().pinode_offset(u64::from(slot));
-        let t = I64::new(now).as_bytes().to_vec();
-        vec![(base + MTIME_OFFSET, t.clone()), (base + CTIME_OFFSET, t)]
+        let at = |offset| InPlace {
+            offset: base + offset,
+            value: now as u64,
+            len: 8,
+        };
+        [at(MTIME_OFFSET), at(CTIME_OFFSET)]
+    }
+
+    /// In-place store of a pinode's ctime.
+    pub(super) fn set_ctime(&self, slot: u32, now: i64) -> InPlace {
+        let base = self.image.geometry().pinode_offset(u64::from(slot));
+        InPlace {
+            offset: base + CTIME_OFFSET,
+            value: now as u64,
+            len: 8,
+        }
     }
 
     /// In-place store of a pinode's link count.
-    pub(super) fn set_nlink(&self, slot: u32, nlink: u32) -> (u64, Vec<u8>) {
+    pub(super) fn set_nlink(&self, slot: u32, nlink: u32) -> InPlace {
         let base = self.image.geometry().pinode_offset(u64::from(slot));
-        (base + NLINK_OFFSET, U32::new(nlink).as_bytes().to_vec())
+        InPlace {
+            offset: base + NLINK_OFFSET,
+            value: u64::from(nlink),
+            len: 4,
+        }
     }
 
     /// Creates a regular file. With `exclusive` false an existing file is returned instead
@@ -194,9 +212,9 @@ impl Fs {
         let data = &mut locked[0].1;
         let parent_slot = dir.primary_slot();
         let mut txn = Txn {
-            inserts: vec![(slot, p.clone())],
+            inserts: smallvec![(slot, p.clone())],
             long_names: long.into_iter().collect(),
-            in_place: self.touch(parent_slot, now),
+            in_place: self.touch(parent_slot, now).into_iter().collect(),
             ..Txn::default()
         };
         if is_dir {
@@ -293,8 +311,8 @@ impl Fs {
             .expect("locked")
             .1;
         let mut txn = Txn {
-            removes: vec![entry.slot],
-            in_place: self.touch(dir.primary_slot(), now),
+            removes: smallvec![entry.slot],
+            in_place: self.touch(dir.primary_slot(), now).into_iter().collect(),
             ..Txn::default()
         };
         txn.in_place
@@ -357,15 +375,12 @@ impl Fs {
         let now = now_ns();
         let primary_slot = target.primary_slot();
         let mut txn = Txn {
-            inserts: vec![(slot, p)],
+            inserts: smallvec![(slot, p)],
             long_names: long.into_iter().collect(),
             ..Txn::default()
         };
         txn.in_place.push(self.set_nlink(primary_slot, names + 1));
-        txn.in_place.push((
-            self.image.geometry().pinode_offset(u64::from(primary_slot)) + CTIME_OFFSET,
-            I64::new(now).as_bytes().to_vec(),
-        ));
+        txn.in_place.push(self.set_ctime(primary_slot, now));
         txn.in_place.extend(self.touch(dir.primary_slot(), now));
         self.commit(&[bucket], &mut txn);
         let seq = dir.dir.as_ref().expect("dir_inode checked").next_seq();
@@ -421,8 +436,8 @@ impl Fs {
         let bucket = super::txn::bucket_of_pinode(&self.image, &new);
         let mut guards = self.lock_buckets(&[bucket]);
         let mut txn = Txn {
-            removes: vec![old_slot],
-            inserts: vec![(slot, new)],
+            removes: smallvec![old_slot],
+            inserts: smallvec![(slot, new)],
             ..Txn::default()
         };
         self.commit(&[bucket], &mut txn);
@@ -456,7 +471,7 @@ impl Fs {
 /// How dropping one name of an inode is committed.
 pub(super) struct DropPlan {
     pub txn: Txn,
-    pub buckets: Vec<u64>,
+    pub buckets: SmallVec<[u64; 4]>,
     /// The name promoted to primary, with its new slot, when the primary name goes.
     pub promoted: Option<(u32, u32)>,
     /// Whether the inode loses its last name.
@@ -481,10 +496,10 @@ impl Fs {
         let bucket = super::txn::bucket_of_pinode(&self.image, &self.image.pinode(u64::from(slot)));
         let mut plan = DropPlan {
             txn: Txn {
-                removes: vec![slot],
+                removes: smallvec![slot],
                 ..Txn::default()
             },
-            buckets: vec![bucket],
+            buckets: smallvec![bucket],
             promoted: None,
             last: data.names.len() == 1,
         };
@@ -497,10 +512,7 @@ impl Fs {
             plan.txn
                 .in_place
                 .push(self.set_nlink(primary_slot, remaining));
-            plan.txn.in_place.push((
-                self.image.geometry().pinode_offset(u64::from(primary_slot)) + CTIME_OFFSET,
-                I64::new(now).as_bytes().to_vec(),
-            ));
+            plan.txn.in_place.push(self.set_ctime(primary_slot, now));
             return Ok(plan);
         }
         // The primary name goes: another name becomes primary, carrying the attributes.
@@ -547,7 +559,7 @@ impl Fs {
             .children
             .remove(&entry.seq);
         data.names.retain(|&s| s != entry.slot);
-        let mut freed = vec![entry.slot];
+        let mut freed: SmallVec<[u32; 2]> = smallvec![entry.slot];
         if let Some((heir, new_slot)) = plan.promoted {
             let heir_bucket = plan.buckets[1];
             let guard = guard_of(guards, heir_bucket);

@@ -8,6 +8,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use smallvec::{smallvec, SmallVec};
 use zerocopy::little_endian::{I64, U32, U64};
 
 use super::inode::Inode;
@@ -80,7 +81,7 @@ impl Fs {
                     .as_ref()
                     .is_some_and(|(_, d)| flags.exchange && moves_dir(d)))
             .then(|| self.topology.lock());
-            let mut all = vec![&from, &to, &src_inode];
+            let mut all: Vec<&Arc<Inode>> = vec![&from, &to, &src_inode];
             if let Some((_, d)) = &dst {
                 all.push(d);
             }
@@ -126,7 +127,7 @@ impl Fs {
         self.check_rename(s, flags)?;
         let now = now_ns();
         let mut txn = Txn::default();
-        let mut buckets = vec![self.bucket_index(s.src.hash)];
+        let mut buckets: SmallVec<[u64; 6]> = smallvec![self.bucket_index(s.src.hash)];
         let (moved, moved_long) = self.moved_version(s.src.slot, s.to.ino, n2, now)?;
         buckets.push(bucket_of_pinode_with(self, &moved, n2));
         txn.removes.push(s.src.slot);
@@ -145,8 +146,8 @@ impl Fs {
                 txn.removes.push(dst.slot);
             } else {
                 let plan = self.plan_drop_name(d_inode, locked, dst.slot, now)?;
-                buckets.extend(&plan.buckets);
-                txn.removes.extend(&plan.txn.removes);
+                buckets.extend(plan.buckets.iter().copied());
+                txn.removes.extend(plan.txn.removes.iter().copied());
                 txn.inserts.extend(plan.txn.inserts.iter().cloned());
                 txn.in_place.extend(plan.txn.in_place.iter().cloned());
                 drop_plan = Some(plan);
@@ -286,8 +287,8 @@ impl Fs {
         guards: &mut [(u64, super::mirror::BucketGuard<'_>)],
     ) {
         let old_src = self.image.pinode(u64::from(s.src.slot));
-        let mut freed = vec![s.src.slot];
-        let mut freed_long = vec![old_src.long_name.get()];
+        let mut freed: SmallVec<[u32; 2]> = smallvec![s.src.slot];
+        let mut freed_long: SmallVec<[u32; 2]> = smallvec![old_src.long_name.get()];
         self.move_entry(
             s.src,
             txn.inserts[0].0,

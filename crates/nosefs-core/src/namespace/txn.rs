@@ -5,9 +5,9 @@
 //! shared with recovery, and idempotent so a crash at any point (also during recovery) is repaired
 //! by applying the committed log again.
 
-use std::collections::HashMap;
-
+use smallvec::SmallVec;
 use zerocopy::little_endian::U32;
+use zerocopy::IntoBytes;
 
 use crate::format::hash_table::{bucket_of, Bucket};
 use crate::format::journal::{DirEntry, DIR_LOG_ENTRIES, DIR_OP_INSERT, DIR_OP_REMOVE};
@@ -20,19 +20,31 @@ const FLAGS_OFFSET: u64 = 16;
 /// Offset of `hash_next` in a pinode.
 const HASH_NEXT_OFFSET: u64 = 68;
 
-/// One namespace transaction.
+/// A derived field stored in place during the apply step: `len` (4 or 8) little-endian bytes of
+/// `value` at `offset`, aligned so the store is atomic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InPlace {
+    /// Byte offset in the image.
+    pub offset: u64,
+    /// The value.
+    pub value: u64,
+    /// 4 or 8.
+    pub len: u8,
+}
+
+/// One namespace transaction. Small vectors keep the common case off the heap.
 #[derive(Debug, Default)]
 pub struct Txn {
     /// Slots leaving the namespace (their valid bit is cleared).
-    pub removes: Vec<u32>,
+    pub removes: SmallVec<[u32; 4]>,
     /// New pinode versions to write (valid bit clear until applied) and insert.
-    pub inserts: Vec<(u32, Pinode)>,
+    pub inserts: SmallVec<[(u32, Pinode); 2]>,
     /// Long-name records the inserted pinodes refer to.
     pub long_names: Vec<(u32, LongName)>,
     /// Derived fields (link counts, directory times) stored in place during the apply step, under
     /// its fence. They are not logged: mount recomputes link counts, and a time may lag by the
     /// operation a crash interrupted.
-    pub in_place: Vec<(u64, Vec<u8>)>,
+    pub in_place: SmallVec<[InPlace; 6]>,
 }
 
 impl Txn {
@@ -41,26 +53,26 @@ impl Txn {
     }
 }
 
-/// The full name of a pinode, reading its long-name record when it has one.
-pub fn full_name(image: &Image, p: &Pinode) -> Vec<u8> {
+/// Calls `f` with the full name of a pinode, reading its long-name record when it has one,
+/// without allocating.
+pub fn with_full_name<R>(image: &Image, p: &Pinode, f: impl FnOnce(&[u8]) -> R) -> R {
     if usize::from(p.name_len) <= crate::format::pinode::INLINE_NAME_MAX {
-        return p.inline_name().to_vec();
+        return f(p.inline_name());
     }
-    image
-        .long_name(u64::from(p.long_name.get()))
-        .name()
-        .to_vec()
+    f(image.long_name(u64::from(p.long_name.get())).name())
+}
+
+/// The full name of a pinode, as an owned vector.
+pub fn full_name(image: &Image, p: &Pinode) -> Vec<u8> {
+    with_full_name(image, p, <[u8]>::to_vec)
 }
 
 /// The NVM bucket a pinode belongs in.
 pub fn bucket_of_pinode(image: &Image, p: &Pinode) -> u64 {
     let g = image.geometry();
-    bucket_of(
-        g.hash_seed,
-        g.bucket_count(),
-        p.parent.get(),
-        &full_name(image, p),
-    )
+    with_full_name(image, p, |name| {
+        bucket_of(g.hash_seed, g.bucket_count(), p.parent.get(), name)
+    })
 }
 
 /// Commits `txn` through directory log `log`, which the caller holds locked together with the
@@ -104,20 +116,21 @@ pub fn commit(image: &Image, log: u64, txn: &mut Txn) {
         region.flush(offset, PINODE_BYTES);
     }
     // 2. The entries.
-    let entries = log_entries(txn);
-    for (i, word) in entries.iter().enumerate() {
-        region.write(log_offset + 8 + 8 * i as u64, &word.to_le_bytes());
-    }
+    let mut entries = [0u64; DIR_LOG_ENTRIES];
+    fill_log_entries(txn, &mut entries);
+    let entries = &entries[..n];
+    region.write_bytes(log_offset + 8, entries.as_bytes());
     region.flush(log_offset + 8, 8 * n as u64);
     // 3. Records and entries durable before the commit point.
     region.fence();
     // 4. Commit point.
     region.store_u64_persist(log_offset, n as u64);
     // 5. Apply, idempotently, as recovery would, and the derived in-place fields.
-    apply(image, &entries);
-    for (offset, bytes) in &txn.in_place {
-        region.write_bytes(*offset, bytes);
-        region.flush(*offset, bytes.len() as u64);
+    apply(image, entries);
+    for field in &txn.in_place {
+        let bytes = field.value.to_le_bytes();
+        region.write_bytes(field.offset, &bytes[..usize::from(field.len)]);
+        region.flush(field.offset, u64::from(field.len));
     }
     region.fence();
     // 6. Clear the log.
@@ -133,7 +146,7 @@ pub fn commit(image: &Image, log: u64, txn: &mut Txn) {
         .all(|(s, _)| image.pinode(u64::from(*s)).is_valid()));
 }
 
-fn log_entries(txn: &Txn) -> Vec<u64> {
+fn fill_log_entries(txn: &Txn, out: &mut [u64; DIR_LOG_ENTRIES]) {
     let removes = txn.removes.iter().map(|&slot| DirEntry {
         op: DIR_OP_REMOVE,
         slot,
@@ -142,27 +155,40 @@ fn log_entries(txn: &Txn) -> Vec<u64> {
         op: DIR_OP_INSERT,
         slot,
     });
-    removes.chain(inserts).map(DirEntry::encode).collect()
+    for (word, entry) in out.iter_mut().zip(removes.chain(inserts)) {
+        *word = entry.encode();
+    }
 }
 
 /// Sets each inserted pinode's `hash_next` to the head its bucket will have when it is linked.
 fn link_inserts_ahead(image: &Image, txn: &mut Txn) {
-    let mut heads: HashMap<u64, u32> = HashMap::new();
-    let long_names: HashMap<u32, &LongName> = txn.long_names.iter().map(|(s, r)| (*s, r)).collect();
-    for (slot, p) in &mut txn.inserts {
+    let g = image.geometry();
+    // (bucket, head after this transaction's changes so far); a transaction touches few buckets.
+    let mut heads: SmallVec<[(u64, u32); 4]> = SmallVec::new();
+    for i in 0..txn.inserts.len() {
+        let (slot, p) = &txn.inserts[i];
         // A new record comes with the transaction; a kept one (a new version of the same name)
         // is already on the media.
-        let name = match long_names.get(&p.long_name.get()) {
-            Some(record) if p.long_name.get() != 0 => record.name().to_vec(),
-            _ => full_name(image, p),
+        let fresh = txn
+            .long_names
+            .iter()
+            .find(|(r, _)| *r == p.long_name.get() && *r != 0);
+        let bucket = match fresh {
+            Some((_, record)) => {
+                bucket_of(g.hash_seed, g.bucket_count(), p.parent.get(), record.name())
+            }
+            None => bucket_of_pinode(image, p),
         };
-        let g = image.geometry();
-        let bucket = bucket_of(g.hash_seed, g.bucket_count(), p.parent.get(), &name);
-        let head = *heads
-            .entry(bucket)
-            .or_insert_with(|| head_after_removes(image, bucket, &txn.removes));
-        p.hash_next = U32::new(head);
-        heads.insert(bucket, *slot);
+        let head = match heads.iter().find(|(b, _)| *b == bucket) {
+            Some(&(_, head)) => head,
+            None => head_after_removes(image, bucket, &txn.removes),
+        };
+        let slot = *slot;
+        txn.inserts[i].1.hash_next = U32::new(head);
+        match heads.iter_mut().find(|(b, _)| *b == bucket) {
+            Some(entry) => entry.1 = slot,
+            None => heads.push((bucket, slot)),
+        }
     }
 }
 
@@ -178,14 +204,15 @@ fn head_after_removes(image: &Image, bucket: u64, removed: &[u32]) -> u32 {
 /// The apply step for committed entries: removes first, then inserts, each idempotent. Flushes
 /// what it stores; the caller fences.
 pub fn apply(image: &Image, entries: &[u64]) {
-    let decoded: Vec<DirEntry> = entries
-        .iter()
-        .map(|&w| DirEntry::decode(w).expect("committed entries were validated"))
-        .collect();
-    for e in decoded.iter().filter(|e| e.op == DIR_OP_REMOVE) {
+    let decoded = || {
+        entries
+            .iter()
+            .map(|&w| DirEntry::decode(w).expect("committed entries were validated"))
+    };
+    for e in decoded().filter(|e| e.op == DIR_OP_REMOVE) {
         apply_remove(image, e.slot);
     }
-    for e in decoded.iter().filter(|e| e.op == DIR_OP_INSERT) {
+    for e in decoded().filter(|e| e.op == DIR_OP_INSERT) {
         apply_insert(image, e.slot);
     }
 }
