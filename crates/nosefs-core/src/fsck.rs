@@ -161,7 +161,7 @@ fn check_image(image: &Image, options: FsckOptions, report: &mut FsckReport) {
     checker.check_pinodes();
     checker.check_extents();
     let computed = checker.referenced_blocks();
-    check_bitmap(image, &computed, options, report);
+    check_bitmap(image, &computed, &pending, options, report);
 }
 
 fn problem(
@@ -210,6 +210,8 @@ fn same_static_fields(a: &Superblock, b: &Superblock) -> bool {
 struct Pending {
     dir_slots: HashSet<u64>,
     file_extents: HashSet<u64>,
+    /// Blocks of extents that a committed INSERT_DATA or REMOVE_DATA entry will validate or free.
+    blocks: HashSet<u64>,
 }
 
 fn check_journals(image: &Image, report: &mut FsckReport) -> Pending {
@@ -247,6 +249,9 @@ fn check_journals(image: &Image, report: &mut FsckReport) -> Pending {
                 }
                 Ok(e) => {
                     pending.dir_slots.insert(u64::from(e.slot));
+                    if e.moves_data() {
+                        pend_data(image, u64::from(e.slot), &mut pending);
+                    }
                 }
                 Err(why) => {
                     report
@@ -260,6 +265,20 @@ fn check_journals(image: &Image, report: &mut FsckReport) -> Pending {
         check_file_log(image, index, &mut pending, report);
     }
     pending
+}
+
+/// The extents and blocks of a pinode named by a committed data entry: replay settles them.
+fn pend_data(image: &Image, slot: u64, pending: &mut Pending) {
+    let g = image.geometry();
+    let mut eno = u64::from(image.pinode(slot).extent_head.get());
+    while eno != 0 && eno < g.extent_count() && pending.file_extents.insert(eno) {
+        let e = image.extent(eno);
+        let start = u64::from(e.start_block.get());
+        pending
+            .blocks
+            .extend(start..start + u64::from(e.block_count.get()));
+        eno = u64::from(e.next.get());
+    }
 }
 
 fn check_file_log(image: &Image, index: u64, pending: &mut Pending, report: &mut FsckReport) {
@@ -874,12 +893,20 @@ impl Checker<'_> {
     }
 }
 
-fn check_bitmap(image: &Image, computed: &[u8], options: FsckOptions, report: &mut FsckReport) {
+fn check_bitmap(
+    image: &Image,
+    computed: &[u8],
+    pending: &Pending,
+    options: FsckOptions,
+    report: &mut FsckReport,
+) {
     let g = image.geometry();
     let on_media = image.bitmap();
     let mut wrong = Vec::new();
     for block in 0..g.bitmap_bytes() * 8 {
-        if bitmap::is_set(&on_media, block) != bitmap::is_set(computed, block) {
+        if bitmap::is_set(&on_media, block) != bitmap::is_set(computed, block)
+            && !pending.blocks.contains(&block)
+        {
             wrong.push(block);
         }
     }

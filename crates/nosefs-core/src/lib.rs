@@ -6,6 +6,7 @@
 
 #![deny(unsafe_code)]
 
+pub mod alloc;
 pub mod error;
 pub mod format;
 pub mod fsck;

@@ -252,7 +252,7 @@ fn split(thread: usize, p: &[u8]) -> (Vec<u8>, Vec<u8>) {
 fn run(fs: &Fs, thread: usize, op: &Op) -> Res {
     let dir = |p: &[u8]| -> Result<u64, Errno> {
         let (parent, _) = split(thread, p);
-        let attr = fs.resolve(ROOT_INO, &parent).map_err(|e| e.errno())?;
+        let attr = fs.resolve(ROOT_INO, &parent, true).map_err(|e| e.errno())?;
         if !attr.is_dir() {
             return Err(Errno::ENOTDIR);
         }
@@ -292,7 +292,7 @@ fn run(fs: &Fs, thread: usize, op: &Op) -> Res {
 fn fs_tree(fs: &Fs, thread: usize) -> BTreeMap<Path, (bool, u32, u64)> {
     let mut out = BTreeMap::new();
     let top = fs
-        .resolve(ROOT_INO, format!("/t{thread}").as_bytes())
+        .resolve(ROOT_INO, format!("/t{thread}").as_bytes(), true)
         .unwrap()
         .ino;
     walk(fs, top, &[], &mut out);

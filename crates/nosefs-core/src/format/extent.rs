@@ -73,6 +73,11 @@ pub const LAYOUT: RecordLayout = record_layout!(
 );
 
 impl Extent {
+    /// An all-zero (free) extent.
+    pub fn zeroed_record() -> Extent {
+        <Extent as zerocopy::FromZeros>::new_zeroed()
+    }
+
     /// Whether the slot is in use.
     pub fn is_valid(&self) -> bool {
         self.flags.get() & FLAG_VALID != 0

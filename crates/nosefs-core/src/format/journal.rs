@@ -5,7 +5,7 @@
 //! | offset | size | field     | meaning                                                   |
 //! |-------:|-----:|-----------|-----------------------------------------------------------|
 //! |      0 |    8 | `tail`    | committed entries; 0 = empty. The commit point            |
-//! |      8 |  504 | `entries` | 63 entries: `op << 56 \| slot` (bits 32..56 zero)          |
+//! |      8 |  504 | `entries` | 63 entries: `op << 56 \| slot` (bits 32..56 zero); ops 1-4  |
 //!
 //! File log:
 //!
@@ -42,6 +42,12 @@ pub const FILE_LOG_ENTRIES: usize = 62;
 pub const DIR_OP_INSERT: u8 = 1;
 /// Directory-log operation: unlink the pinode at `slot` from its bucket and clear its valid bit.
 pub const DIR_OP_REMOVE: u8 = 2;
+/// Directory-log operation: as INSERT, and the pinode brings new data: set the valid bits of the
+/// extents in its list and their blocks in the bitmap.
+pub const DIR_OP_INSERT_DATA: u8 = 3;
+/// Directory-log operation: as REMOVE, and the inode's data goes: clear the valid bits of the
+/// extents in its list and their blocks in the bitmap.
+pub const DIR_OP_REMOVE_DATA: u8 = 4;
 
 /// Bit of a file log's header: the log is in use.
 pub const FILE_LOG_IN_USE: u64 = 1 << 63;
@@ -79,13 +85,24 @@ pub const FILE_LOG_LAYOUT: RecordLayout =
 /// A decoded directory-log entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DirEntry {
-    /// [`DIR_OP_INSERT`] or [`DIR_OP_REMOVE`] (others are rejected by [`DirEntry::decode`]).
+    /// [`DIR_OP_INSERT`], [`DIR_OP_REMOVE`], [`DIR_OP_INSERT_DATA`] or [`DIR_OP_REMOVE_DATA`]
+    /// (others are rejected by [`DirEntry::decode`]).
     pub op: u8,
     /// The pinode slot the operation applies to.
     pub slot: u32,
 }
 
 impl DirEntry {
+    /// Whether the entry inserts a pinode (with or without data).
+    pub fn is_insert(self) -> bool {
+        self.op == DIR_OP_INSERT || self.op == DIR_OP_INSERT_DATA
+    }
+
+    /// Whether the entry carries data in or out.
+    pub fn moves_data(self) -> bool {
+        self.op == DIR_OP_INSERT_DATA || self.op == DIR_OP_REMOVE_DATA
+    }
+
     /// Encodes the entry as its 8-byte word.
     pub fn encode(self) -> u64 {
         (u64::from(self.op) << 56) | u64::from(self.slot)
@@ -94,7 +111,7 @@ impl DirEntry {
     /// Decodes a word, or says what is wrong with it.
     pub fn decode(word: u64) -> Result<DirEntry, String> {
         let op = (word >> 56) as u8;
-        if op != DIR_OP_INSERT && op != DIR_OP_REMOVE {
+        if !(DIR_OP_INSERT..=DIR_OP_REMOVE_DATA).contains(&op) {
             return Err(format!("unknown operation {op}"));
         }
         if (word >> 32) & 0x00ff_ffff != 0 {

@@ -19,6 +19,7 @@ mod ops;
 mod pool;
 mod recovery;
 mod rename;
+mod symlink;
 pub mod txn;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -38,6 +39,10 @@ use pool::SlotPools;
 
 pub use ops::{Owner, SetAttr};
 pub use rename::RenameFlags;
+pub use symlink::SYMLINK_MAX;
+
+/// Symbolic links followed in one path resolution before ELOOP.
+pub const MAX_SYMLINKS: u32 = 40;
 
 /// The root directory's inode number.
 pub const ROOT_INO: u64 = crate::mkfs::ROOT_INO;
@@ -129,6 +134,8 @@ pub struct Fs {
     inodes: InodeTable,
     pinodes: SlotPools,
     long_names: SlotPools,
+    extents: SlotPools,
+    blocks: crate::alloc::BlockAllocator,
     logs: Vec<Mutex<()>>,
     next_ino: AtomicU64,
     /// Serialises moves of a directory to another parent, so two of them cannot build a cycle.
@@ -313,18 +320,19 @@ impl Fs {
         Ok(())
     }
 
-    /// Resolves `path`, absolute or relative to directory `start`, component by component.
-    /// (Symbolic links arrive with file data, which stores their targets.)
+    /// Resolves `path`, absolute or relative to directory `start`, component by component,
+    /// following symbolic links in every component and, when `follow_last` is set, in the last.
     ///
     /// Each component takes only its bucket's shared lock. A rename elsewhere in the path can
     /// change several buckets between two components, so the walk records each bucket's sequence
     /// (the per-bucket seqlock) and walks again if any changed before it finished.
-    pub fn resolve(&self, start: u64, path: &[u8]) -> Result<Attr> {
+    pub fn resolve(&self, start: u64, path: &[u8], follow_last: bool) -> Result<Attr> {
         const ATTEMPTS: usize = 8;
         let mut last = Err(Errno::ENOENT.into());
         for _ in 0..ATTEMPTS {
             let mut seen = Vec::new();
-            last = self.walk(start, path, &mut seen);
+            let mut budget = MAX_SYMLINKS;
+            last = self.walk(start, path, follow_last, &mut budget, &mut seen);
             let stable = seen
                 .iter()
                 .all(|&(b, seq)| seq % 2 == 0 && self.mirror[b as usize].sequence() == seq);
@@ -335,18 +343,36 @@ impl Fs {
         last
     }
 
-    fn walk(&self, start: u64, path: &[u8], seen: &mut Vec<(u64, u64)>) -> Result<Attr> {
+    fn walk(
+        &self,
+        start: u64,
+        path: &[u8],
+        follow_last: bool,
+        budget: &mut u32,
+        seen: &mut Vec<(u64, u64)>,
+    ) -> Result<Attr> {
         if path.is_empty() {
             return Err(Errno::ENOENT.into());
         }
         let mut attr = self.getattr(if path[0] == b'/' { ROOT_INO } else { start })?;
-        for component in path.split(|&b| b == b'/').filter(|c| !c.is_empty()) {
+        let components: Vec<&[u8]> = path
+            .split(|&b| b == b'/')
+            .filter(|c| !c.is_empty())
+            .collect();
+        for (i, component) in components.iter().enumerate() {
             if !attr.is_dir() {
                 return Err(Errno::ENOTDIR.into());
             }
-            let bucket = self.bucket_index(self.hash(attr.ino, component));
+            let dir = attr.ino;
+            let bucket = self.bucket_index(self.hash(dir, component));
             seen.push((bucket, self.mirror[bucket as usize].sequence()));
-            attr = self.lookup(attr.ino, component)?;
+            attr = self.lookup(dir, component)?;
+            let last = i + 1 == components.len();
+            if attr.mode & pinode::S_IFMT == pinode::S_IFLNK && (!last || follow_last) {
+                *budget = budget.checked_sub(1).ok_or(Errno::ELOOP)?;
+                let target = self.readlink(attr.ino)?;
+                attr = self.walk(dir, &target, true, budget, seen)?;
+            }
         }
         if path.ends_with(b"/") && !attr.is_dir() {
             return Err(Errno::ENOTDIR.into());

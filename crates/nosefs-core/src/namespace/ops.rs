@@ -476,6 +476,8 @@ pub(super) struct DropPlan {
     pub promoted: Option<(u32, u32)>,
     /// Whether the inode loses its last name.
     pub last: bool,
+    /// The data the inode loses with its last name: (extent, start block, blocks).
+    pub data: Vec<(u32, u64, u64)>,
 }
 
 impl Fs {
@@ -502,8 +504,14 @@ impl Fs {
             buckets: smallvec![bucket],
             promoted: None,
             last: data.names.len() == 1,
+            data: Vec::new(),
         };
         if plan.last {
+            let primary = self.image.pinode(u64::from(target.primary_slot()));
+            plan.data = self.data_of(&primary);
+            if !plan.data.is_empty() {
+                plan.txn.data_removes.push(slot);
+            }
             return Ok(plan);
         }
         let remaining = data.names.len() as u32 - 1;
@@ -581,5 +589,6 @@ impl Fs {
             self.inodes.remove(target.ino);
         }
         self.release(&freed, &[long]);
+        self.release_data(&plan.data);
     }
 }

@@ -42,6 +42,8 @@ pub(super) fn mount(image: Image, options: &MountOptions) -> Result<Fs> {
         inodes: InodeTable::default(),
         pinodes: SlotPools::new(cpus, scan.free_slots.iter().copied()),
         long_names: SlotPools::new(cpus, free_long_names(&image, &scan.valid)),
+        extents: SlotPools::new(cpus, free_extents(&image)),
+        blocks: crate::alloc::BlockAllocator::from_bitmap(&image.bitmap(), g.data_block_count()),
         logs: (0..g.dir_log_count()).map(|_| Mutex::new(())).collect(),
         next_ino: AtomicU64::new(scan.max_ino + 1),
         topology: Mutex::new(()),
@@ -162,6 +164,13 @@ fn free_long_names(image: &Image, valid: &[(u32, Pinode)]) -> Vec<u32> {
         .collect();
     (1..image.geometry().long_name_count() as u32)
         .filter(|r| !used.contains(r))
+        .collect()
+}
+
+fn free_extents(image: &Image) -> Vec<u32> {
+    (1..image.geometry().extent_count())
+        .filter(|&e| !image.extent(e).is_valid())
+        .map(|e| e as u32)
         .collect()
 }
 

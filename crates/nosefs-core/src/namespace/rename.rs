@@ -148,6 +148,8 @@ impl Fs {
                 let plan = self.plan_drop_name(d_inode, locked, dst.slot, now)?;
                 buckets.extend(plan.buckets.iter().copied());
                 txn.removes.extend(plan.txn.removes.iter().copied());
+                txn.data_removes
+                    .extend(plan.txn.data_removes.iter().copied());
                 txn.inserts.extend(plan.txn.inserts.iter().cloned());
                 txn.in_place.extend(plan.txn.in_place.iter().cloned());
                 drop_plan = Some(plan);

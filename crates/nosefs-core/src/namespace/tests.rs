@@ -104,8 +104,14 @@ fn create_lookup_readdir_and_remount() {
     assert_eq!(h.tree(), before, "a clean remount keeps everything");
     h.remount(false);
     assert_eq!(h.tree(), before, "so does recovery after a crash");
-    assert_eq!(h.fs().resolve(ROOT_INO, b"/d/../a").unwrap().ino, f.ino);
-    assert_eq!(errno(h.fs().resolve(ROOT_INO, b"/a/x")), Errno::ENOTDIR);
+    assert_eq!(
+        h.fs().resolve(ROOT_INO, b"/d/../a", true).unwrap().ino,
+        f.ino
+    );
+    assert_eq!(
+        errno(h.fs().resolve(ROOT_INO, b"/a/x", true)),
+        Errno::ENOTDIR
+    );
 }
 
 #[test]
@@ -264,7 +270,7 @@ fn rename_moves_replaces_and_keeps_inode_numbers() {
         (2, 3)
     );
     assert_eq!(
-        fs.resolve(ROOT_INO, b"/b/sub/deep").unwrap().mode & pinode::S_IFMT,
+        fs.resolve(ROOT_INO, b"/b/sub/deep", true).unwrap().mode & pinode::S_IFMT,
         pinode::S_IFREG
     );
     assert_eq!(fs.lookup(sub.ino, b"..").unwrap().ino, b.ino);
@@ -644,4 +650,96 @@ fn fences_per_operation_are_few() {
         spent.fences, 4,
         "the four ordering points of the commit protocol"
     );
+}
+
+#[test]
+fn symlinks_hold_their_target_as_data() {
+    let mut h = fresh(None);
+    let fs = h.fs();
+    let free_blocks = fs.blocks.free_blocks();
+    let d = fs.mkdir(ROOT_INO, b"d", 0o755, OWNER).unwrap();
+    fs.create(d.ino, b"f", 0o644, OWNER, true).unwrap();
+    let l = fs.symlink(ROOT_INO, b"l", b"d/f", OWNER).unwrap();
+    assert_eq!((l.mode, l.size, l.nlink), (pinode::S_IFLNK | 0o777, 3, 1));
+    assert_eq!(fs.readlink(l.ino).unwrap(), b"d/f");
+    assert_eq!(fs.blocks.free_blocks(), free_blocks - 1);
+    let long_target = vec![b'x'; SYMLINK_MAX];
+    let long = fs
+        .symlink(ROOT_INO, &[b'L'; 200], &long_target, OWNER)
+        .unwrap();
+    assert_eq!(
+        errno(fs.symlink(ROOT_INO, b"too", &vec![b'x'; SYMLINK_MAX + 1], OWNER)),
+        Errno::ENAMETOOLONG
+    );
+    assert_eq!(
+        errno(fs.symlink(ROOT_INO, b"empty", b"", OWNER)),
+        Errno::ENOENT
+    );
+    assert_eq!(errno(fs.readlink(d.ino)), Errno::EINVAL);
+    // Resolution follows links in the middle of a path, and at the end when asked.
+    fs.symlink(ROOT_INO, b"dl", b"/d", OWNER).unwrap();
+    assert_eq!(
+        fs.resolve(ROOT_INO, b"/dl/f", false).unwrap().mode & pinode::S_IFMT,
+        pinode::S_IFREG
+    );
+    assert_eq!(
+        fs.resolve(ROOT_INO, b"/l", true).unwrap().mode & pinode::S_IFMT,
+        pinode::S_IFREG
+    );
+    assert_eq!(fs.resolve(ROOT_INO, b"/l", false).unwrap().ino, l.ino);
+    fs.symlink(ROOT_INO, b"loop1", b"loop2", OWNER).unwrap();
+    fs.symlink(ROOT_INO, b"loop2", b"loop1", OWNER).unwrap();
+    assert_eq!(errno(fs.resolve(ROOT_INO, b"/loop1", true)), Errno::ELOOP);
+    h.remount(false);
+    let fs = h.fs();
+    assert_eq!(fs.readlink(long.ino).unwrap(), long_target);
+    // Renamed, chowned and hard-linked links keep their data; the last name frees it.
+    fs.rename(ROOT_INO, b"l", d.ino, b"l2", RenameFlags::default())
+        .unwrap();
+    fs.setattr(
+        l.ino,
+        &SetAttr {
+            uid: Some(7),
+            ..SetAttr::default()
+        },
+    )
+    .unwrap();
+    fs.link(l.ino, ROOT_INO, b"l3").unwrap();
+    fs.unlink(d.ino, b"l2").unwrap();
+    assert_eq!(fs.readlink(l.ino).unwrap(), b"d/f");
+    h.remount(true);
+    let fs = h.fs();
+    let before = fs.blocks.free_blocks();
+    fs.unlink(ROOT_INO, b"l3").unwrap();
+    fs.rename(
+        ROOT_INO,
+        b"dl",
+        ROOT_INO,
+        &[b'L'; 200],
+        RenameFlags::default(),
+    )
+    .unwrap();
+    assert_eq!(
+        fs.blocks.free_blocks(),
+        before + 2,
+        "the unlinked and the replaced link's blocks"
+    );
+    h.remount(false);
+    assert_eq!(h.fs().blocks.free_blocks(), before + 2, "and mount agrees");
+}
+
+#[test]
+fn crash_during_symlink_create_and_removal() {
+    let nothing = |_: &Fs| {};
+    crash_at_every_store(
+        nothing,
+        |fs| {
+            fs.symlink(ROOT_INO, b"x", b"some/target", OWNER).unwrap();
+        },
+        b"x",
+    );
+    let with_link = |fs: &Fs| {
+        fs.symlink(ROOT_INO, b"x", b"some/target", OWNER).unwrap();
+    };
+    crash_at_every_store(with_link, |fs| fs.unlink(ROOT_INO, b"x").unwrap(), b"x");
 }

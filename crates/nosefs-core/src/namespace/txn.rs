@@ -9,14 +9,19 @@ use smallvec::SmallVec;
 use zerocopy::little_endian::U32;
 use zerocopy::IntoBytes;
 
+use crate::format::extent::FLAG_VALID as EXTENT_VALID;
 use crate::format::hash_table::{bucket_of, Bucket};
-use crate::format::journal::{DirEntry, DIR_LOG_ENTRIES, DIR_OP_INSERT, DIR_OP_REMOVE};
+use crate::format::journal::{
+    DirEntry, DIR_LOG_ENTRIES, DIR_OP_INSERT, DIR_OP_INSERT_DATA, DIR_OP_REMOVE, DIR_OP_REMOVE_DATA,
+};
 use crate::format::long_name::{LongName, LONG_NAME_BYTES};
 use crate::format::pinode::{Pinode, FLAG_VALID, PINODE_BYTES};
 use crate::image::Image;
 
 /// Offset of `flags` in a pinode.
 const FLAGS_OFFSET: u64 = 16;
+/// Offset of `flags` in an extent.
+const EXTENT_FLAGS_OFFSET: u64 = 16;
 /// Offset of `hash_next` in a pinode.
 const HASH_NEXT_OFFSET: u64 = 68;
 
@@ -45,6 +50,10 @@ pub struct Txn {
     /// its fence. They are not logged: mount recomputes link counts, and a time may lag by the
     /// operation a crash interrupted.
     pub in_place: SmallVec<[InPlace; 6]>,
+    /// Inserted slots that bring new data (logged as INSERT_DATA).
+    pub data_inserts: SmallVec<[u32; 1]>,
+    /// Removed slots whose inode's data goes with them (logged as REMOVE_DATA).
+    pub data_removes: SmallVec<[u32; 1]>,
 }
 
 impl Txn {
@@ -147,12 +156,13 @@ pub fn commit(image: &Image, log: u64, txn: &mut Txn) {
 }
 
 fn fill_log_entries(txn: &Txn, out: &mut [u64; DIR_LOG_ENTRIES]) {
+    let op = |data: &[u32], slot, with, without| if data.contains(&slot) { with } else { without };
     let removes = txn.removes.iter().map(|&slot| DirEntry {
-        op: DIR_OP_REMOVE,
+        op: op(&txn.data_removes, slot, DIR_OP_REMOVE_DATA, DIR_OP_REMOVE),
         slot,
     });
     let inserts = txn.inserts.iter().map(|&(slot, _)| DirEntry {
-        op: DIR_OP_INSERT,
+        op: op(&txn.data_inserts, slot, DIR_OP_INSERT_DATA, DIR_OP_INSERT),
         slot,
     });
     for (word, entry) in out.iter_mut().zip(removes.chain(inserts)) {
@@ -209,11 +219,71 @@ pub fn apply(image: &Image, entries: &[u64]) {
             .iter()
             .map(|&w| DirEntry::decode(w).expect("committed entries were validated"))
     };
-    for e in decoded().filter(|e| e.op == DIR_OP_REMOVE) {
+    for e in decoded().filter(|e| !e.is_insert()) {
         apply_remove(image, e.slot);
+        if e.moves_data() {
+            set_data(image, e.slot, false);
+        }
     }
-    for e in decoded().filter(|e| e.op == DIR_OP_INSERT) {
+    for e in decoded().filter(|e| e.is_insert()) {
         apply_insert(image, e.slot);
+        if e.moves_data() {
+            set_data(image, e.slot, true);
+        }
+    }
+}
+
+/// Sets (or clears) the valid bits of the extents in a pinode's list and their blocks' bits in
+/// the bitmap. Idempotent. The walk is bounded and range-checked, as the list is media content.
+fn set_data(image: &Image, slot: u32, valid: bool) {
+    let g = image.geometry();
+    let mut eno = u64::from(image.pinode(u64::from(slot)).extent_head.get());
+    let mut steps = 0;
+    while eno != 0 && eno < g.extent_count() && steps < g.extent_count() {
+        let e = image.extent(eno);
+        let flags = if valid {
+            e.flags.get() | EXTENT_VALID
+        } else {
+            e.flags.get() & !EXTENT_VALID
+        };
+        if flags != e.flags.get() {
+            let offset = g.extent_offset(eno) + EXTENT_FLAGS_OFFSET;
+            image.region().write(offset, &U32::new(flags));
+            image.region().flush(offset, 4);
+        }
+        let start = u64::from(e.start_block.get());
+        let count = u64::from(e.block_count.get());
+        if start + count <= g.data_block_count() {
+            set_bitmap_bits(image, start, count, valid);
+        }
+        eno = u64::from(e.next.get());
+        steps += 1;
+    }
+}
+
+/// Sets or clears bitmap bits `[start, start + count)` with atomic word updates; flushes them.
+pub fn set_bitmap_bits(image: &Image, start: u64, count: u64, on: bool) {
+    let base = image
+        .geometry()
+        .span(crate::format::layout::Zone::Bitmap)
+        .offset;
+    let mut block = start;
+    while block < start + count {
+        let first = block % 64;
+        let n = (start + count - block).min(64 - first);
+        let mask = if n == 64 {
+            u64::MAX
+        } else {
+            ((1u64 << n) - 1) << first
+        };
+        let offset = base + (block / 64) * 8;
+        if on {
+            image.region().fetch_or_u64(offset, mask);
+        } else {
+            image.region().fetch_and_u64(offset, !mask);
+        }
+        image.region().flush(offset, 8);
+        block += n;
     }
 }
 

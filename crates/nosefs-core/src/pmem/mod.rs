@@ -346,6 +346,32 @@ impl Region {
         }
     }
 
+    /// Atomically ORs `mask` into the aligned little-endian word at `offset` (not yet durable).
+    /// For words several threads update bit by bit, such as the block bitmap.
+    pub fn fetch_or_u64(&self, offset: u64, mask: u64) {
+        self.update_u64(offset, |word| word.fetch_or(mask.to_le(), Ordering::AcqRel));
+    }
+
+    /// Atomically ANDs `mask` into the aligned little-endian word at `offset` (not yet durable).
+    pub fn fetch_and_u64(&self, offset: u64, mask: u64) {
+        self.update_u64(offset, |word| {
+            word.fetch_and(mask.to_le(), Ordering::AcqRel)
+        });
+    }
+
+    fn update_u64(&self, offset: u64, op: impl FnOnce(&AtomicU64) -> u64) {
+        assert!(offset % 8 == 0, "unaligned atomic update at {offset}");
+        self.check_writable();
+        let ptr = self.check(offset, 8);
+        // SAFETY: in bounds, 8-byte aligned (page-aligned mapping), writable; every access to
+        // this word is atomic.
+        let word = unsafe { AtomicU64::from_ptr(ptr.cast::<u64>()) };
+        op(word);
+        if let Some(mut rec) = self.recorder() {
+            rec.store(offset, &word.load(Ordering::Acquire).to_ne_bytes());
+        }
+    }
+
     /// Copies `bytes` to `offset` with non-temporal stores where the destination allows it, for
     /// bulk data. Durable after the next [`Region::fence`]; no flush is needed.
     pub fn copy_nt(&self, offset: u64, bytes: &[u8]) {
