@@ -24,6 +24,7 @@ use crate::format::superblock::{Superblock, BACKUP_OFFSET, PRIMARY_OFFSET, SUPER
 use crate::format::BLOCK_SIZE;
 use crate::image::{read_superblock, Image};
 use crate::mkfs::ROOT_INO;
+use crate::namespace::txn::{log_intact, TAIL_COUNT_MASK};
 use crate::pmem::{Access, Region, RegionOptions};
 
 /// One broken invariant.
@@ -219,20 +220,26 @@ fn check_journals(image: &Image, report: &mut FsckReport) -> Pending {
     let mut pending = Pending::default();
     for index in 0..g.dir_log_count() {
         let log = image.dir_log(index);
-        let tail = log.tail.get();
-        if tail == 0 {
+        if log.tail.get() == 0 {
             continue;
         }
+        let tail = log.tail.get() & TAIL_COUNT_MASK;
         let name = format!("dir_log[{index}]");
-        if index == 0 || tail > journal::DIR_LOG_ENTRIES as u64 {
+        if index == 0 || tail == 0 || tail > journal::DIR_LOG_ENTRIES as u64 {
             let why = if index == 0 {
                 "log 0 is reserved"
             } else {
-                "more than 63 entries"
+                "not 1 to 63 entries"
             };
             report
                 .problems
                 .push(problem(name, "tail", format!("{tail}: {why}")));
+            continue;
+        }
+        if log_intact(image, index) == Some(false) {
+            report.notes.push(format!(
+                "{name} holds a commit torn by a crash (checksum mismatch); mount discards it"
+            ));
             continue;
         }
         report.notes.push(format!(

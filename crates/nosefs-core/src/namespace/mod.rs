@@ -120,6 +120,8 @@ pub struct MountOptions {
 pub struct MountReport {
     /// Directory logs replayed.
     pub logs_replayed: u64,
+    /// Directory logs whose commit a crash tore (checksum mismatch), discarded.
+    pub logs_discarded: u64,
     /// Link counts corrected (left stale by a crash between commit and update).
     pub nlinks_fixed: u64,
     /// Whether the image had been unmounted cleanly.

@@ -29,7 +29,7 @@ pub(super) fn mount(image: Image, options: &MountOptions) -> Result<Fs> {
     }
     let was_clean = image.superblock().is_clean();
     validate_dir_logs(&image)?;
-    let logs_replayed = txn::replay(&image);
+    let journal = txn::replay(&image);
     let scan = scan_pinodes(&image)?;
     let cpus = options
         .cpus
@@ -48,7 +48,8 @@ pub(super) fn mount(image: Image, options: &MountOptions) -> Result<Fs> {
         next_ino: AtomicU64::new(scan.max_ino + 1),
         topology: Mutex::new(()),
         report: MountReport {
-            logs_replayed,
+            logs_replayed: journal.replayed,
+            logs_discarded: journal.discarded,
             nlinks_fixed: 0,
             was_clean,
         },
@@ -67,16 +68,19 @@ fn validate_dir_logs(image: &Image) -> Result<()> {
     let g = image.geometry();
     for log in 0..g.dir_log_count() {
         let l = image.dir_log(log);
-        let tail = l.tail.get();
-        if tail == 0 {
+        let tail = l.tail.get() & txn::TAIL_COUNT_MASK;
+        if l.tail.get() == 0 {
             continue;
         }
-        if log == 0 || tail > DIR_LOG_ENTRIES as u64 {
+        if log == 0 || tail == 0 || tail > DIR_LOG_ENTRIES as u64 {
             return Err(Error::corrupt(
                 "dir_log",
                 "tail",
                 format!("log {log} has tail {tail}; run nosefs fsck"),
             ));
+        }
+        if txn::log_intact(image, log) == Some(false) {
+            continue; // a torn commit: replay discards it, its entries mean nothing
         }
         for word in &l.entries[..tail as usize] {
             let entry = DirEntry::decode(word.get())
