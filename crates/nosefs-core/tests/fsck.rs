@@ -449,3 +449,22 @@ fn mount_of_a_randomly_corrupted_image_errors_or_works_but_never_panics() {
         "{mounted} mounted, {refused} refused"
     );
 }
+
+#[test]
+fn mount_frees_orphans() {
+    // A file unlinked while open, then a crash: its pinode carries ORPHAN and is in no chain.
+    let t = populated();
+    {
+        let image = open_rw(&t);
+        let mut orphan = new_pinode(9, 1, pinode::S_IFREG, b"gone", true);
+        orphan.flags = U32::new(orphan.flags.get() | pinode::FLAG_ORPHAN);
+        write_pinode(&image, 6, &orphan);
+    }
+    assert_eq!(check(&t).exit_code(), 0, "an orphan is legal on the media");
+    let fs = Fs::mount(&t.path, &MountOptions::default()).unwrap();
+    assert_eq!(fs.mount_report().orphans_freed, 1);
+    assert!(fs.getattr(9).is_err());
+    drop(fs.unmount());
+    let image = Image::open(&t.path, nosefs_core::pmem::Access::ReadOnly).unwrap();
+    assert!(!image.pinode(6).is_valid());
+}

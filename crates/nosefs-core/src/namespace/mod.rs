@@ -122,6 +122,8 @@ pub struct MountReport {
     pub logs_replayed: u64,
     /// Directory logs whose commit a crash tore (checksum mismatch), discarded.
     pub logs_discarded: u64,
+    /// Orphans (unlinked while open) freed.
+    pub orphans_freed: u64,
     /// Link counts corrected (left stale by a crash between commit and update).
     pub nlinks_fixed: u64,
     /// Whether the image had been unmounted cleanly.

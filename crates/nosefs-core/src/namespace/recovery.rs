@@ -50,6 +50,7 @@ pub(super) fn mount(image: Image, options: &MountOptions) -> Result<Fs> {
         report: MountReport {
             logs_replayed: journal.replayed,
             logs_discarded: journal.discarded,
+            orphans_freed: scan.orphans_freed,
             nlinks_fixed: 0,
             was_clean,
         },
@@ -105,6 +106,7 @@ struct Scan {
     valid: Vec<(u32, Pinode)>,
     free_slots: Vec<u32>,
     max_ino: u64,
+    orphans_freed: u64,
 }
 
 /// What must hold for a valid pinode to be used at all (fsck checks the rest).
@@ -146,6 +148,7 @@ fn scan_pinodes(image: &Image) -> Result<Scan> {
         valid: Vec::new(),
         free_slots: Vec::new(),
         max_ino: ROOT_INO,
+        orphans_freed: 0,
     };
     for slot in 1..image.geometry().pinode_count() {
         let p = image.pinode(slot);
@@ -154,6 +157,14 @@ fn scan_pinodes(image: &Image) -> Result<Scan> {
             continue;
         }
         check_pinode(image, slot, &p)?;
+        if p.flags.get() & pinode::FLAG_ORPHAN != 0 {
+            // Unlinked while open when the system went down: nothing can open it again.
+            txn::free_orphan(image, slot as u32);
+            image.region().fence();
+            scan.free_slots.push(slot as u32);
+            scan.orphans_freed += 1;
+            continue;
+        }
         scan.max_ino = scan.max_ino.max(p.ino.get());
         scan.valid.push((slot as u32, p));
     }

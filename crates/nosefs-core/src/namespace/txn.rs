@@ -245,6 +245,16 @@ pub fn apply(image: &Image, entries: &[u64]) {
     }
 }
 
+/// Frees an orphan (unlinked while open, then a crash): its data and its slot. Flushes; the
+/// caller fences. It is in no hash chain, so nothing else refers to it.
+pub fn free_orphan(image: &Image, slot: u32) {
+    let p = image.pinode(u64::from(slot));
+    if p.is_primary() {
+        set_data(image, slot, false);
+    }
+    set_flags(image, slot, p.flags.get() & !FLAG_VALID);
+}
+
 /// Sets (or clears) the valid bits of the extents in a pinode's list and their blocks' bits in
 /// the bitmap. Idempotent. The walk is bounded and range-checked, as the list is media content.
 fn set_data(image: &Image, slot: u32, valid: bool) {
