@@ -22,3 +22,5 @@ echo "== cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== cargo test"
 cargo test --workspace --locked
+echo "== crash-consistency checker (release build: every operation, every pair of operations)"
+cargo test --release --locked -p nosefs-crash -- --nocapture

@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 mod bench;
+mod crash;
 mod size;
 
 use std::path::{Path, PathBuf};
@@ -39,6 +40,9 @@ enum Command {
     /// Benchmarks, the native library side by side with other file systems.
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// Run the crash-consistency checker: every crash state of every operation, recovered,
+    /// checked with fsck and against the states before and after.
+    CrashCheck(crash::CrashArgs),
     /// Check IMAGE against every invariant of the format. Exit status as fsck(8): 0 clean,
     /// 1 errors corrected, 4 errors left, 8 operational error.
     Fsck {
@@ -92,6 +96,13 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Mkfs(args) => report(run_mkfs(args)),
         Command::Info { image } => report(run_info(&image)),
+        Command::CrashCheck(args) => match crash::run(&args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("nosefs crash-check: {e}");
+                ExitCode::from(1)
+            }
+        },
         Command::Bench(BenchCommand::Dirops(args)) => match bench::dirops(&args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

@@ -145,7 +145,11 @@ pub fn commit(image: &Image, log: u64, txn: &mut Txn) {
         "in-place stores never touch this transaction's new pinodes (the checksum covers them)"
     );
     let checksum = commit_checksum(image, entries);
-    region.store_u64_persist(log_offset, tail_word(n as u64, checksum));
+    region.store_u64(log_offset, tail_word(n as u64, checksum));
+    region.flush(log_offset, 8);
+    if !fault::active(fault::Fault::SkipCommitFence) {
+        region.fence();
+    }
     // 4. Apply, idempotently, as recovery would, and the derived in-place fields.
     apply(image, entries);
     for field in &txn.in_place {
@@ -153,7 +157,9 @@ pub fn commit(image: &Image, log: u64, txn: &mut Txn) {
         region.write_bytes(field.offset, &bytes[..usize::from(field.len)]);
         region.flush(field.offset, u64::from(field.len));
     }
-    region.fence();
+    if !fault::active(fault::Fault::SkipApplyFence) {
+        region.fence();
+    }
     // 5. Clear the log.
     region.store_u64_persist(log_offset, 0);
 
@@ -366,6 +372,43 @@ fn apply_insert(image: &Image, slot: u32) {
     }
     if at != slot {
         set_head(image, bucket, slot);
+    }
+}
+
+/// Faults the crash checker injects into the commit protocol, to show that it notices them.
+/// Compiled in only with the `fault-injection` feature; otherwise no fault is ever active.
+pub mod fault {
+    /// A deliberate bug in the commit protocol.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    #[repr(u8)]
+    pub enum Fault {
+        /// No fault: the protocol as designed.
+        None = 0,
+        /// Leave out the fence after the commit store.
+        SkipCommitFence = 1,
+        /// Leave out the fence after the apply step.
+        SkipApplyFence = 2,
+    }
+
+    #[cfg(feature = "fault-injection")]
+    static ACTIVE: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+    /// Makes `fault` active for every commit in this process until the next call.
+    #[cfg(feature = "fault-injection")]
+    pub fn inject(fault: Fault) {
+        ACTIVE.store(fault as u8, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Whether `fault` is active.
+    #[inline]
+    pub fn active(fault: Fault) -> bool {
+        #[cfg(feature = "fault-injection")]
+        return ACTIVE.load(std::sync::atomic::Ordering::Relaxed) == fault as u8;
+        #[cfg(not(feature = "fault-injection"))]
+        {
+            let _ = fault;
+            false
+        }
     }
 }
 

@@ -1,0 +1,212 @@
+//! Operations the checker runs, over a small fixed set of names (ACE-style bounded workloads).
+
+use nosefs_core::namespace::{Fs, Owner, RenameFlags, SetAttr, ROOT_INO};
+use nosefs_core::Result;
+
+/// One namespace operation, on absolute paths.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Op {
+    /// create(path) with O_EXCL.
+    Create(&'static str),
+    /// mkdir(path).
+    Mkdir(&'static str),
+    /// unlink(path).
+    Unlink(&'static str),
+    /// rmdir(path).
+    Rmdir(&'static str),
+    /// rename(from, to), plain.
+    Rename(&'static str, &'static str),
+    /// rename(from, to) with RENAME_EXCHANGE.
+    Exchange(&'static str, &'static str),
+    /// link(existing, new).
+    Link(&'static str, &'static str),
+    /// symlink(target, path).
+    Symlink(&'static str, &'static str),
+    /// chmod(path, mode).
+    Chmod(&'static str, u32),
+    /// utimens(path, atime and mtime).
+    Utimens(&'static str, i64),
+}
+
+impl Op {
+    /// A short name for reports: the operation type.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Op::Create(_) => "create",
+            Op::Mkdir(_) => "mkdir",
+            Op::Unlink(_) => "unlink",
+            Op::Rmdir(_) => "rmdir",
+            Op::Rename(_, _) => "rename",
+            Op::Exchange(_, _) => "exchange",
+            Op::Link(_, _) => "link",
+            Op::Symlink(_, _) => "symlink",
+            Op::Chmod(_, _) => "chmod",
+            Op::Utimens(_, _) => "utimens",
+        }
+    }
+}
+
+fn split(path: &str) -> (&str, &[u8]) {
+    let at = path.rfind('/').expect("absolute path");
+    (
+        if at == 0 { "/" } else { &path[..at] },
+        &path.as_bytes()[at + 1..],
+    )
+}
+
+fn parent(fs: &Fs, path: &str) -> Result<(u64, Vec<u8>)> {
+    let (dir, name) = split(path);
+    Ok((
+        fs.resolve(ROOT_INO, dir.as_bytes(), true)?.ino,
+        name.to_vec(),
+    ))
+}
+
+fn ino(fs: &Fs, path: &str) -> Result<u64> {
+    Ok(fs.resolve(ROOT_INO, path.as_bytes(), false)?.ino)
+}
+
+/// Runs `op`; an error (such as EEXIST) is a legitimate outcome, not a checker failure.
+pub fn run(fs: &Fs, op: &Op) -> Result<()> {
+    let owner = Owner::default();
+    match op {
+        Op::Create(p) => {
+            let (d, n) = parent(fs, p)?;
+            fs.create(d, &n, 0o644, owner, true).map(drop)
+        }
+        Op::Mkdir(p) => {
+            let (d, n) = parent(fs, p)?;
+            fs.mkdir(d, &n, 0o755, owner).map(drop)
+        }
+        Op::Unlink(p) => {
+            let (d, n) = parent(fs, p)?;
+            fs.unlink(d, &n)
+        }
+        Op::Rmdir(p) => {
+            let (d, n) = parent(fs, p)?;
+            fs.rmdir(d, &n)
+        }
+        Op::Rename(a, b) | Op::Exchange(a, b) => {
+            let ((da, na), (db, nb)) = (parent(fs, a)?, parent(fs, b)?);
+            let flags = RenameFlags {
+                exchange: matches!(op, Op::Exchange(..)),
+                ..RenameFlags::default()
+            };
+            fs.rename(da, &na, db, &nb, flags)
+        }
+        Op::Link(a, b) => {
+            let target = ino(fs, a)?;
+            let (d, n) = parent(fs, b)?;
+            fs.link(target, d, &n).map(drop)
+        }
+        Op::Symlink(target, p) => {
+            let (d, n) = parent(fs, p)?;
+            fs.symlink(d, &n, target.as_bytes(), owner).map(drop)
+        }
+        Op::Chmod(p, mode) => {
+            let change = SetAttr {
+                mode: Some(*mode),
+                ..SetAttr::default()
+            };
+            fs.setattr(ino(fs, p)?, &change).map(drop)
+        }
+        Op::Utimens(p, t) => {
+            let change = SetAttr {
+                atime_ns: Some(*t),
+                mtime_ns: Some(*t),
+                ..SetAttr::default()
+            };
+            fs.setattr(ino(fs, p)?, &change).map(drop)
+        }
+    }
+}
+
+/// The starting tree every workload runs on: files, a directory with a file, a hard link, a
+/// symlink and a long name.
+pub fn setup() -> Vec<Op> {
+    vec![
+        Op::Create("/a"),
+        Op::Mkdir("/d"),
+        Op::Create("/d/c"),
+        Op::Mkdir("/e"),
+        Op::Link("/a", "/d/h"),
+        Op::Symlink("/d/c", "/s"),
+        Op::Create("/long-name-that-does-not-fit-inline-in-a-pinode-at-all"),
+    ]
+}
+
+/// Every operation type alone, each in the variants the issue lists.
+pub fn singles() -> Vec<Op> {
+    vec![
+        Op::Create("/n"),
+        Op::Create("/d/n"),
+        Op::Mkdir("/m"),
+        Op::Unlink("/d/c"),
+        Op::Unlink("/a"), // the primary name of a hard-linked file: promotion
+        Op::Rmdir("/e"),
+        Op::Rename("/a", "/b"),
+        Op::Rename("/a", "/e/a"),
+        Op::Rename("/a", "/d/c"), // replacing a target
+        Op::Rename("/d", "/e/d"), // a directory across parents
+        Op::Exchange("/a", "/d"),
+        Op::Link("/d/c", "/l"),
+        Op::Symlink("/a", "/t"),
+        Op::Unlink("/s"),
+        Op::Chmod("/a", 0o600),
+        Op::Utimens("/d/c", 1_000_000_000),
+        Op::Rename(
+            "/long-name-that-does-not-fit-inline-in-a-pinode-at-all",
+            "/short",
+        ),
+    ]
+}
+
+/// Every ordered pair of a smaller set of operations over the same names.
+pub fn pairs() -> Vec<[Op; 2]> {
+    let ops = vec![
+        Op::Create("/n"),
+        Op::Mkdir("/m"),
+        Op::Unlink("/a"),
+        Op::Rmdir("/e"),
+        Op::Rename("/a", "/n"),
+        Op::Rename("/d", "/e/d"),
+        Op::Exchange("/a", "/d"),
+        Op::Link("/a", "/n"),
+        Op::Symlink("/a", "/n"),
+        Op::Chmod("/a", 0o600),
+    ];
+    let mut out = Vec::new();
+    for a in &ops {
+        for b in &ops {
+            out.push([a.clone(), b.clone()]);
+        }
+    }
+    out
+}
+
+/// A seeded random sequence of `len` operations over the same names.
+pub fn random(seed: u64, len: usize) -> Vec<Op> {
+    const PATHS: [&str; 6] = ["/a", "/n", "/d/c", "/d/n", "/e/x", "/m"];
+    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut next = move |n: usize| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state % n as u64) as usize
+    };
+    (0..len)
+        .map(|_| {
+            let (p, q) = (PATHS[next(PATHS.len())], PATHS[next(PATHS.len())]);
+            match next(8) {
+                0 => Op::Create(p),
+                1 => Op::Mkdir(p),
+                2 => Op::Unlink(p),
+                3 => Op::Rmdir(p),
+                4 => Op::Rename(p, q),
+                5 => Op::Link(p, q),
+                6 => Op::Symlink("/a", p),
+                _ => Op::Chmod(p, 0o600),
+            }
+        })
+        .collect()
+}
