@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
+use smallvec::SmallVec;
 
 /// Cookies 1 and 2 are "." and ".."; entries start after them.
 pub const FIRST_ENTRY_SEQ: u64 = 3;
@@ -80,7 +81,7 @@ impl Default for DirState {
 #[derive(Debug)]
 pub struct InodeData {
     /// Slots of every name of the inode; the primary is among them.
-    pub names: Vec<u32>,
+    pub names: SmallVec<[u32; 2]>,
     /// Subdirectories (directories only), for the link count.
     pub subdirs: u32,
 }
@@ -108,7 +109,7 @@ impl Inode {
             primary: AtomicU32::new(slot),
             removed: AtomicBool::new(false),
             data: Arc::new(Mutex::new(InodeData {
-                names: vec![slot],
+                names: smallvec::smallvec![slot],
                 subdirs: 0,
             })),
             dir: is_dir.then(DirState::new),

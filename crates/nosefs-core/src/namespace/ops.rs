@@ -52,14 +52,14 @@ const NLINK_OFFSET: u64 = 64;
 
 pub(super) type DataGuard = ArcMutexGuard<RawMutex, InodeData>;
 /// Inode locks held by an operation, by inode number.
-pub(super) type Locked = Vec<(u64, DataGuard)>;
+pub(super) type Locked = SmallVec<[(u64, DataGuard); 4]>;
 /// A new long-name record to write with a transaction.
 pub(super) type NewLongName = Option<(u32, LongName)>;
 
 impl Fs {
     /// Locks inodes in ascending inode order, once each.
     pub(super) fn lock_inodes(&self, inodes: &[&Arc<Inode>]) -> Locked {
-        let mut sorted: Vec<&Arc<Inode>> = inodes.to_vec();
+        let mut sorted: SmallVec<[&Arc<Inode>; 4]> = SmallVec::from_slice(inodes);
         sorted.sort_by_key(|i| i.ino);
         sorted.dedup_by_key(|i| i.ino);
         sorted
@@ -566,7 +566,7 @@ impl Fs {
             .expect("parent is a directory")
             .children
             .remove(&entry.seq);
-        data.names.retain(|&s| s != entry.slot);
+        data.names.retain(|s| *s != entry.slot);
         let mut freed: SmallVec<[u32; 2]> = smallvec![entry.slot];
         if let Some((heir, new_slot)) = plan.promoted {
             let heir_bucket = plan.buckets[1];

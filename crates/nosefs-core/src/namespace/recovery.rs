@@ -6,6 +6,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
+use smallvec::SmallVec;
 use zerocopy::little_endian::U32;
 
 use super::inode::{Inode, InodeTable};
@@ -210,7 +211,7 @@ fn build_tree(fs: &Fs, scan: &Scan) -> Result<()> {
             )));
         };
         let inode = Inode::new(*ino, *primary, p.is_dir());
-        inode.data.lock().names = slots.clone();
+        inode.data.lock().names = SmallVec::from_slice(slots);
         fs.inodes.insert(Arc::new(inode));
     }
     if fs
