@@ -56,6 +56,13 @@ pub(super) type Locked = SmallVec<[(u64, DataGuard); 4]>;
 /// A new long-name record to write with a transaction.
 pub(super) type NewLongName = Option<(u32, LongName)>;
 
+/// A name about to be created: its hash, its bucket, and that bucket's lock.
+pub(super) struct NewName<'a> {
+    pub hash: u64,
+    pub bucket: u64,
+    pub guards: SmallVec<[(u64, super::mirror::BucketGuard<'a>); 6]>,
+}
+
 impl Fs {
     /// Locks inodes in ascending inode order, once each.
     pub(super) fn lock_inodes(&self, inodes: &[&Arc<Inode>]) -> Locked {
@@ -120,6 +127,37 @@ impl Fs {
         }
     }
 
+    /// Locks the mirror bucket of (parent, name), a name about to be created, and checks it is
+    /// free. Returns its hash, bucket and the lock.
+    pub(super) fn lock_free_name(&self, parent: u64, name: &[u8]) -> Result<NewName<'_>> {
+        let hash = self.hash(parent, name);
+        let bucket = self.bucket_index(hash);
+        let mut guards = self.lock_buckets(&[bucket]);
+        if self
+            .find_locked(guard_of(&mut guards, bucket), parent, name)
+            .is_some()
+        {
+            return Err(Errno::EEXIST.into());
+        }
+        Ok(NewName {
+            hash,
+            bucket,
+            guards,
+        })
+    }
+
+    /// After the commit: lists the new name's slot in its directory and in the mirror.
+    pub(super) fn list_name(&self, dir: &Inode, new: &mut NewName<'_>, slot: u32) {
+        let state = dir.dir.as_ref().expect("names are listed in directories");
+        let seq = state.next_seq();
+        guard_of(&mut new.guards, new.bucket).insert(MirrorEntry {
+            hash: new.hash,
+            slot,
+            seq,
+        });
+        state.children.insert(seq, slot);
+    }
+
     /// Creates a regular file. With `exclusive` false an existing file is returned instead
     /// (O_CREAT without O_EXCL); an existing directory is EISDIR.
     pub fn create(
@@ -182,15 +220,7 @@ impl Fs {
             return Err(Errno::ENOENT.into());
         }
         let is_dir = mode & pinode::S_IFMT == pinode::S_IFDIR;
-        let hash = self.hash(parent, name);
-        let bucket = self.bucket_index(hash);
-        let mut guards = self.lock_buckets(&[bucket]);
-        if self
-            .find_locked(guard_of(&mut guards, bucket), parent, name)
-            .is_some()
-        {
-            return Err(Errno::EEXIST.into());
-        }
+        let mut new = self.lock_free_name(parent, name)?;
         let slot = self.alloc_pinode()?;
         let now = now_ns();
         let ino = self.new_ino();
@@ -221,16 +251,13 @@ impl Fs {
             txn.in_place
                 .push(self.set_nlink(parent_slot, 2 + data.subdirs + 1));
         }
-        self.commit(&[bucket], &mut txn);
+        self.commit(&[new.bucket], &mut txn);
         if is_dir {
             data.subdirs += 1;
         }
         // The inode before its name, so whoever finds the name finds the inode.
         self.inodes.insert(Arc::new(Inode::new(ino, slot, is_dir)));
-        let state = dir.dir.as_ref().expect("dir_inode checked");
-        let seq = state.next_seq();
-        guard_of(&mut guards, bucket).insert(MirrorEntry { hash, slot, seq });
-        state.children.insert(seq, slot);
+        self.list_name(&dir, &mut new, slot);
         Ok(Attr::from_pinode(&self.image.pinode(u64::from(slot))))
     }
 
@@ -354,15 +381,7 @@ impl Fs {
         if names >= LINK_MAX {
             return Err(Errno::EMLINK.into());
         }
-        let hash = self.hash(new_parent, new_name);
-        let bucket = self.bucket_index(hash);
-        let mut guards = self.lock_buckets(&[bucket]);
-        if self
-            .find_locked(guard_of(&mut guards, bucket), new_parent, new_name)
-            .is_some()
-        {
-            return Err(Errno::EEXIST.into());
-        }
+        let mut new = self.lock_free_name(new_parent, new_name)?;
         let primary = self.primary_pinode(&target)?;
         let slot = self.alloc_pinode()?;
         let mut p = Pinode::zeroed();
@@ -382,14 +401,8 @@ impl Fs {
         txn.in_place.push(self.set_nlink(primary_slot, names + 1));
         txn.in_place.push(self.set_ctime(primary_slot, now));
         txn.in_place.extend(self.touch(dir.primary_slot(), now));
-        self.commit(&[bucket], &mut txn);
-        let seq = dir.dir.as_ref().expect("dir_inode checked").next_seq();
-        guard_of(&mut guards, bucket).insert(MirrorEntry { hash, slot, seq });
-        dir.dir
-            .as_ref()
-            .expect("dir_inode checked")
-            .children
-            .insert(seq, slot);
+        self.commit(&[new.bucket], &mut txn);
+        self.list_name(&dir, &mut new, slot);
         locked
             .iter_mut()
             .find(|(i, _)| *i == ino)

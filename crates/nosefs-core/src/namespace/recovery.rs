@@ -36,7 +36,7 @@ pub(super) fn mount(image: Image, options: &MountOptions) -> Result<Fs> {
         .cpus
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let g = image.geometry();
-    let fs = Fs {
+    let mut fs = Fs {
         mirror: (0..g.bucket_count())
             .map(|_| MirrorBucket::default())
             .collect(),
@@ -57,7 +57,6 @@ pub(super) fn mount(image: Image, options: &MountOptions) -> Result<Fs> {
         },
         image,
     };
-    let mut fs = fs;
     build_tree(&fs, &scan)?;
     fs.report.nlinks_fixed = fix_link_counts(&fs);
     let count = fs.image.superblock().mount_count() + 1;

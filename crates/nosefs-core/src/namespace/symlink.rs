@@ -8,10 +8,9 @@ use smallvec::smallvec;
 use zerocopy::little_endian::{I64, U16, U32, U64};
 
 use super::inode::Inode;
-use super::mirror::MirrorEntry;
 use super::ops::Owner;
 use super::txn::Txn;
-use super::{check_new_name, guard_of, Attr, Fs};
+use super::{check_new_name, Attr, Fs};
 use crate::error::{Errno, Result};
 use crate::format::extent::{Extent, EXTENT_BYTES};
 use crate::format::pinode::{self, Pinode};
@@ -45,15 +44,7 @@ impl Fs {
         if dir.removed.load(Ordering::Acquire) {
             return Err(Errno::ENOENT.into());
         }
-        let hash = self.hash(parent, name);
-        let bucket = self.bucket_index(hash);
-        let mut guards = self.lock_buckets(&[bucket]);
-        if self
-            .find_locked(guard_of(&mut guards, bucket), parent, name)
-            .is_some()
-        {
-            return Err(Errno::EEXIST.into());
-        }
+        let mut new = self.lock_free_name(parent, name)?;
         let ino = self.new_ino();
         let data = self.write_link_data(ino, target)?;
         let (slot, p, long) = match self.link_pinode(ino, parent, name, target.len(), &data, owner)
@@ -74,12 +65,9 @@ impl Fs {
                 .collect(),
             ..Txn::default()
         };
-        self.commit(&[bucket], &mut txn);
+        self.commit(&[new.bucket], &mut txn);
         self.inodes.insert(Arc::new(Inode::new(ino, slot, false)));
-        let state = dir.dir.as_ref().expect("dir_inode checked");
-        let seq = state.next_seq();
-        guard_of(&mut guards, bucket).insert(MirrorEntry { hash, slot, seq });
-        state.children.insert(seq, slot);
+        self.list_name(&dir, &mut new, slot);
         Ok(Attr::from_pinode(&self.image.pinode(u64::from(slot))))
     }
 
