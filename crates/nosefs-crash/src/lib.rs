@@ -356,8 +356,14 @@ fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
 fn mount(image: &[u8]) -> Result<Fs, String> {
     let region = Region::recording_from(image).map_err(|e| e.to_string())?;
     let image = Image::from_region(region).map_err(|e| format!("image refused: {e}"))?;
-    Fs::mount_image(image, &MountOptions { cpus: Some(1) })
-        .map_err(|e| format!("mount failed: {e}"))
+    Fs::mount_image(
+        image,
+        &MountOptions {
+            cpus: Some(1),
+            ..MountOptions::default()
+        },
+    )
+    .map_err(|e| format!("mount failed: {e}"))
 }
 
 fn fsck_clean(image: &[u8]) -> Result<(), String> {

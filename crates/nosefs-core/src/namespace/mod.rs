@@ -113,6 +113,9 @@ pub struct DirEntry {
 pub struct MountOptions {
     /// CPUs to keep pools for (default: the machine's).
     pub cpus: Option<usize>,
+    /// Pre-fault the whole mapping (`MAP_POPULATE`), so no page fault lands in a timed region.
+    /// For benchmarks on images whose pages exist; on a sparse file it allocates every page.
+    pub populate: bool,
 }
 
 /// What mount found and did.
@@ -150,8 +153,12 @@ pub struct Fs {
 impl Fs {
     /// Mounts the image at `path`: replays the journal, rebuilds DRAM state, marks it in use.
     pub fn mount(path: &std::path::Path, options: &MountOptions) -> Result<Fs> {
-        let image = Image::open(path, crate::pmem::Access::ReadWrite)?;
-        Fs::mount_image(image, options)
+        let region_options = crate::pmem::RegionOptions {
+            populate: options.populate,
+            ..crate::pmem::RegionOptions::default()
+        };
+        let region = crate::pmem::Region::open(path, &region_options)?;
+        Fs::mount_image(Image::from_region(region)?, options)
     }
 
     /// Mounts an opened image (any backend, including a recording one).

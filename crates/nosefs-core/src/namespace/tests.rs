@@ -31,7 +31,16 @@ fn fresh(pinodes: Option<u64>) -> Harness {
     crate::mkfs::format_region(&region, &geometry, (0, 0)).unwrap();
     let image = Image::from_region(region).unwrap();
     Harness {
-        fs: Some(Fs::mount_image(image, &MountOptions { cpus: Some(2) }).unwrap()),
+        fs: Some(
+            Fs::mount_image(
+                image,
+                &MountOptions {
+                    cpus: Some(2),
+                    ..MountOptions::default()
+                },
+            )
+            .unwrap(),
+        ),
     }
 }
 
@@ -52,7 +61,16 @@ impl Harness {
         .unwrap();
         assert!(report.problems.is_empty(), "fsck: {:#?}", report.problems);
         let image = Image::from_region(Region::recording_from(&bytes).unwrap()).unwrap();
-        self.fs = Some(Fs::mount_image(image, &MountOptions { cpus: Some(2) }).unwrap());
+        self.fs = Some(
+            Fs::mount_image(
+                image,
+                &MountOptions {
+                    cpus: Some(2),
+                    ..MountOptions::default()
+                },
+            )
+            .unwrap(),
+        );
         self.fs().mount_report().clone()
     }
 
