@@ -364,6 +364,7 @@ fn mount_bytes(bytes: &[u8]) -> Fs {
         image,
         &MountOptions {
             cpus: Some(THREADS),
+            ..MountOptions::default()
         },
     )
     .unwrap()
