@@ -29,19 +29,18 @@ fn fresh(pinodes: Option<u64>) -> Harness {
     };
     let region = Region::recording(params.image_bytes).unwrap();
     crate::mkfs::format_region(&region, &geometry, (0, 0)).unwrap();
-    let image = Image::from_region(region).unwrap();
     Harness {
-        fs: Some(
-            Fs::mount_image(
-                image,
-                &MountOptions {
-                    cpus: Some(2),
-                    ..MountOptions::default()
-                },
-            )
-            .unwrap(),
-        ),
+        fs: Some(mount_two_cpus(Image::from_region(region).unwrap())),
     }
+}
+
+/// Mounts with pools for two CPUs, as on this machine.
+fn mount_two_cpus(image: Image) -> Fs {
+    let options = MountOptions {
+        cpus: Some(2),
+        ..MountOptions::default()
+    };
+    Fs::mount_image(image, &options).unwrap()
 }
 
 impl Harness {
@@ -61,16 +60,7 @@ impl Harness {
         .unwrap();
         assert!(report.problems.is_empty(), "fsck: {:#?}", report.problems);
         let image = Image::from_region(Region::recording_from(&bytes).unwrap()).unwrap();
-        self.fs = Some(
-            Fs::mount_image(
-                image,
-                &MountOptions {
-                    cpus: Some(2),
-                    ..MountOptions::default()
-                },
-            )
-            .unwrap(),
-        );
+        self.fs = Some(mount_two_cpus(image));
         self.fs().mount_report().clone()
     }
 
