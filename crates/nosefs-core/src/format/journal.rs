@@ -4,7 +4,7 @@
 //!
 //! | offset | size | field     | meaning                                                   |
 //! |-------:|-----:|-----------|-----------------------------------------------------------|
-//! |      0 |    8 | `tail`    | committed entries; 0 = empty. The commit point            |
+//! |      0 |    8 | `tail`    | bits 0..32 entries (1-63), 32..64 CRC-32C; 0 = empty. Commit point |
 //! |      8 |  504 | `entries` | 63 entries: `op << 56 \| slot` (bits 32..56 zero); ops 1-4  |
 //!
 //! File log:
@@ -16,14 +16,18 @@
 //! |    504 |    8 | `next`    | next log of a chained commit; 0 = none                    |
 //!
 //! Protocol (the paper's address-only redo journal): new pinodes or extents are written with
-//! their valid bit clear; entries naming their *slots* (never their contents) are written; both are
-//! persisted; one aligned 8-byte store of the tail (or header) commits; the apply step sets valid
-//! bits and links; a second 8-byte store of zero clears the log. At mount every log with a nonzero
-//! tail is replayed; replay is idempotent, so a crash during replay is replayed again.
+//! their valid bit clear; entries naming their *slots* (never their contents) are written; one
+//! aligned 8-byte store of the tail commits, carrying the entry count and a CRC-32C of the entries
+//! and the new records, so one fence makes records, entries and tail durable together; the apply
+//! step sets valid bits and links; a second 8-byte store of zero clears the log. At mount every log
+//! with a nonzero tail whose checksum matches is replayed (replay is idempotent, so a crash during
+//! replay is replayed again); one whose checksum fails was torn by a crash and is discarded. The
+//! full protocol and the checksum's coverage are in docs/format.md and `namespace::txn::commit`.
 //!
-//! Invariants: a directory log's `tail` is at most 63 and each of its first `tail` entries has a
-//! known op and a slot in the pinode table; a file log's committed count is at most 62 times the
-//! logs in its chain, and each entry names extents in the extent table (or `u32::MAX`).
+//! Invariants: a directory log's entry count is 1 to 63 when its tail is nonzero, and each of its
+//! entries has a known op and a slot in the pinode table; a file log's committed count is at most
+//! 62 times the logs in its chain, and each entry names extents in the extent table (or
+//! `u32::MAX`).
 //! Log 0 of each journal is reserved.
 
 use zerocopy::little_endian::U64;
