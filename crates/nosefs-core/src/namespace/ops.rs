@@ -56,6 +56,24 @@ pub(super) type Locked = SmallVec<[(u64, DataGuard); 4]>;
 /// A new long-name record to write with a transaction.
 pub(super) type NewLongName = Option<(u32, LongName)>;
 
+/// The data of inode `ino`, which the operation holds locked.
+pub(super) fn held(locked: &[(u64, DataGuard)], ino: u64) -> &InodeData {
+    &locked
+        .iter()
+        .find(|(i, _)| *i == ino)
+        .expect("inode is locked")
+        .1
+}
+
+/// The data of inode `ino`, which the operation holds locked, for changing.
+pub(super) fn held_mut(locked: &mut [(u64, DataGuard)], ino: u64) -> &mut InodeData {
+    &mut locked
+        .iter_mut()
+        .find(|(i, _)| *i == ino)
+        .expect("inode is locked")
+        .1
+}
+
 /// A name about to be created: its hash, its bucket, and that bucket's lock.
 pub(super) struct NewName<'a> {
     pub hash: u64,
@@ -304,11 +322,7 @@ impl Fs {
             .extend(self.touch(dir.primary_slot(), now));
         let mut guards = self.lock_buckets(&plan.buckets);
         self.commit(&plan.buckets, &mut plan.txn);
-        let target_data = &mut locked
-            .iter_mut()
-            .find(|(i, _)| *i == target.ino)
-            .expect("locked")
-            .1;
+        let target_data = held_mut(&mut locked, target.ino);
         self.finish_drop_name(&dir, &target, target_data, entry, &plan, &mut guards);
         Ok(())
     }
@@ -332,11 +346,7 @@ impl Fs {
         let now = now_ns();
         let p = self.image.pinode(u64::from(entry.slot));
         let bucket = self.bucket_index(entry.hash);
-        let dir_data = &mut locked
-            .iter_mut()
-            .find(|(i, _)| *i == dir.ino)
-            .expect("locked")
-            .1;
+        let dir_data = held_mut(&mut locked, dir.ino);
         let mut txn = Txn {
             removes: smallvec![entry.slot],
             in_place: self.touch(dir.primary_slot(), now).into_iter().collect(),
@@ -371,13 +381,7 @@ impl Fs {
         if target.removed.load(Ordering::Acquire) || dir.removed.load(Ordering::Acquire) {
             return Err(Errno::ENOENT.into());
         }
-        let names = locked
-            .iter()
-            .find(|(i, _)| *i == ino)
-            .expect("locked")
-            .1
-            .names
-            .len() as u32;
+        let names = held(&locked, ino).names.len() as u32;
         if names >= LINK_MAX {
             return Err(Errno::EMLINK.into());
         }
@@ -403,13 +407,7 @@ impl Fs {
         txn.in_place.extend(self.touch(dir.primary_slot(), now));
         self.commit(&[new.bucket], &mut txn);
         self.list_name(&dir, &mut new, slot);
-        locked
-            .iter_mut()
-            .find(|(i, _)| *i == ino)
-            .expect("locked")
-            .1
-            .names
-            .push(slot);
+        held_mut(&mut locked, ino).names.push(slot);
         self.getattr(ino)
     }
 
@@ -503,11 +501,7 @@ impl Fs {
         slot: u32,
         now: i64,
     ) -> Result<DropPlan> {
-        let data = &locked
-            .iter()
-            .find(|(i, _)| *i == target.ino)
-            .expect("target is locked")
-            .1;
+        let data = held(locked, target.ino);
         let bucket = super::txn::bucket_of_pinode(&self.image, &self.image.pinode(u64::from(slot)));
         let mut plan = DropPlan {
             txn: Txn {

@@ -13,7 +13,7 @@ use zerocopy::little_endian::{I64, U32, U64};
 
 use super::inode::Inode;
 use super::mirror::MirrorEntry;
-use super::ops::{DataGuard, DropPlan, NewLongName};
+use super::ops::{held, held_mut, DataGuard, DropPlan, NewLongName};
 use super::txn::{bucket_of_pinode, Txn};
 use super::{check_name_len, check_new_name, guard_of, Fs, ROOT_INO};
 use crate::error::{Errno, Result};
@@ -266,11 +266,7 @@ impl Fs {
             }
             txn.in_place.extend(self.touch(slot, now));
             if delta != 0 {
-                let data = &locked
-                    .iter()
-                    .find(|(i, _)| *i == dir.ino)
-                    .expect("locked")
-                    .1;
+                let data = held(locked, dir.ino);
                 let nlink = (2 + i64::from(data.subdirs) + delta) as u32;
                 txn.in_place.push(self.set_nlink(slot, nlink));
             }
@@ -314,11 +310,7 @@ impl Fs {
                     guards,
                 );
             } else if let Some(plan) = drop_plan {
-                let data = &mut locked
-                    .iter_mut()
-                    .find(|(i, _)| *i == d_inode.ino)
-                    .expect("locked")
-                    .1;
+                let data = held_mut(locked, d_inode.ino);
                 self.finish_drop_name(&s.to, d_inode, data, *dst, &plan, guards);
             } else {
                 freed.push(dst.slot);
@@ -334,11 +326,7 @@ impl Fs {
             }
         }
         for (dir, delta) in [(&s.from, deltas.0), (&s.to, deltas.1)] {
-            let data = &mut locked
-                .iter_mut()
-                .find(|(i, _)| *i == dir.ino)
-                .expect("locked")
-                .1;
+            let data = held_mut(locked, dir.ino);
             data.subdirs = (i64::from(data.subdirs) + delta) as u32;
         }
         self.release(&freed, &freed_long);
@@ -373,11 +361,7 @@ impl Fs {
             seq,
         });
         to_state.children.insert(seq, new_slot);
-        let data = &mut locked
-            .iter_mut()
-            .find(|(i, _)| *i == inode.ino)
-            .expect("locked")
-            .1;
+        let data = held_mut(locked, inode.ino);
         data.names
             .iter_mut()
             .filter(|s| **s == old.slot)
