@@ -230,7 +230,7 @@ fn run_info(path: &Path) -> Result<(), Error> {
     }
     println!(
         "journals     {} directory logs pending, {} file logs in use",
-        usage.dir_logs_pending, usage.file_logs_in_use
+        usage.dir_logs_pending, usage.file_logs_pending
     );
     Ok(())
 }

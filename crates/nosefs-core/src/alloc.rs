@@ -1,9 +1,12 @@
-//! Free data blocks in DRAM: runs of free blocks, first fit, merged with their neighbours on
-//! free. Built from the NVM bitmap at mount; the bitmap itself changes only in journal apply
-//! steps, so a block handed out here is not allocated on the media until its commit applies.
+//! Free data blocks in DRAM, per CPU (seed 001, III-D "per-CPU allocation").
 //!
-//! One region for the whole data zone for now; the file-data work splits it into per-CPU
-//! regions that steal from each other.
+//! The data zone is divided into one region per CPU. Each region keeps its free runs in a
+//! B-tree (start block → length) under its own lock, and merges a freed run with its free
+//! neighbours. A thread allocates from the region of the CPU it runs on and steals from the others
+//! only when its own cannot serve the request, so threads on different CPUs do not contend.
+//!
+//! Built from the NVM bitmap at mount; the bitmap itself changes only in journal apply steps, so a
+//! block handed out here is not allocated on the media until its commit applies.
 
 use std::collections::BTreeMap;
 
@@ -11,74 +14,176 @@ use parking_lot::Mutex;
 
 use crate::format::bitmap;
 
-/// Free runs of data blocks.
-#[derive(Debug, Default)]
-pub struct BlockAllocator {
+/// One CPU's share of the data zone: free runs inside `[first, end)`.
+#[derive(Debug)]
+struct Region {
+    first: u64,
+    end: u64,
     /// start block → run length.
     runs: Mutex<BTreeMap<u64, u64>>,
 }
 
+/// Free runs of data blocks, split into per-CPU regions.
+#[derive(Debug)]
+pub struct BlockAllocator {
+    regions: Vec<Region>,
+    blocks_per_region: u64,
+}
+
+fn current_cpu() -> usize {
+    rustix::thread::sched_getcpu()
+}
+
 impl BlockAllocator {
-    /// The free runs of a bitmap over `blocks` data blocks.
-    pub fn from_bitmap(bits: &[u8], blocks: u64) -> BlockAllocator {
-        let mut runs = BTreeMap::new();
-        let mut start = None;
-        for block in 0..blocks {
-            match (bitmap::is_set(bits, block), start) {
-                (false, None) => start = Some(block),
-                (true, Some(s)) => {
-                    runs.insert(s, block - s);
-                    start = None;
+    /// The free runs of a bitmap over `blocks` data blocks, in `regions` per-CPU regions.
+    pub fn from_bitmap(bits: &[u8], blocks: u64, regions: usize) -> BlockAllocator {
+        let count = (regions.max(1) as u64).min(blocks.max(1));
+        let per = blocks.div_ceil(count).max(1);
+        let regions = (0..count)
+            .map(|i| {
+                let (first, end) = (i * per, ((i + 1) * per).min(blocks));
+                Region {
+                    first,
+                    end,
+                    runs: Mutex::new(free_runs(bits, first, end)),
                 }
-                _ => {}
-            }
-        }
-        if let Some(s) = start {
-            runs.insert(s, blocks - s);
-        }
+            })
+            .collect();
         BlockAllocator {
-            runs: Mutex::new(runs),
+            regions,
+            blocks_per_region: per,
         }
     }
 
-    /// `count` contiguous free blocks (first fit), or `None`.
+    fn home(&self) -> usize {
+        current_cpu() % self.regions.len()
+    }
+
+    /// Regions in the order a thread on this CPU tries them: its own first.
+    fn search_order(&self) -> impl Iterator<Item = &Region> {
+        let home = self.home();
+        let n = self.regions.len();
+        (0..n).map(move |i| &self.regions[(home + i) % n])
+    }
+
+    /// Exactly `count` contiguous free blocks (first fit), or `None`.
     pub fn alloc(&self, count: u64) -> Option<u64> {
         assert!(count > 0, "allocating no blocks");
-        let mut runs = self.runs.lock();
-        let (&start, &len) = runs.iter().find(|(_, &len)| len >= count)?;
-        runs.remove(&start);
-        if len > count {
-            runs.insert(start + count, len - count);
+        self.search_order()
+            .find_map(|r| take_first_fit(&mut r.runs.lock(), count))
+    }
+
+    /// Between 1 and `max` contiguous free blocks: starting at `goal` when that block is free (so
+    /// a file that grows stays contiguous), else a run of `max` by first fit, else the longest run
+    /// there is. Returns (start, length), or `None` when no block is free.
+    pub fn alloc_upto(&self, goal: Option<u64>, max: u64) -> Option<(u64, u64)> {
+        assert!(max > 0, "allocating no blocks");
+        if let Some(goal) = goal {
+            if let Some(got) = self.take_at(goal, max) {
+                return Some(got);
+            }
         }
-        Some(start)
+        if let Some(start) = self.alloc(max) {
+            return Some((start, max));
+        }
+        self.search_order().find_map(|r| {
+            let mut runs = r.runs.lock();
+            let (&start, &len) = runs.iter().max_by_key(|(_, &len)| len)?;
+            runs.remove(&start);
+            Some((start, len))
+        })
+    }
+
+    /// Up to `max` blocks from `goal` on, if `goal` is free.
+    fn take_at(&self, goal: u64, max: u64) -> Option<(u64, u64)> {
+        let region = self.regions.get((goal / self.blocks_per_region) as usize)?;
+        let mut runs = region.runs.lock();
+        let (&start, &len) = runs.range(..=goal).next_back()?;
+        if start + len <= goal {
+            return None;
+        }
+        runs.remove(&start);
+        if goal > start {
+            runs.insert(start, goal - start);
+        }
+        let end = start + len;
+        let taken = (end - goal).min(max);
+        if goal + taken < end {
+            runs.insert(goal + taken, end - goal - taken);
+        }
+        Some((goal, taken))
     }
 
     /// Returns `count` blocks from `start`, merging with free neighbours.
     pub fn free(&self, start: u64, count: u64) {
-        let mut runs = self.runs.lock();
-        let (mut start, mut count) = (start, count);
-        if let Some((&prev, &len)) = runs.range(..start).next_back() {
-            assert!(prev + len <= start, "double free of block {start}");
-            if prev + len == start {
-                runs.remove(&prev);
-                (start, count) = (prev, count + len);
-            }
+        let mut start = start;
+        let end = start + count;
+        while start < end {
+            let region = &self.regions[(start / self.blocks_per_region) as usize];
+            let piece_end = end.min(region.end);
+            assert!(start >= region.first, "block {start} outside its region");
+            insert_run(&mut region.runs.lock(), start, piece_end - start);
+            start = piece_end;
         }
-        if let Some(&len) = runs.get(&(start + count)) {
-            runs.remove(&(start + count));
-            count += len;
-        }
-        assert!(
-            runs.range(start..start + count).next().is_none(),
-            "double free in [{start}, +{count})"
-        );
-        runs.insert(start, count);
     }
 
-    /// Free blocks in all runs.
+    /// Free blocks in all regions.
     pub fn free_blocks(&self) -> u64 {
-        self.runs.lock().values().sum()
+        self.regions
+            .iter()
+            .map(|r| r.runs.lock().values().sum::<u64>())
+            .sum()
     }
+}
+
+/// The free runs of the bitmap in `[first, end)`.
+fn free_runs(bits: &[u8], first: u64, end: u64) -> BTreeMap<u64, u64> {
+    let mut runs = BTreeMap::new();
+    let mut start = None;
+    for block in first..end {
+        match (bitmap::is_set(bits, block), start) {
+            (false, None) => start = Some(block),
+            (true, Some(s)) => {
+                runs.insert(s, block - s);
+                start = None;
+            }
+            _ => {}
+        }
+    }
+    if let Some(s) = start {
+        runs.insert(s, end - s);
+    }
+    runs
+}
+
+fn take_first_fit(runs: &mut BTreeMap<u64, u64>, count: u64) -> Option<u64> {
+    let (&start, &len) = runs.iter().find(|(_, &len)| len >= count)?;
+    runs.remove(&start);
+    if len > count {
+        runs.insert(start + count, len - count);
+    }
+    Some(start)
+}
+
+/// Adds a free run, merging with its neighbours. A double free is a broken invariant.
+fn insert_run(runs: &mut BTreeMap<u64, u64>, start: u64, count: u64) {
+    let (mut start, mut count) = (start, count);
+    if let Some((&prev, &len)) = runs.range(..start).next_back() {
+        assert!(prev + len <= start, "double free of block {start}");
+        if prev + len == start {
+            runs.remove(&prev);
+            (start, count) = (prev, count + len);
+        }
+    }
+    if let Some(&len) = runs.get(&(start + count)) {
+        runs.remove(&(start + count));
+        count += len;
+    }
+    assert!(
+        runs.range(start..start + count).next().is_none(),
+        "double free in [{start}, +{count})"
+    );
+    runs.insert(start, count);
 }
 
 #[cfg(test)]
@@ -91,7 +196,7 @@ mod tests {
         for b in [2, 3, 9] {
             bitmap::set(&mut bits, b, true);
         }
-        let a = BlockAllocator::from_bitmap(&bits, 12);
+        let a = BlockAllocator::from_bitmap(&bits, 12, 1);
         assert_eq!(a.free_blocks(), 9);
         assert_eq!(a.alloc(3), Some(4), "first fit skips the 2-block run at 0");
         assert_eq!(a.alloc(2), Some(0));
@@ -100,5 +205,42 @@ mod tests {
         a.free(2, 2); // allocated in the bitmap, freed by a commit: merges with 4..7 and 7..9
         assert_eq!(a.alloc(7), Some(2));
         assert_eq!(a.free_blocks(), 2);
+    }
+
+    #[test]
+    fn regions_steal_and_frees_split_at_region_edges() {
+        let bits = vec![0u8; 4];
+        let a = BlockAllocator::from_bitmap(&bits, 32, 4);
+        assert_eq!(a.free_blocks(), 32);
+        // Take everything in 8-block runs: every region serves one, whichever CPU asks.
+        let mut got: Vec<u64> = (0..4).map(|_| a.alloc(8).expect("a region")).collect();
+        got.sort_unstable();
+        assert_eq!(got, vec![0, 8, 16, 24]);
+        assert_eq!(a.alloc(1), None);
+        a.free(4, 20); // spans regions 0, 1 and 2
+        assert_eq!(a.free_blocks(), 20);
+        assert_eq!(a.alloc(9), None, "no region holds 9 contiguous blocks");
+        assert_eq!(a.alloc_upto(Some(10), 4), Some((10, 4)), "the goal is free");
+        assert_eq!(a.alloc_upto(Some(10), 4).map(|(_, n)| n), Some(4));
+        a.free(10, 4);
+        assert_eq!(a.free_blocks(), 16);
+    }
+
+    #[test]
+    fn alloc_upto_falls_back_to_the_longest_run() {
+        let mut bits = vec![0u8; 2];
+        for b in [3, 7] {
+            bitmap::set(&mut bits, b, true);
+        }
+        let a = BlockAllocator::from_bitmap(&bits, 10, 1);
+        let (start, len) = a.alloc_upto(Some(3), 8).expect("blocks are free");
+        assert_eq!(
+            len, 3,
+            "the goal is taken and no run holds 8: a longest run"
+        );
+        assert!(start == 0 || start == 4);
+        assert_eq!(a.alloc_upto(None, 8).map(|(_, n)| n), Some(3));
+        assert_eq!(a.alloc_upto(None, 8).map(|(_, n)| n), Some(2));
+        assert_eq!(a.alloc_upto(None, 8), None);
     }
 }

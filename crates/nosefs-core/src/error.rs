@@ -41,6 +41,8 @@ impl Errno {
     pub const EPERM: Errno = Errno(libc::EPERM);
     /// Too many links.
     pub const EMLINK: Errno = Errno(libc::EMLINK);
+    /// File too large.
+    pub const EFBIG: Errno = Errno(libc::EFBIG);
 }
 
 impl fmt::Display for Errno {

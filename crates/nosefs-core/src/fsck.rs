@@ -17,13 +17,14 @@ use crate::error::{Error, Result};
 use crate::format::bitmap;
 use crate::format::extent::{self, Extent};
 use crate::format::hash_table::bucket_of;
-use crate::format::journal::{self, DirEntry, FileEntry};
+use crate::format::journal::{self, DirEntry};
 use crate::format::layout::{Geometry, Zone};
 use crate::format::pinode::{self, Pinode, INLINE_NAME_MAX, NAME_MAX};
 use crate::format::superblock::{Superblock, BACKUP_OFFSET, PRIMARY_OFFSET, SUPERBLOCK_BYTES};
 use crate::format::BLOCK_SIZE;
 use crate::image::{read_superblock, Image};
 use crate::mkfs::ROOT_INO;
+use crate::namespace::fjournal;
 use crate::namespace::txn::{log_intact, TAIL_COUNT_MASK};
 use crate::pmem::{Access, Region, RegionOptions};
 
@@ -211,6 +212,8 @@ fn same_static_fields(a: &Superblock, b: &Superblock) -> bool {
 struct Pending {
     dir_slots: HashSet<u64>,
     file_extents: HashSet<u64>,
+    /// Inodes with a committed file log: their lists are mid-change until replay.
+    files: HashSet<u64>,
     /// Blocks of extents that a committed INSERT_DATA or REMOVE_DATA entry will validate or free.
     blocks: HashSet<u64>,
 }
@@ -289,58 +292,44 @@ fn pend_data(image: &Image, slot: u64, pending: &mut Pending) {
 }
 
 fn check_file_log(image: &Image, index: u64, pending: &mut Pending, report: &mut FsckReport) {
-    let g = image.geometry();
     let log = image.file_log(index);
-    let header = log.header.get();
-    let count = header & u64::from(u32::MAX);
-    let name = format!("file_log[{index}]");
-    if header & journal::FILE_LOG_IN_USE == 0 {
-        if header != 0 {
-            report.problems.push(problem(
-                name,
-                "header",
-                format!("{header:#x}: count without in-use bit"),
-            ));
-        }
+    if log.tail.get() == 0 {
         return;
     }
+    let name = format!("file_log[{index}]");
     if index == 0 {
         report
             .problems
-            .push(problem(name, "header", "log 0 is reserved"));
+            .push(problem(name, "tail", "log 0 is reserved"));
         return;
     }
-    if count == 0 {
+    if fjournal::log_intact(image, index) != Some(true) {
+        report.notes.push(format!(
+            "{name} holds a commit torn by a crash (checksum mismatch); mount discards it"
+        ));
         return;
     }
-    if count > journal::FILE_LOG_ENTRIES as u64 || log.next.get() != 0 {
-        // Chained commits are walked by recovery; their links must at least stay in the journal.
-        let next = log.next.get();
-        if next == 0 || next >= g.file_log_count() {
-            report.problems.push(problem(
-                &name,
-                "next",
-                format!("{next}: not a log of the chain"),
-            ));
-        }
+    if let Err(why) = fjournal::validate(image, index) {
+        report.problems.push(problem(&name, "entries", why));
+        return;
     }
+    let count = log.tail.get() & TAIL_COUNT_MASK;
     report.notes.push(format!(
-        "{name} holds {count} committed entries; mount replays them"
+        "{name} holds {count} committed entries for inode {}; mount replays them",
+        log.ino.get()
     ));
-    let here = count.min(journal::FILE_LOG_ENTRIES as u64) as usize;
-    for (i, word) in log.entries[..here].iter().enumerate() {
-        let e = FileEntry::decode(word.get());
-        let bad = |eno: u32| eno != 0 && u64::from(eno) >= g.extent_count();
-        if bad(e.old) || (e.new != journal::FILE_ENTRY_DELETE && bad(e.new)) {
-            report.problems.push(problem(
-                &name,
-                "entries",
-                format!("entry {i}: extent out of range"),
-            ));
-        } else {
+    // Until replay, the file's list, its new and old extents and their blocks are in between.
+    pending.files.insert(log.ino.get());
+    pend_data(image, u64::from(log.slot.get()), pending);
+    let entries = fjournal::read_entries(image, index, count).expect("validated");
+    for e in entries {
+        for eno in [e.old, e.new].into_iter().filter(|&e| e != 0) {
+            pending.file_extents.insert(u64::from(eno));
+            let x = image.extent(u64::from(eno));
+            let start = u64::from(x.start_block.get());
             pending
-                .file_extents
-                .extend([u64::from(e.old), u64::from(e.new)]);
+                .blocks
+                .extend(start..start + u64::from(x.block_count.get()));
         }
     }
 }
@@ -745,7 +734,12 @@ impl Checker<'_> {
         let g = self.geometry;
         let mut reached: HashSet<u64> = HashSet::new();
         for (slot, p) in &self.scan.valid {
-            if p.is_primary() && p.extent_head.get() != 0 {
+            if self.pending.files.contains(&p.ino.get()) {
+                let mut eno = u64::from(p.extent_head.get());
+                while eno != 0 && eno < g.extent_count() && reached.insert(eno) {
+                    eno = u64::from(self.image.extent(eno).next.get());
+                }
+            } else if p.is_primary() && p.extent_head.get() != 0 {
                 self.walk_extent_list(*slot, p, &mut reached);
             }
         }
@@ -761,12 +755,40 @@ impl Checker<'_> {
                 );
             }
         }
+        self.check_data_disjoint();
         if self.image.extent(0).is_valid() {
             self.push(
                 "extent[0]",
                 "flags",
                 "extent 0 is reserved but marked valid",
             );
+        }
+    }
+
+    /// No byte of the data zone belongs to two valid extents (blocks may be shared, bytes not).
+    /// Extents a pending commit replaces or adds are in between until replay, so they are left
+    /// out.
+    fn check_data_disjoint(&mut self) {
+        let g = self.geometry;
+        let mut ranges: Vec<(u64, u64, u64)> = (1..g.extent_count())
+            .filter(|eno| !self.pending.file_extents.contains(eno))
+            .filter_map(|eno| {
+                let e = self.image.extent(eno);
+                let addr =
+                    u64::from(e.start_block.get()) * BLOCK_SIZE + u64::from(e.block_offset.get());
+                e.is_valid().then(|| (addr, u64::from(e.length.get()), eno))
+            })
+            .collect();
+        ranges.sort_unstable();
+        for pair in ranges.windows(2) {
+            let ((a, len, first), (b, _, second)) = (pair[0], pair[1]);
+            if a + len > b {
+                self.push(
+                    format!("extent[{second}]"),
+                    "start_block",
+                    format!("its data overlaps the data of extent {first}"),
+                );
+            }
         }
     }
 

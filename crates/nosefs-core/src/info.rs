@@ -1,7 +1,6 @@
 //! What `nosefs info` reports: the zones and how much of each is in use.
 
 use crate::format::bitmap;
-use crate::format::journal::FILE_LOG_IN_USE;
 use crate::format::layout::{Zone, ZoneSpan};
 use crate::format::pinode::{self, FLAG_LONG_NAME};
 use crate::format::BLOCK_SIZE;
@@ -27,7 +26,7 @@ pub struct Usage {
     /// Directory logs holding committed entries.
     pub dir_logs_pending: u64,
     /// File logs in use.
-    pub file_logs_in_use: u64,
+    pub file_logs_pending: u64,
 }
 
 impl Usage {
@@ -57,8 +56,8 @@ impl Usage {
         usage.dir_logs_pending = (1..g.dir_log_count())
             .filter(|&i| image.dir_log(i).tail.get() != 0)
             .count() as u64;
-        usage.file_logs_in_use = (1..g.file_log_count())
-            .filter(|&i| image.file_log(i).header.get() & FILE_LOG_IN_USE != 0)
+        usage.file_logs_pending = (1..g.file_log_count())
+            .filter(|&i| image.file_log(i).tail.get() != 0)
             .count() as u64;
         usage
     }
@@ -92,7 +91,7 @@ pub fn zone_rows(image: &Image, usage: &Usage) -> Vec<ZoneRow> {
             let span = g.span(zone);
             let used = match zone {
                 Zone::DirJournal => Some(usage.dir_logs_pending),
-                Zone::FileJournal => Some(usage.file_logs_in_use),
+                Zone::FileJournal => Some(usage.file_logs_pending),
                 Zone::HashTable | Zone::Bitmap => None,
                 Zone::PinodeTable => Some(usage.pinodes_used),
                 Zone::LongNames => Some(usage.long_names_used),

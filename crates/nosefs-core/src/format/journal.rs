@@ -9,11 +9,21 @@
 //!
 //! File log:
 //!
-//! | offset | size | field     | meaning                                                   |
-//! |-------:|-----:|-----------|-----------------------------------------------------------|
-//! |      0 |    8 | `header`  | bit 63 in use; bits 0..32 committed entries. Commit point |
-//! |      8 |  496 | `entries` | 62 entries: `old eno \| new eno << 32`; new = `u32::MAX` deletes |
-//! |    504 |    8 | `next`    | next log of a chained commit; 0 = none                    |
+//! | offset | size | field      | meaning                                                  |
+//! |-------:|-----:|------------|----------------------------------------------------------|
+//! |      0 |    8 | `tail`     | bits 0..32 entries (≥ 1), 32..64 CRC-32C; 0 = empty. Commit point |
+//! |      8 |    8 | `ino`      | the file                                                 |
+//! |     16 |    8 | `size`     | the file's size after the commit                         |
+//! |     24 |    8 | `mtime_ns` | its modification and change time after the commit        |
+//! |     32 |    4 | `slot`     | its primary pinode's slot                                |
+//! |     36 |    4 | `head`     | its first extent after the commit; 0 = none              |
+//! |     40 |    4 | `last`     | its last extent after the commit; 0 = none               |
+//! |     44 |    4 | `flags`    | bit 0 `DATA_FENCED`: new data was fenced before the commit |
+//! |     48 |    8 | `overflow` | first overflow block + 1; 0 = none                       |
+//! |     56 |  456 | `entries`  | 57 entries: `old eno \| new eno << 32`; 0 = none           |
+//!
+//! An overflow block (a data block lent to the log until it is cleared, never in the bitmap)
+//! holds 511 more entries and, in its last 8 bytes, the next overflow block + 1.
 //!
 //! Protocol (the paper's address-only redo journal): new pinodes or extents are written with
 //! their valid bit clear; entries naming their *slots* (never their contents) are written; one
@@ -30,7 +40,7 @@
 //! `u32::MAX`).
 //! Log 0 of each journal is reserved.
 
-use zerocopy::little_endian::U64;
+use zerocopy::little_endian::{I64, U32, U64};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 
 use super::{record_layout, RecordLayout};
@@ -39,8 +49,10 @@ use super::{record_layout, RecordLayout};
 pub const LOG_BYTES: u64 = 512;
 /// Entries in a directory log after its tail.
 pub const DIR_LOG_ENTRIES: usize = 63;
-/// Entries in a file log between its header and its `next` link.
-pub const FILE_LOG_ENTRIES: usize = 62;
+/// Entries in a file log after its header.
+pub const FILE_LOG_ENTRIES: usize = 57;
+/// Entries in one overflow block of a file log, before its `next` word.
+pub const FILE_OVERFLOW_ENTRIES: usize = 511;
 
 /// Directory-log operation: make the pinode at `slot` valid and link it into its bucket.
 pub const DIR_OP_INSERT: u8 = 1;
@@ -53,10 +65,11 @@ pub const DIR_OP_INSERT_DATA: u8 = 3;
 /// extents in its list and their blocks in the bitmap.
 pub const DIR_OP_REMOVE_DATA: u8 = 4;
 
-/// Bit of a file log's header: the log is in use.
-pub const FILE_LOG_IN_USE: u64 = 1 << 63;
-/// New-extent value in a file-log entry that marks a deletion.
-pub const FILE_ENTRY_DELETE: u32 = u32::MAX;
+/// File-log flag: the commit's new data was made durable by a fence before the commit point, so
+/// the checksum does not cover it.
+pub const FILE_LOG_DATA_FENCED: u32 = 1 << 0;
+/// Every file-log flag this version defines.
+pub const FILE_LOG_KNOWN_FLAGS: u32 = FILE_LOG_DATA_FENCED;
 
 /// A directory log.
 #[repr(C)]
@@ -70,21 +83,32 @@ pub struct DirLog {
 #[repr(C)]
 #[derive(Debug, Clone, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
 pub struct FileLog {
-    pub header: U64,
+    pub tail: U64,
+    pub ino: U64,
+    pub size: U64,
+    pub mtime_ns: I64,
+    pub slot: U32,
+    pub head: U32,
+    pub last: U32,
+    pub flags: U32,
+    pub overflow: U64,
     pub entries: [U64; FILE_LOG_ENTRIES],
-    pub next: U64,
 }
 
 const _: () = assert!(size_of::<DirLog>() as u64 == LOG_BYTES);
 const _: () = assert!(size_of::<FileLog>() as u64 == LOG_BYTES);
 const _: () = assert!(std::mem::offset_of!(DirLog, tail) == 0);
-const _: () = assert!(std::mem::offset_of!(FileLog, header) == 0);
+const _: () = assert!(std::mem::offset_of!(FileLog, tail) == 0);
+const _: () = assert!(std::mem::offset_of!(FileLog, entries) == 56);
 
 /// The directory log's layout, tied to docs/format.md by a test.
 pub const DIR_LOG_LAYOUT: RecordLayout = record_layout!("DirLog", DirLog, [tail, entries]);
 /// The file log's layout, tied to docs/format.md by a test.
-pub const FILE_LOG_LAYOUT: RecordLayout =
-    record_layout!("FileLog", FileLog, [header, entries, next]);
+pub const FILE_LOG_LAYOUT: RecordLayout = record_layout!(
+    "FileLog",
+    FileLog,
+    [tail, ino, size, mtime_ns, slot, head, last, flags, overflow, entries]
+);
 
 /// A decoded directory-log entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -128,12 +152,12 @@ impl DirEntry {
     }
 }
 
-/// A decoded file-log entry: the old and new version of one extent.
+/// A decoded file-log entry: an extent leaving the file, one joining it, or both.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FileEntry {
-    /// The extent replaced or deleted; 0 when the entry only adds `new`.
+    /// The extent that leaves the file's list; 0 when the entry only adds `new`.
     pub old: u32,
-    /// The extent that replaces `old`, or [`FILE_ENTRY_DELETE`].
+    /// The extent that joins it; 0 when the entry only removes `old`.
     pub new: u32,
 }
 
@@ -172,7 +196,7 @@ mod tests {
     fn file_entries_round_trip() {
         let e = FileEntry {
             old: 17,
-            new: FILE_ENTRY_DELETE,
+            new: 0xffff_fffe,
         };
         assert_eq!(FileEntry::decode(e.encode()), e);
     }

@@ -33,7 +33,7 @@ use super::{record_layout, RecordLayout, BLOCK_SIZE};
 /// The magic bytes at offset 0.
 pub const MAGIC: [u8; 8] = *b"noseFS\r\n";
 /// The format version this build reads and writes.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// Size of the superblock record.
 pub const SUPERBLOCK_BYTES: u64 = 512;
 /// Offset of the primary superblock.

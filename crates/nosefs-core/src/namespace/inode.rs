@@ -99,11 +99,14 @@ pub struct Inode {
     pub data: Arc<Mutex<InodeData>>,
     /// The listing, for directories.
     pub dir: Option<DirState>,
+    /// The data map, for regular files. Locked after the inode lock when both are taken.
+    pub file: Option<Mutex<super::file::FileState>>,
 }
 
 impl Inode {
-    /// A new inode whose primary pinode is at `slot`.
-    pub fn new(ino: u64, slot: u32, is_dir: bool) -> Inode {
+    /// A new inode whose primary pinode is at `slot`: a directory gets an empty listing, a
+    /// regular file `file` (its data as mount found it, or empty).
+    pub fn new(ino: u64, slot: u32, is_dir: bool, file: Option<super::file::FileState>) -> Inode {
         Inode {
             ino,
             primary: AtomicU32::new(slot),
@@ -113,6 +116,7 @@ impl Inode {
                 subdirs: 0,
             })),
             dir: is_dir.then(DirState::new),
+            file: file.map(Mutex::new),
         }
     }
 

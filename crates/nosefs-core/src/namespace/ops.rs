@@ -43,6 +43,19 @@ pub struct SetAttr {
     pub atime_ns: Option<i64>,
     /// New modification time.
     pub mtime_ns: Option<i64>,
+    /// New size (truncate), regular files only; committed before the other changes.
+    pub size: Option<u64>,
+}
+
+impl SetAttr {
+    /// Whether the change touches anything but the size.
+    fn changes_pinode(&self) -> bool {
+        self.mode.is_some()
+            || self.uid.is_some()
+            || self.gid.is_some()
+            || self.atime_ns.is_some()
+            || self.mtime_ns.is_some()
+    }
 }
 
 /// Field offsets for in-place stores of derived state.
@@ -274,7 +287,10 @@ impl Fs {
             data.subdirs += 1;
         }
         // The inode before its name, so whoever finds the name finds the inode.
-        self.inodes.insert(Arc::new(Inode::new(ino, slot, is_dir)));
+        let is_file = mode & pinode::S_IFMT == pinode::S_IFREG;
+        let file = is_file.then(|| super::file::FileState::new(now));
+        self.inodes
+            .insert(Arc::new(Inode::new(ino, slot, is_dir, file)));
         self.list_name(&dir, &mut new, slot);
         Ok(Attr::from_pinode(&self.image.pinode(u64::from(slot))))
     }
@@ -411,8 +427,15 @@ impl Fs {
         self.getattr(ino)
     }
 
-    /// Changes attributes (chmod, chown, utimens): a new version of the primary pinode.
+    /// Changes attributes (chmod, chown, utimens: a new version of the primary pinode; truncate:
+    /// a file-journal commit).
     pub fn setattr(&self, ino: u64, change: &SetAttr) -> Result<Attr> {
+        if let Some(size) = change.size {
+            self.truncate(ino, size)?;
+        }
+        if !change.changes_pinode() {
+            return self.getattr(ino);
+        }
         let inode = self.inode(ino)?;
         let mut locked = self.lock_inodes(&[&inode]);
         if inode.removed.load(Ordering::Acquire) {
@@ -429,8 +452,12 @@ impl Fs {
         new.atime_ns = change.atime_ns.map_or(old.atime_ns, I64::new);
         new.mtime_ns = change.mtime_ns.map_or(old.mtime_ns, I64::new);
         new.ctime_ns = I64::new(now_ns());
-        let slot = self.replace_version(&inode, &mut locked[0].1, old_slot, new)?;
-        Ok(Attr::from_pinode(&self.image.pinode(u64::from(slot))))
+        self.replace_version(&inode, &mut locked[0].1, old_slot, new)?;
+        if let (Some(file), Some(mtime_ns)) = (&inode.file, change.mtime_ns) {
+            file.lock().set_mtime(mtime_ns);
+        }
+        drop(locked);
+        self.getattr(ino)
     }
 
     /// Commits `new` as the next version of the pinode at `old_slot` (same name, same bucket)
@@ -596,6 +623,14 @@ impl Fs {
             self.inodes.remove(target.ino);
         }
         self.release(&freed, &[long]);
-        self.release_data(&plan.data);
+        match (plan.last, target.file.as_ref()) {
+            (true, Some(file)) => {
+                plan.data
+                    .iter()
+                    .for_each(|&(eno, _, _)| self.extents.free(eno));
+                self.release_file_space(&mut file.lock());
+            }
+            _ => self.release_data(&plan.data),
+        }
     }
 }

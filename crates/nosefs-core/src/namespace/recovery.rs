@@ -9,14 +9,20 @@ use parking_lot::Mutex;
 use smallvec::SmallVec;
 use zerocopy::little_endian::U32;
 
+use super::file::FileState;
+use super::filemap::Space;
+use super::fjournal;
 use super::inode::{Inode, InodeTable};
 use super::mirror::{MirrorBucket, MirrorEntry};
 use super::pool::SlotPools;
 use super::{txn, Fs, MountOptions, MountReport, ROOT_INO};
 use crate::error::{Error, Result};
+use crate::format::bitmap;
+use crate::format::extent::Extent;
 use crate::format::hash_table::name_hash;
 use crate::format::journal::{DirEntry, DIR_LOG_ENTRIES};
 use crate::format::pinode::{self, Pinode, INLINE_NAME_MAX};
+use crate::format::BLOCK_SIZE;
 use crate::image::Image;
 
 /// Offset of `nlink` in a pinode.
@@ -30,8 +36,11 @@ pub(super) fn mount(image: Image, options: &MountOptions) -> Result<Fs> {
     }
     let was_clean = image.superblock().is_clean();
     validate_dir_logs(&image)?;
+    validate_file_logs(&image)?;
     let journal = txn::replay(&image);
+    let file_journal = fjournal::replay(&image);
     let scan = scan_pinodes(&image)?;
+    let mut data = load_data(&image, &scan)?;
     let cpus = options
         .cpus
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
@@ -44,8 +53,10 @@ pub(super) fn mount(image: Image, options: &MountOptions) -> Result<Fs> {
         pinodes: SlotPools::new(cpus, scan.free_slots.iter().copied()),
         long_names: SlotPools::new(cpus, free_long_names(&image, &scan.valid)),
         extents: SlotPools::new(cpus, free_extents(&image)),
-        blocks: crate::alloc::BlockAllocator::from_bitmap(&image.bitmap(), g.data_block_count()),
+        blocks: crate::alloc::BlockAllocator::from_bitmap(&data.used, g.data_block_count(), cpus),
         logs: (0..g.dir_log_count()).map(|_| Mutex::new(())).collect(),
+        file_logs: SlotPools::new(cpus, 1..g.file_log_count() as u32),
+        sync_writes: options.sync,
         next_ino: AtomicU64::new(scan.max_ino + 1),
         topology: Mutex::new(()),
         report: MountReport {
@@ -53,11 +64,14 @@ pub(super) fn mount(image: Image, options: &MountOptions) -> Result<Fs> {
             logs_discarded: journal.discarded,
             orphans_freed: scan.orphans_freed,
             nlinks_fixed: 0,
+            file_logs_replayed: file_journal.replayed,
+            file_logs_discarded: file_journal.discarded,
+            bitmap_mismatches: data.mismatches,
             was_clean,
         },
         image,
     };
-    build_tree(&fs, &scan)?;
+    build_tree(&fs, &scan, &mut data.files)?;
     fs.report.nlinks_fixed = fix_link_counts(&fs);
     let count = fs.image.superblock().mount_count() + 1;
     fs.image.set_state(false, count);
@@ -189,8 +203,121 @@ fn free_extents(image: &Image) -> Vec<u32> {
         .collect()
 }
 
+/// An intact committed file log is checked before replay trusts it; a torn one is discarded.
+fn validate_file_logs(image: &Image) -> Result<()> {
+    for log in 1..image.geometry().file_log_count() {
+        if fjournal::log_intact(image, log) == Some(true) {
+            fjournal::validate(image, log).map_err(|why| {
+                Error::corrupt(
+                    "file_log",
+                    "entries",
+                    format!("log {log}: {why}; run nosefs fsck"),
+                )
+            })?;
+        }
+    }
+    if image.file_log(0).tail.get() != 0 {
+        return Err(Error::corrupt(
+            "file_log",
+            "tail",
+            "log 0 is reserved; run nosefs fsck",
+        ));
+    }
+    Ok(())
+}
+
+/// Every file's data as the media holds it.
+struct Data {
+    /// Regular files' states by inode number.
+    files: HashMap<u64, FileState>,
+    /// Blocks marked in the bitmap or held by an extent: mount hands out neither.
+    used: Vec<u8>,
+    /// Blocks on which bitmap and extents disagree.
+    mismatches: u64,
+}
+
+/// Walks every file's extent list, checking what the rest of mount relies on: extents in range
+/// and valid, owned by the file, in file order without overlap, and no data-zone byte held twice
+/// in the whole image.
+fn load_data(image: &Image, scan: &Scan) -> Result<Data> {
+    let g = image.geometry();
+    let mut all = Space::default();
+    let mut files = HashMap::new();
+    let mut covered = vec![0u8; g.bitmap_bytes() as usize];
+    for (slot, p) in scan.valid.iter().filter(|(_, p)| p.is_primary()) {
+        let ft = p.mode.get() & pinode::S_IFMT;
+        if ft != pinode::S_IFREG && p.extent_head.get() == 0 {
+            continue;
+        }
+        let extents = file_extents(image, *slot, p, &mut all)?;
+        for &(_, _, addr, len) in &extents {
+            let (first, end) = (addr / BLOCK_SIZE, (addr + len).div_ceil(BLOCK_SIZE));
+            (first..end).for_each(|b| bitmap::set(&mut covered, b, true));
+        }
+        if ft == pinode::S_IFREG {
+            let state = FileState::from_media(p.size.get(), p.mtime_ns.get(), &extents);
+            files.insert(p.ino.get(), state);
+        }
+    }
+    let mut used = image.bitmap();
+    let mut mismatches = 0;
+    for (u, c) in used.iter_mut().zip(&covered) {
+        mismatches += u64::from((*u ^ c).count_ones());
+        *u |= c;
+    }
+    Ok(Data {
+        files,
+        used,
+        mismatches,
+    })
+}
+
+/// One file's extents (eno, file offset, data-zone address, length), checked.
+fn file_extents(
+    image: &Image,
+    slot: u32,
+    p: &Pinode,
+    all: &mut Space,
+) -> Result<Vec<(u32, u64, u64, u64)>> {
+    let g = image.geometry();
+    let bad = |detail: String| {
+        Error::corrupt(
+            "extent",
+            "next",
+            format!("pinode {slot}: {detail}; run nosefs fsck"),
+        )
+    };
+    let mut out = Vec::new();
+    let mut eno = u64::from(p.extent_head.get());
+    let mut end = 0u64;
+    while eno != 0 {
+        if eno >= g.extent_count() || out.len() as u64 >= g.extent_count() {
+            return Err(bad(format!("extent {eno} out of range or the list loops")));
+        }
+        let e = image.extent(eno);
+        let offset = u64::from(e.block_offset.get());
+        let len = u64::from(e.length.get());
+        let start = u64::from(e.start_block.get());
+        let usable = e.is_valid()
+            && e.ino.get() == p.ino.get()
+            && len > 0
+            && offset < BLOCK_SIZE
+            && start + Extent::blocks_needed(offset, len) <= g.data_block_count()
+            && e.file_offset.get() >= end
+            && e.file_offset.get().checked_add(len).is_some();
+        let addr = start * BLOCK_SIZE + offset;
+        if !usable || !all.try_add(addr, len) {
+            return Err(bad(format!("extent {eno} is unusable or overlaps another")));
+        }
+        end = e.file_offset.get() + len;
+        out.push((eno as u32, e.file_offset.get(), addr, len));
+        eno = u64::from(e.next.get());
+    }
+    Ok(out)
+}
+
 /// Inodes, names, listings and the mirror, from the valid pinodes.
-fn build_tree(fs: &Fs, scan: &Scan) -> Result<()> {
+fn build_tree(fs: &Fs, scan: &Scan, files: &mut HashMap<u64, FileState>) -> Result<()> {
     let corrupt =
         |detail: String| Error::corrupt("pinode", "parent", format!("{detail}; run nosefs fsck"));
     let mut names: HashMap<u64, Vec<u32>> = HashMap::new();
@@ -209,7 +336,7 @@ fn build_tree(fs: &Fs, scan: &Scan) -> Result<()> {
                 primaries.len()
             )));
         };
-        let inode = Inode::new(*ino, *primary, p.is_dir());
+        let inode = Inode::new(*ino, *primary, p.is_dir(), files.remove(ino));
         inode.data.lock().names = SmallVec::from_slice(slots);
         fs.inodes.insert(Arc::new(inode));
     }

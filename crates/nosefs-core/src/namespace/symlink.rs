@@ -66,7 +66,8 @@ impl Fs {
             ..Txn::default()
         };
         self.commit(&[new.bucket], &mut txn);
-        self.inodes.insert(Arc::new(Inode::new(ino, slot, false)));
+        self.inodes
+            .insert(Arc::new(Inode::new(ino, slot, false, None)));
         self.list_name(&dir, &mut new, slot);
         Ok(Attr::from_pinode(&self.image.pinode(u64::from(slot))))
     }

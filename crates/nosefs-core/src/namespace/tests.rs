@@ -5,17 +5,17 @@ use crate::format::layout::MkfsParams;
 use crate::fsck::{fsck_region, FsckOptions};
 use crate::pmem::Region;
 
-const OWNER: Owner = Owner {
+pub(super) const OWNER: Owner = Owner {
     uid: 1000,
     gid: 100,
 };
 
 /// A mounted file system on an in-memory image; `remount` simulates a crash when `clean` is false.
-struct Harness {
-    fs: Option<Fs>,
+pub(super) struct Harness {
+    pub(super) fs: Option<Fs>,
 }
 
-fn fresh(pinodes: Option<u64>) -> Harness {
+pub(super) fn fresh(pinodes: Option<u64>) -> Harness {
     let params = MkfsParams {
         image_bytes: 8 << 20,
         pinodes,
@@ -44,12 +44,12 @@ fn mount_two_cpus(image: Image) -> Fs {
 }
 
 impl Harness {
-    fn fs(&self) -> &Fs {
+    pub(super) fn fs(&self) -> &Fs {
         self.fs.as_ref().unwrap()
     }
 
     /// Unmounts (or drops, like a crash), checks the image with fsck, and mounts it again.
-    fn remount(&mut self, clean: bool) -> MountReport {
+    pub(super) fn remount(&mut self, clean: bool) -> MountReport {
         let fs = self.fs.take().unwrap();
         let image = if clean { fs.unmount() } else { fs.image };
         let bytes = image.region().snapshot();
@@ -90,7 +90,7 @@ impl Harness {
     }
 }
 
-fn errno<T: std::fmt::Debug>(r: Result<T>) -> Errno {
+pub(super) fn errno<T: std::fmt::Debug>(r: Result<T>) -> Errno {
     r.expect_err("the operation must fail").errno()
 }
 
@@ -385,6 +385,7 @@ fn setattr_is_a_new_version_with_the_same_inode() {
         gid: Some(6),
         atime_ns: Some(-5),
         mtime_ns: Some(1 << 40),
+        size: None,
     };
     let after = h.fs().setattr(f.ino, &change).unwrap();
     assert_eq!(after.ino, f.ino);

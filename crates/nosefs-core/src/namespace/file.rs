@@ -1,0 +1,628 @@
+//! File data: reads, Non-Copy-On-Write writes, truncate and fsync (seed 001, III-D).
+//!
+//! **Writes** put their bytes in fresh space and change only the file's DRAM map
+//! ([`FileMap`]): the pieces they overlap are split, and the parts outside the write keep their
+//! bytes where they are, so an overwrite never copies unmodified data. The bytes reach NVM with
+//! flushes as they are written; no fence is paid until fsync.
+//!
+//! **Space for sub-block writes.** Each file owns at most one partly used *tail block*: a write
+//! that fits in the rest of it goes there, right after the previous one. So a stream of 1 KiB
+//! writes fills each 4 KiB block four times instead of taking a block each, and 1 KiB appends stay
+//! contiguous (and merge into one extent at fsync). A write that does not fit gets whole blocks
+//! (preferring the ones right after the file's last allocation), and the unused end of its last
+//! block becomes the new tail. Several pieces may therefore point into one block; a block is freed
+//! only when no piece of the file, committed or pending, holds a byte of it and it is not the
+//! tail. Blocks are never shared between files.
+//!
+//! **fsync** ([`Fs::fsync`]) merges pending pieces with neighbours they continue (in the file and
+//! in the data zone), rewrites any 64 KiB window of the file that has grown more than 32 pieces
+//! (the fragmentation policy), then commits all pending pieces as extents and retires the extents
+//! they replace in one file-journal transaction ([`super::fjournal::commit`]). Everything written
+//! since the previous commit becomes durable at once; a crash before leaves the file as the
+//! previous commit left it. A truncate is a commit too (metadata operations are durable on return),
+//! and so it also commits pending writes.
+
+use std::sync::atomic::Ordering;
+
+use smallvec::SmallVec;
+use zerocopy::little_endian::{U16, U32, U64};
+
+use super::filemap::{FileMap, Piece, Punched, Space};
+use super::fjournal::{self, FileCommit};
+use super::inode::Inode;
+use super::Fs;
+use crate::error::{Errno, Result};
+use crate::format::extent::{self, Extent};
+use crate::format::BLOCK_SIZE;
+use crate::mkfs::now_ns;
+
+/// Largest file size (64 TiB); offsets past it are EFBIG for writes and EINVAL for reads.
+pub const MAX_FILE_BYTES: u64 = 1 << 46;
+/// The fragmentation policy's window: a window of the file holding more than
+/// [`WINDOW_MAX_PIECES`] pieces at fsync is rewritten as one.
+pub const WINDOW_BYTES: u64 = 64 << 10;
+/// See [`WINDOW_BYTES`]: 32 pieces in 64 KiB is 2 KiB per piece on average.
+pub const WINDOW_MAX_PIECES: usize = 32;
+/// Up to this much new data a commit checksums its data; above it a fence is cheaper.
+const CHECKSUM_DATA_MAX_BYTES: u64 = 16 << 10;
+/// Writes from this size on use non-temporal stores (they bypass the cache, which pays off only
+/// for data that will not be read back soon, such as the checksum of a small commit).
+const NT_COPY_MIN_BYTES: usize = 16 << 10;
+
+/// A regular file's data state, under its own lock (taken after the inode lock when both are).
+#[derive(Debug)]
+pub struct FileState {
+    /// The file as reads see it: committed and pending pieces.
+    map: FileMap,
+    /// Data-zone bytes of the committed extents (what the media holds).
+    committed: Space,
+    /// Committed extents that left `map` since the last commit: (eno, addr, len).
+    removed: Vec<(u32, u64, u64)>,
+    size: u64,
+    committed_size: u64,
+    mtime_ns: i64,
+    committed_mtime_ns: i64,
+    /// Free bytes `[next, end)` of the tail block.
+    tail: Option<(u64, u64)>,
+    /// Bytes written (or rewritten) since the last commit.
+    dirty_bytes: u64,
+    /// The block after the file's last allocation, tried first for the next one.
+    goal: Option<u64>,
+    /// The file lost its last name and its space went back; nothing may use it.
+    released: bool,
+}
+
+impl FileState {
+    /// A new, empty file.
+    pub fn new(now: i64) -> FileState {
+        FileState {
+            map: FileMap::default(),
+            committed: Space::default(),
+            removed: Vec::new(),
+            size: 0,
+            committed_size: 0,
+            mtime_ns: now,
+            committed_mtime_ns: now,
+            tail: None,
+            dirty_bytes: 0,
+            goal: None,
+            released: false,
+        }
+    }
+
+    /// The state of a file as the media holds it: `extents` are (eno, file offset, addr, len) in
+    /// list order, already checked by the caller.
+    pub fn from_media(size: u64, mtime_ns: i64, extents: &[(u32, u64, u64, u64)]) -> FileState {
+        let mut state = FileState::new(mtime_ns);
+        for &(eno, offset, addr, len) in extents {
+            state.map.insert(offset, Piece { addr, len, eno });
+            state.committed.add(addr, len);
+        }
+        (state.size, state.committed_size) = (size, size);
+        state
+    }
+
+    fn is_dirty(&self) -> bool {
+        self.map.pending_count() > 0
+            || !self.removed.is_empty()
+            || self.size != self.committed_size
+            || self.mtime_ns != self.committed_mtime_ns
+    }
+
+    fn tail_block(&self) -> Option<u64> {
+        self.tail.map(|(next, _)| next / BLOCK_SIZE)
+    }
+
+    /// Whether nothing of the file holds a byte of `block` any more.
+    fn block_unused(&self, block: u64) -> bool {
+        !self.map.space().covers_block(block)
+            && !self.committed.covers_block(block)
+            && self.tail_block() != Some(block)
+    }
+
+    /// Size and modification time as stat reports them (pending writes included).
+    pub fn size_and_mtime(&self) -> (u64, i64) {
+        (self.size, self.mtime_ns)
+    }
+
+    /// Sets the modification time (utimens); when nothing else is pending, the new pinode version
+    /// that utimens commits already holds it.
+    pub fn set_mtime(&mut self, mtime_ns: i64) {
+        if self.mtime_ns == self.committed_mtime_ns {
+            self.committed_mtime_ns = mtime_ns;
+        }
+        self.mtime_ns = mtime_ns;
+    }
+
+    /// Pieces in the DRAM map (committed and pending).
+    pub fn piece_count(&self) -> usize {
+        self.map.len()
+    }
+}
+
+/// Whether `len` bytes at data-zone address `addr` fit in one extent.
+fn fits_one_extent(addr: u64, len: u64) -> bool {
+    len <= u64::from(u32::MAX)
+        && Extent::blocks_needed(addr % BLOCK_SIZE, len) <= extent::MAX_BLOCKS
+}
+
+/// Data-zone ranges a write's bytes go to, in order.
+type Placement = SmallVec<[(u64, u64); 2]>;
+
+impl Fs {
+    /// The file state of a regular file, or EISDIR / EINVAL for anything else.
+    fn file_of(inode: &Inode) -> Result<&parking_lot::Mutex<FileState>> {
+        match (&inode.file, &inode.dir) {
+            (Some(file), _) => Ok(file),
+            (None, Some(_)) => Err(Errno::EISDIR.into()),
+            (None, None) => Err(Errno::EINVAL.into()),
+        }
+    }
+
+    /// Reads up to `buf.len()` bytes at `offset` of regular file `ino`; returns the bytes read
+    /// (short at end of file). Holes read as zeros.
+    pub fn read(&self, ino: u64, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        if offset > MAX_FILE_BYTES {
+            return Err(Errno::EINVAL.into());
+        }
+        let inode = self.inode(ino)?;
+        let state = Self::file_of(&inode)?.lock();
+        Ok(self.read_locked(&state, offset, buf))
+    }
+
+    fn read_locked(&self, state: &FileState, offset: u64, buf: &mut [u8]) -> usize {
+        if offset >= state.size {
+            return 0;
+        }
+        let end = state.size.min(offset + buf.len() as u64);
+        if state.map.is_empty() {
+            buf[..(end - offset) as usize].fill(0);
+            return (end - offset) as usize;
+        }
+        let base = self.image.geometry().block_offset(0);
+        let mut at = offset;
+        for (piece_offset, piece) in state.map.overlapping(offset, end) {
+            let from = piece_offset.max(offset);
+            buf[(at - offset) as usize..(from - offset) as usize].fill(0);
+            let to = (piece_offset + piece.len).min(end);
+            let dst = &mut buf[(from - offset) as usize..(to - offset) as usize];
+            let src = base + piece.addr + (from - piece_offset);
+            self.image.region().read_bytes(src, dst);
+            at = to;
+        }
+        buf[(at - offset) as usize..(end - offset) as usize].fill(0);
+        (end - offset) as usize
+    }
+
+    /// Writes `data` at `offset` of regular file `ino` (a write past the end leaves a hole).
+    /// Durable at the next fsync, or on return when mounted with `sync`.
+    pub fn write(&self, ino: u64, offset: u64, data: &[u8]) -> Result<usize> {
+        let inode = self.inode(ino)?;
+        self.write_at(&inode, Some(offset), data)?;
+        Ok(data.len())
+    }
+
+    /// Appends `data` to regular file `ino` (O_APPEND: the end is found under the file's lock,
+    /// so concurrent appends never overwrite each other). Returns the offset written at.
+    pub fn append(&self, ino: u64, data: &[u8]) -> Result<u64> {
+        let inode = self.inode(ino)?;
+        self.write_at(&inode, None, data)
+    }
+
+    fn write_at(&self, inode: &Inode, offset: Option<u64>, data: &[u8]) -> Result<u64> {
+        let file = Self::file_of(inode)?;
+        let mut state = file.lock();
+        if state.released {
+            return Err(Errno::ENOENT.into());
+        }
+        let offset = offset.unwrap_or(state.size);
+        let len = data.len() as u64;
+        if offset
+            .checked_add(len)
+            .map_or(true, |end| end > MAX_FILE_BYTES)
+        {
+            return Err(Errno::EFBIG.into());
+        }
+        if len == 0 {
+            return Ok(offset);
+        }
+        let placement = self.place(&mut state, len)?;
+        self.store_data(&placement, data);
+        self.put_pieces(&mut state, offset, &placement);
+        state.size = state.size.max(offset + len);
+        state.mtime_ns = now_ns();
+        state.dirty_bytes += len;
+        if self.sync_writes {
+            drop(state);
+            self.fsync_inode(inode)?;
+        }
+        Ok(offset)
+    }
+
+    /// Copies `data` to the ranges of `placement`, flushed (or non-temporal).
+    fn store_data(&self, placement: &Placement, data: &[u8]) {
+        let region = self.image.region();
+        let base = self.image.geometry().block_offset(0);
+        let mut done = 0usize;
+        for &(addr, len) in placement {
+            let chunk = &data[done..done + len as usize];
+            if data.len() >= NT_COPY_MIN_BYTES {
+                region.copy_nt(base + addr, chunk);
+            } else {
+                region.write_bytes(base + addr, chunk);
+                region.flush(base + addr, len);
+            }
+            done += len as usize;
+        }
+    }
+
+    /// Replaces file bytes `[offset, ...)` by the pieces of `placement`, and frees what no piece
+    /// holds any more.
+    fn put_pieces(&self, state: &mut FileState, offset: u64, placement: &Placement) {
+        let len: u64 = placement.iter().map(|p| p.1).sum();
+        let mut punched = Punched::default();
+        state.map.punch(offset, offset + len, &mut punched);
+        let mut at = offset;
+        for &(addr, piece_len) in placement {
+            let piece = Piece {
+                addr,
+                len: piece_len,
+                eno: 0,
+            };
+            state.map.insert(at, piece);
+            at += piece_len;
+        }
+        state.removed.extend(punched.removed);
+        self.free_unused(state, &punched.dropped);
+    }
+
+    /// Space for `len` new bytes: the rest of the tail block when they fit there, else whole
+    /// blocks, the unused end of the last one becoming the tail. ENOSPC takes nothing.
+    fn place(&self, state: &mut FileState, len: u64) -> Result<Placement> {
+        if let Some((next, end)) = state.tail {
+            if len <= end - next {
+                state.tail = (next + len < end).then_some((next + len, end));
+                return Ok(smallvec::smallvec![(next, len)]);
+            }
+        }
+        let mut placement = Placement::new();
+        let mut runs: SmallVec<[(u64, u64); 2]> = SmallVec::new();
+        let mut need = len;
+        while need > 0 {
+            let want = need.div_ceil(BLOCK_SIZE).min(extent::MAX_BLOCKS);
+            let Some((start, count)) = self.blocks.alloc_upto(state.goal, want) else {
+                runs.iter().for_each(|&(s, n)| self.blocks.free(s, n));
+                return Err(Errno::ENOSPC.into());
+            };
+            runs.push((start, count));
+            state.goal = Some(start + count);
+            let bytes = (count * BLOCK_SIZE).min(need);
+            placement.push((start * BLOCK_SIZE, bytes));
+            need -= bytes;
+        }
+        let (addr, bytes) = *placement.last().expect("len > 0");
+        let end = (addr + bytes).next_multiple_of(BLOCK_SIZE);
+        if end > addr + bytes {
+            let old = state.tail_block();
+            state.tail = Some((addr + bytes, end));
+            if let Some(old) = old.filter(|&b| state.block_unused(b)) {
+                self.blocks.free(old, 1);
+            }
+        }
+        Ok(placement)
+    }
+
+    /// Frees every block touched by `ranges` that nothing of the file uses any more. Ranges may
+    /// share blocks (the pieces of one split), so each block is considered once.
+    fn free_unused(&self, state: &FileState, ranges: &[(u64, u64)]) {
+        let mut blocks: SmallVec<[u64; 8]> = SmallVec::new();
+        for &(addr, len) in ranges {
+            let (first, end) = (addr / BLOCK_SIZE, (addr + len).div_ceil(BLOCK_SIZE));
+            blocks.extend((first..end).filter(|&b| state.block_unused(b)));
+        }
+        self.free_blocks(blocks)
+    }
+
+    /// Frees a list of blocks (in any order, possibly repeated) as runs.
+    fn free_blocks(&self, mut blocks: SmallVec<[u64; 8]>) {
+        blocks.sort_unstable();
+        blocks.dedup();
+        let mut i = 0;
+        while i < blocks.len() {
+            let start = blocks[i];
+            let mut n = 1;
+            while i + n < blocks.len() && blocks[i + n] == start + n as u64 {
+                n += 1;
+            }
+            self.blocks.free(start, n as u64);
+            i += n;
+        }
+    }
+
+    /// Returns all space of a file that lost its last name (its committed extents' numbers are
+    /// freed by the caller, which read them from the media).
+    pub(super) fn release_file_space(&self, state: &mut FileState) {
+        let mut blocks: SmallVec<[u64; 8]> = SmallVec::new();
+        for space in [state.map.space(), &state.committed] {
+            for (addr, len) in space.iter() {
+                blocks.extend(addr / BLOCK_SIZE..(addr + len).div_ceil(BLOCK_SIZE));
+            }
+        }
+        blocks.extend(state.tail_block());
+        self.free_blocks(blocks);
+        *state = FileState::new(state.mtime_ns);
+        state.released = true;
+    }
+
+    /// Pieces of regular file `ino`'s data (committed extents and pending writes): how
+    /// fragmented it is.
+    pub fn file_pieces(&self, ino: u64) -> Result<usize> {
+        let inode = self.inode(ino)?;
+        let pieces = Self::file_of(&inode)?.lock().piece_count();
+        Ok(pieces)
+    }
+
+    /// Makes everything written to regular file `ino` durable, atomically. A directory or any
+    /// other type has nothing pending: Ok.
+    pub fn fsync(&self, ino: u64) -> Result<()> {
+        let inode = self.inode(ino)?;
+        if inode.file.is_none() {
+            return Ok(());
+        }
+        self.fsync_inode(&inode)
+    }
+
+    fn fsync_inode(&self, inode: &Inode) -> Result<()> {
+        let _locked = inode.data.lock();
+        if inode.removed.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let file = inode.file.as_ref().expect("a regular file");
+        self.commit_file(inode, &mut file.lock())
+    }
+
+    /// Commits the pending writes of every file (syncfs). Returns the first error, after trying
+    /// every file.
+    pub fn sync_all(&self) -> Result<()> {
+        let mut first_error = Ok(());
+        for inode in self.inodes.all() {
+            if inode.file.is_some() {
+                let result = self.fsync_inode(&inode);
+                if first_error.is_ok() {
+                    first_error = result;
+                }
+            }
+        }
+        first_error
+    }
+
+    /// Sets regular file `ino`'s size: shrinking drops the data past it, growing leaves a hole.
+    /// Durable on return (it commits the file's pending writes with it).
+    pub fn truncate(&self, ino: u64, size: u64) -> Result<()> {
+        if size > MAX_FILE_BYTES {
+            return Err(Errno::EFBIG.into());
+        }
+        let inode = self.inode(ino)?;
+        let file = Self::file_of(&inode)?;
+        let _locked = inode.data.lock();
+        if inode.removed.load(Ordering::Acquire) {
+            return Err(Errno::ENOENT.into());
+        }
+        let mut state = file.lock();
+        if size < state.size {
+            let mut punched = Punched::default();
+            state.map.punch(size, u64::MAX, &mut punched);
+            state.removed.extend(punched.removed);
+            self.free_unused(&state, &punched.dropped);
+        }
+        state.size = size;
+        state.mtime_ns = now_ns();
+        self.commit_file(&inode, &mut state)
+    }
+
+    /// Commits the file's pending state (the caller holds its inode lock and file lock).
+    fn commit_file(&self, inode: &Inode, state: &mut FileState) -> Result<()> {
+        if !state.is_dirty() {
+            return Ok(());
+        }
+        self.merge_pending(state);
+        self.defragment(state);
+        let offsets: Vec<u64> = state.map.pending().collect();
+        let enos = self.alloc_extents(offsets.len())?;
+        for (&offset, &eno) in offsets.iter().zip(&enos) {
+            state.map.set_eno(offset, eno);
+        }
+        let new = self.extent_records(inode.ino, state, &offsets);
+        let removed: Vec<u32> = state.removed.iter().map(|r| r.0).collect();
+        let eno_at = |p: Option<(u64, Piece)>| p.map_or(0, |(_, p)| p.eno);
+        let c = FileCommit {
+            ino: inode.ino,
+            slot: inode.primary_slot(),
+            size: state.size,
+            mtime_ns: state.mtime_ns,
+            head: eno_at(state.map.iter().next()),
+            last: eno_at(state.map.last()),
+            new: &new,
+            removed: &removed,
+            data_fenced: state.dirty_bytes > CHECKSUM_DATA_MAX_BYTES,
+        };
+        let Some(overflow) = self.alloc_overflow(c.overflow_blocks_needed()) else {
+            offsets.iter().for_each(|&o| state.map.set_eno(o, 0));
+            enos.iter().for_each(|&e| self.extents.free(e));
+            return Err(Errno::ENOSPC.into());
+        };
+        let log = self.take_file_log();
+        fjournal::commit(&self.image, log, &overflow, &c, &|b| {
+            state.map.space().covers_block(b)
+        });
+        self.file_logs.free(log as u32);
+        overflow.iter().for_each(|&b| self.blocks.free(b, 1));
+        self.after_commit(state, &new);
+        Ok(())
+    }
+
+    /// DRAM bookkeeping once a commit is durable: the committed space follows the map, and blocks
+    /// and extents only the retired extents held are freed.
+    fn after_commit(&self, state: &mut FileState, new: &[(u32, Extent)]) {
+        let removed = std::mem::take(&mut state.removed);
+        for &(_, addr, _) in &removed {
+            state.committed.remove(addr);
+        }
+        for (_, e) in new {
+            let addr =
+                u64::from(e.start_block.get()) * BLOCK_SIZE + u64::from(e.block_offset.get());
+            state.committed.add(addr, u64::from(e.length.get()));
+        }
+        let ranges: Vec<(u64, u64)> = removed.iter().map(|r| (r.1, r.2)).collect();
+        self.free_unused(state, &ranges);
+        removed.iter().for_each(|r| self.extents.free(r.0));
+        state.committed_size = state.size;
+        state.committed_mtime_ns = state.mtime_ns;
+        state.dirty_bytes = 0;
+        debug_assert!(!state.is_dirty());
+        debug_assert_eq!(state.committed, *state.map.space());
+    }
+
+    fn alloc_extents(&self, count: usize) -> Result<Vec<u32>> {
+        let mut enos = Vec::with_capacity(count);
+        for _ in 0..count {
+            match self.extents.alloc() {
+                Some(eno) => enos.push(eno),
+                None => {
+                    enos.iter().for_each(|&e| self.extents.free(e));
+                    return Err(Errno::ENOSPC.into());
+                }
+            }
+        }
+        Ok(enos)
+    }
+
+    fn alloc_overflow(&self, count: usize) -> Option<Vec<u64>> {
+        let mut blocks = Vec::with_capacity(count);
+        for _ in 0..count {
+            match self.blocks.alloc(1) {
+                Some(b) => blocks.push(b),
+                None => {
+                    blocks.iter().for_each(|&b| self.blocks.free(b, 1));
+                    return None;
+                }
+            }
+        }
+        Some(blocks)
+    }
+
+    /// A free file log. There are far more logs than threads committing at once, so waiting for
+    /// one is a formality.
+    fn take_file_log(&self) -> u64 {
+        loop {
+            if let Some(log) = self.file_logs.alloc() {
+                return u64::from(log);
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    /// The extent records of the pieces at `offsets` (numbers assigned), linked to their
+    /// neighbours in the file, valid bit clear.
+    fn extent_records(&self, ino: u64, state: &FileState, offsets: &[u64]) -> Vec<(u32, Extent)> {
+        offsets
+            .iter()
+            .map(|&offset| {
+                let p = state.map.get(offset).expect("a pending piece");
+                let neighbour = |n: Option<(u64, Piece)>| U32::new(n.map_or(0, |(_, q)| q.eno));
+                let block_offset = p.addr % BLOCK_SIZE;
+                let e = Extent {
+                    ino: U64::new(ino),
+                    file_offset: U64::new(offset),
+                    flags: U32::new(0),
+                    next: neighbour(state.map.after(offset)),
+                    prev: neighbour(state.map.before(offset)),
+                    start_block: U32::new((p.addr / BLOCK_SIZE) as u32),
+                    length: U32::new(p.len as u32),
+                    block_offset: U16::new(block_offset as u16),
+                    block_count: U16::new(Extent::blocks_needed(block_offset, p.len) as u16),
+                };
+                (p.eno, e)
+            })
+            .collect()
+    }
+
+    /// Joins each pending piece with the pieces before and after it that it continues both in
+    /// the file and in the data zone (appends, 1 KiB writes packed in a tail block).
+    fn merge_pending(&self, state: &mut FileState) {
+        let offsets: Vec<u64> = state.map.pending().collect();
+        for offset in offsets {
+            let Some(mut piece) = state.map.get(offset) else {
+                continue; // merged into an earlier one
+            };
+            let mut start = offset;
+            while let Some((q_offset, q)) = state.map.before(start) {
+                let joins = q_offset + q.len == start && q.addr_end() == piece.addr;
+                if !joins || !fits_one_extent(q.addr, q.len + piece.len) {
+                    break;
+                }
+                state.map.remove(start);
+                state.map.remove(q_offset);
+                if q.eno != 0 {
+                    state.removed.push((q.eno, q.addr, q.len));
+                }
+                (start, piece) = (
+                    q_offset,
+                    Piece {
+                        addr: q.addr,
+                        len: q.len + piece.len,
+                        eno: 0,
+                    },
+                );
+                state.map.insert(start, piece);
+            }
+            while let Some((r_offset, r)) = state.map.after(start) {
+                let joins = start + piece.len == r_offset && piece.addr_end() == r.addr;
+                if !joins || !fits_one_extent(piece.addr, piece.len + r.len) {
+                    break;
+                }
+                state.map.remove(r_offset);
+                state.map.remove(start);
+                if r.eno != 0 {
+                    state.removed.push((r.eno, r.addr, r.len));
+                }
+                piece.len += r.len;
+                state.map.insert(start, piece);
+            }
+        }
+    }
+
+    /// The fragmentation policy: any 64 KiB window with a pending piece and more than 32 pieces is
+    /// rewritten into fresh contiguous space as one piece. Skipped quietly when space is short.
+    fn defragment(&self, state: &mut FileState) {
+        let mut windows: Vec<u64> = state
+            .map
+            .pending()
+            .map(|offset| offset / WINDOW_BYTES)
+            .collect();
+        windows.dedup();
+        for window in windows {
+            let (start, end) = (window * WINDOW_BYTES, (window + 1) * WINDOW_BYTES);
+            let crowded = state
+                .map
+                .overlapping(start, end)
+                .nth(WINDOW_MAX_PIECES)
+                .is_some();
+            if !crowded {
+                continue;
+            }
+            let first = state.map.overlapping(start, end).next().expect("crowded");
+            let last = state.map.overlapping(start, end).last().expect("crowded");
+            let from = first.0.max(start);
+            let to = (last.0 + last.1.len).min(end).min(state.size);
+            let mut bytes = vec![0u8; (to - from) as usize];
+            self.read_locked(state, from, &mut bytes);
+            let Ok(placement) = self.place(state, to - from) else {
+                return;
+            };
+            self.store_data(&placement, &bytes);
+            self.put_pieces(state, from, &placement);
+            state.dirty_bytes += to - from;
+        }
+    }
+}

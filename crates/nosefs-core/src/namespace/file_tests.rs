@@ -1,0 +1,318 @@
+//! File data through the public API: NCOW placement, packing, merging, the fragmentation policy,
+//! truncate, limits, ENOSPC, fences, and crash recovery of commits.
+
+use super::tests::{errno, fresh, Harness, OWNER};
+use super::*;
+
+fn new_file(h: &Harness, name: &[u8]) -> u64 {
+    h.fs()
+        .create(ROOT_INO, name, 0o644, OWNER, true)
+        .unwrap()
+        .ino
+}
+
+fn read_all(fs: &Fs, ino: u64) -> Vec<u8> {
+    let size = fs.getattr(ino).unwrap().size as usize;
+    let mut buf = vec![0xee; size + 10];
+    let n = fs.read(ino, 0, &mut buf).unwrap();
+    assert_eq!(n, size);
+    buf.truncate(n);
+    buf
+}
+
+#[test]
+fn a_small_overwrite_copies_nothing_else() {
+    let h = fresh(None);
+    let f = new_file(&h, b"f");
+    h.fs().write(f, 0, &[b'a'; 4096]).unwrap();
+    h.fs().fsync(f).unwrap();
+    let free = h.fs().free_data_blocks();
+    h.fs().write(f, 1024, &[b'b'; 1024]).unwrap();
+    assert_eq!(
+        h.fs().file_pieces(f).unwrap(),
+        3,
+        "the extent is split around the new 1 KiB"
+    );
+    assert_eq!(
+        free - h.fs().free_data_blocks(),
+        1,
+        "one block for the 1 KiB (its rest is the file's tail), none for a copy"
+    );
+    h.fs().fsync(f).unwrap();
+    let mut want = vec![b'a'; 4096];
+    want[1024..2048].fill(b'b');
+    assert_eq!(read_all(h.fs(), f), want);
+}
+
+#[test]
+fn small_writes_pack_into_blocks_and_merge_into_one_extent() {
+    let mut h = fresh(None);
+    let f = new_file(&h, b"log");
+    let free = h.fs().free_data_blocks();
+    for i in 0..64u8 {
+        h.fs().append(f, &[i; 1024]).unwrap();
+    }
+    assert_eq!(
+        free - h.fs().free_data_blocks(),
+        16,
+        "64 KiB of 1 KiB appends fill 16 blocks"
+    );
+    h.fs().fsync(f).unwrap();
+    assert_eq!(
+        h.fs().file_pieces(f).unwrap(),
+        1,
+        "contiguous appends merge"
+    );
+    h.remount(false);
+    let data = read_all(h.fs(), f);
+    assert_eq!(data.len(), 64 * 1024);
+    assert!((0..64).all(|i| data[i * 1024..(i + 1) * 1024].iter().all(|&b| b == i as u8)));
+    let usage = crate::info::Usage::scan(h.fs().image());
+    assert_eq!(usage.space_amplification(), Some(1.0));
+}
+
+#[test]
+fn fragmented_windows_are_rewritten_at_fsync() {
+    let h = fresh(None);
+    let f = new_file(&h, b"f");
+    let mut want: Vec<u8> = (0..128 * 1024).map(|i| (i % 251) as u8).collect();
+    h.fs().write(f, 0, &want).unwrap();
+    h.fs().fsync(f).unwrap();
+    let mut seed = 12345u64;
+    for i in 0..400u64 {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let offset = (seed >> 20) % (want.len() as u64 - 100);
+        let data = [i as u8; 100];
+        h.fs().write(f, offset, &data).unwrap();
+        want[offset as usize..offset as usize + 100].copy_from_slice(&data);
+        h.fs().fsync(f).unwrap();
+        assert!(
+            h.fs().file_pieces(f).unwrap() <= 2 * (WINDOW_MAX_PIECES + 3),
+            "two windows never hold much more than the threshold after fsync"
+        );
+    }
+    assert_eq!(read_all(h.fs(), f), want);
+}
+
+#[test]
+fn holes_truncate_and_append_behave_as_posix_says() {
+    let mut h = fresh(None);
+    let f = new_file(&h, b"f");
+    h.fs().write(f, 10_000, b"end").unwrap();
+    let data = read_all(h.fs(), f);
+    assert_eq!(data.len(), 10_003);
+    assert!(
+        data[..10_000].iter().all(|&b| b == 0),
+        "a hole reads as zeros"
+    );
+    h.fs().truncate(f, 5).unwrap();
+    h.fs().truncate(f, 20).unwrap();
+    assert_eq!(read_all(h.fs(), f), vec![0; 20], "regrown bytes are zero");
+    assert_eq!(h.fs().append(f, b"xy").unwrap(), 20);
+    h.fs().fsync(f).unwrap();
+    h.remount(false);
+    let mut want = vec![0; 20];
+    want.extend_from_slice(b"xy");
+    assert_eq!(read_all(h.fs(), f), want);
+    let d = h.fs().mkdir(ROOT_INO, b"d", 0o755, OWNER).unwrap().ino;
+    assert_eq!(errno(h.fs().write(d, 0, b"x")), Errno::EISDIR);
+    assert_eq!(errno(h.fs().truncate(d, 0)), Errno::EISDIR);
+}
+
+#[test]
+fn absurd_offsets_are_errors_not_panics() {
+    let h = fresh(None);
+    let f = new_file(&h, b"f");
+    assert_eq!(errno(h.fs().write(f, u64::MAX - 1, b"xy")), Errno::EFBIG);
+    assert_eq!(errno(h.fs().write(f, MAX_FILE_BYTES, b"x")), Errno::EFBIG);
+    assert_eq!(errno(h.fs().truncate(f, u64::MAX)), Errno::EFBIG);
+    let mut buf = [0u8; 4];
+    assert_eq!(errno(h.fs().read(f, u64::MAX, &mut buf)), Errno::EINVAL);
+    assert_eq!(h.fs().read(f, MAX_FILE_BYTES - 1, &mut buf).unwrap(), 0);
+}
+
+#[test]
+fn unsynced_writes_vanish_in_a_crash_and_synced_ones_stay() {
+    let mut h = fresh(None);
+    let f = new_file(&h, b"f");
+    h.fs().write(f, 0, &[1; 5000]).unwrap();
+    h.fs().fsync(f).unwrap();
+    h.fs().write(f, 100, &[2; 300]).unwrap();
+    h.fs().write(f, 5000, &[3; 300]).unwrap();
+    assert_eq!(
+        h.fs().getattr(f).unwrap().size,
+        5300,
+        "stat sees pending writes"
+    );
+    h.remount(false);
+    assert_eq!(read_all(h.fs(), f), vec![1; 5000]);
+}
+
+#[test]
+fn sync_mount_makes_every_write_durable() {
+    let h = fresh(None);
+    let image = h.fs.unwrap().unmount();
+    let fs = Fs::mount_image(
+        image,
+        &MountOptions {
+            sync: true,
+            cpus: Some(2),
+            ..MountOptions::default()
+        },
+    )
+    .unwrap();
+    let f = fs.create(ROOT_INO, b"f", 0o644, OWNER, true).unwrap().ino;
+    fs.write(f, 0, b"durable").unwrap();
+    let crashed = Image::from_region(
+        crate::pmem::Region::recording_from(&fs.image().region().snapshot()).unwrap(),
+    )
+    .unwrap();
+    let fs = Fs::mount_image(crashed, &MountOptions::default()).unwrap();
+    let mut buf = [0u8; 16];
+    let n = fs.read(f, 0, &mut buf).unwrap();
+    assert_eq!(&buf[..n], b"durable");
+}
+
+#[test]
+fn fences_per_fsync_are_few() {
+    let h = fresh(None);
+    let f = new_file(&h, b"f");
+    let cases: [(&str, u64, usize, u64); 3] = [
+        ("4 KiB append", 0, 4096, 3),
+        ("1 KiB overwrite", 1000, 1024, 3),
+        ("64 KiB write", 0, 65536, 4),
+    ];
+    for (what, offset, len, fences) in cases {
+        h.fs().write(f, offset, &vec![7u8; len]).unwrap();
+        let before = crate::pmem::counters();
+        h.fs().fsync(f).unwrap();
+        let spent = crate::pmem::counters().since(before);
+        assert_eq!(spent.fences, fences, "{what} + fsync");
+    }
+    let before = crate::pmem::counters();
+    h.fs().fsync(f).unwrap();
+    assert_eq!(
+        crate::pmem::counters().since(before).fences,
+        0,
+        "nothing pending"
+    );
+}
+
+#[test]
+fn enospc_leaves_a_clean_image_and_deleting_gives_the_space_back() {
+    let mut h = fresh(None);
+    let chunk = vec![9u8; 256 * 1024];
+    let fill = |h: &Harness, prefix: &str| -> u64 {
+        let mut written = 0u64;
+        for i in 0.. {
+            let f = new_file(h, format!("{prefix}{i}").as_bytes());
+            match h.fs().write(f, 0, &chunk) {
+                Ok(_) => written += chunk.len() as u64,
+                Err(e) => {
+                    assert_eq!(e.errno(), Errno::ENOSPC);
+                    break;
+                }
+            }
+            h.fs().fsync(f).unwrap();
+        }
+        written
+    };
+    let first = fill(&h, "a");
+    assert!(first > 0);
+    h.remount(true);
+    let names: Vec<Vec<u8>> = {
+        let mut v = Vec::new();
+        h.fs()
+            .readdir(ROOT_INO, 0, |e| {
+                v.push(e.name);
+                true
+            })
+            .unwrap();
+        v
+    };
+    for name in names.iter().filter(|n| n.starts_with(b"a")) {
+        h.fs().unlink(ROOT_INO, name).unwrap();
+    }
+    let second = fill(&h, "b");
+    assert!(
+        second.abs_diff(first) * 100 <= first,
+        "fill {first}, delete all, fill {second}: within 1%"
+    );
+    h.remount(false);
+}
+
+/// The stores `op` issues, after checking it left none in flight.
+fn stores_of(fs: &Fs, op: impl FnOnce(&Fs)) -> Vec<(u64, Vec<u8>)> {
+    fs.image().region().recorder().unwrap().take_events();
+    op(fs);
+    let region = fs.image().region();
+    let mut recorder = region.recorder().unwrap();
+    assert!(
+        recorder.unpersisted_lines().is_empty(),
+        "stores left in flight"
+    );
+    recorder
+        .take_events()
+        .into_iter()
+        .filter_map(|e| match e {
+            crate::pmem::Event::Store { offset, bytes, .. }
+            | crate::pmem::Event::StoreNt { offset, bytes, .. } => Some((offset, bytes)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn check_clean(bytes: &[u8], what: &str) {
+    let report = crate::fsck::fsck_region(
+        crate::pmem::Region::recording_from(bytes).unwrap(),
+        crate::fsck::FsckOptions::default(),
+    )
+    .unwrap();
+    assert!(report.problems.is_empty(), "{what}: {:#?}", report.problems);
+}
+
+#[test]
+fn crash_at_every_store_of_an_fsync_and_a_truncate() {
+    type Op = fn(&Fs, u64);
+    let cases: [(usize, u64, usize, Op); 4] = [
+        (0, 0, 3000, |fs, f| fs.fsync(f).unwrap()),
+        (8192, 1000, 100, |fs, f| fs.fsync(f).unwrap()),
+        (8192, 4096, 40_000, |fs, f| fs.fsync(f).unwrap()),
+        (8192, 1000, 100, |fs, f| fs.truncate(f, 2000).unwrap()),
+    ];
+    for (i, (setup_len, offset, len, op)) in cases.into_iter().enumerate() {
+        let h = fresh(None);
+        let f = new_file(&h, b"f");
+        if setup_len > 0 {
+            h.fs().write(f, 0, &vec![1u8; setup_len]).unwrap();
+            h.fs().fsync(f).unwrap();
+        }
+        let before = read_all(h.fs(), f);
+        h.fs().write(f, offset, &vec![2u8; len]).unwrap();
+        let base = h.fs().image().region().snapshot();
+        let stores = stores_of(h.fs(), |fs| op(fs, f));
+        let after = read_all(h.fs(), f);
+        for cut in 0..=stores.len() {
+            let mut bytes = base.clone();
+            for (at, data) in &stores[..cut] {
+                bytes[*at as usize..*at as usize + data.len()].copy_from_slice(data);
+            }
+            let what = format!("case {i}, cut {cut} of {}", stores.len());
+            check_clean(&bytes, &what);
+            let region = crate::pmem::Region::recording_from(&bytes).unwrap();
+            let fs = Fs::mount_image(
+                Image::from_region(region).unwrap(),
+                &MountOptions::default(),
+            )
+            .unwrap_or_else(|e| panic!("{what}: mount failed: {e}"));
+            let got = read_all(&fs, f);
+            assert!(
+                got == before || got == after,
+                "{what}: neither before nor after"
+            );
+            check_clean(&fs.unmount().into_region().snapshot(), &what);
+        }
+    }
+}

@@ -1,0 +1,528 @@
+//! File-data transactions through the file journal (seed 001, III-D "batch-write" and III-E).
+//!
+//! An fsync (or a truncate, or a write in `sync` mode) turns the file's pending pieces into
+//! extents and retires the extents they replace, in one transaction: [`commit`] is the one
+//! function that makes it durable and atomic. The log names extents by number (their addresses),
+//! never their contents; new extents are written with their valid bit clear before the commit
+//! point. [`apply_links`] and [`apply_retire`] are the apply step, shared with recovery and
+//! idempotent, so a crash at any point (also during recovery) is repaired by applying the
+//! committed log again.
+
+use smallvec::SmallVec;
+use zerocopy::little_endian::{I64, U32, U64};
+use zerocopy::{FromZeros, IntoBytes};
+
+use crate::format::extent::{Extent, EXTENT_BYTES, FLAG_VALID as EXTENT_VALID};
+use crate::format::journal::{
+    FileEntry, FileLog, FILE_LOG_DATA_FENCED, FILE_LOG_ENTRIES, FILE_OVERFLOW_ENTRIES,
+};
+use crate::format::pinode::{self, FLAG_VALID};
+use crate::format::BLOCK_SIZE;
+use crate::image::Image;
+
+use super::txn::{fault, set_bitmap_bits, TAIL_COUNT_MASK};
+
+/// Offsets of fields updated in place.
+const EXTENT_FLAGS_OFFSET: u64 = 16;
+const EXTENT_NEXT_OFFSET: u64 = 20;
+const EXTENT_PREV_OFFSET: u64 = 24;
+const PINODE_SIZE_OFFSET: u64 = 32;
+const PINODE_MTIME_OFFSET: u64 = 48;
+const PINODE_CTIME_OFFSET: u64 = 56;
+const PINODE_EXTENT_HEAD_OFFSET: u64 = 72;
+/// Offset of the entries in a file log.
+const ENTRIES_OFFSET: u64 = 56;
+/// Offset of the next-block word in an overflow block.
+const OVERFLOW_NEXT_OFFSET: u64 = 8 * FILE_OVERFLOW_ENTRIES as u64;
+/// Most dirty bytes a checksum covers when recovery recomputes it; a commit claiming more is torn.
+const CHECKSUM_DATA_LIMIT_BYTES: u64 = 64 << 20;
+
+/// One file transaction.
+#[derive(Debug)]
+pub struct FileCommit<'a> {
+    /// The file.
+    pub ino: u64,
+    /// Its primary pinode's slot (the caller holds the inode lock, so it cannot change).
+    pub slot: u32,
+    /// Its size after the commit.
+    pub size: u64,
+    /// Its modification and change time after the commit.
+    pub mtime_ns: i64,
+    /// Its first and last extent after the commit (0 when it has none).
+    pub head: u32,
+    /// See `head`.
+    pub last: u32,
+    /// New extents, written here with their valid bit clear: (eno, record).
+    pub new: &'a [(u32, Extent)],
+    /// Extents leaving the file's list.
+    pub removed: &'a [u32],
+    /// Whether the caller's new data is large enough that a fence is cheaper than checksumming
+    /// it; then it is fenced before the commit point instead.
+    pub data_fenced: bool,
+}
+
+impl FileCommit<'_> {
+    /// Entries the commit logs: new and removed extents paired up, at least one.
+    pub fn entry_count(&self) -> usize {
+        self.new.len().max(self.removed.len()).max(1)
+    }
+
+    /// Overflow blocks the commit needs beyond its log.
+    pub fn overflow_blocks_needed(&self) -> usize {
+        self.entry_count()
+            .saturating_sub(FILE_LOG_ENTRIES)
+            .div_ceil(FILE_OVERFLOW_ENTRIES)
+    }
+
+    fn entry(&self, i: usize) -> FileEntry {
+        FileEntry {
+            old: self.removed.get(i).copied().unwrap_or(0),
+            new: self.new.get(i).map_or(0, |(eno, _)| *eno),
+        }
+    }
+}
+
+/// Commits `c` through file log `log`, which the caller owns, with `overflow` blocks lent to it
+/// (as many as [`FileCommit::overflow_blocks_needed`]). `still_used(block)` says whether a block
+/// holds bytes of an extent the file keeps or gains. Fences: 3, or 4 with `data_fenced`.
+///
+/// Steps:
+/// 1. write the new extents with their valid bit clear, and flush them (the data itself was
+///    written and flushed by `write`); with `data_fenced`, fence, so data and records are durable;
+/// 2. write the log header (ino, size, time, slot, head, last, flags, overflow link) and the
+///    entries (old and new extent numbers: addresses, never contents); flush;
+/// 3. commit: store the entry count and the CRC-32C of header, entries, new records and (unless
+///    fenced) new data in `tail`, one atomic 8-byte store; flush, fence;
+/// 4. apply: validate and link the new extents, point the pinode at the list, retire the removed
+///    extents and clear the bitmap bits of blocks no extent of the file holds any more, store size
+///    and times in the pinode; flush, fence;
+/// 5. clear `tail` (one atomic 8-byte store); flush, fence.
+pub fn commit(
+    image: &Image,
+    log: u64,
+    overflow: &[u64],
+    c: &FileCommit<'_>,
+    still_used: &dyn Fn(u64) -> bool,
+) {
+    let region = image.region();
+    let g = image.geometry();
+    let log_offset = g.file_log_offset(log);
+    let n = c.entry_count();
+    assert!(log != 0, "file log 0 is reserved");
+    assert_eq!(overflow.len(), c.overflow_blocks_needed());
+    assert_eq!(
+        region.load_u64(log_offset),
+        0,
+        "file log {log} is not empty"
+    );
+    assert!(c.new.iter().all(|(_, e)| !e.is_valid()));
+    assert!(c
+        .removed
+        .iter()
+        .all(|&o| image.extent(u64::from(o)).is_valid()));
+
+    // 1. New extents, invalid until applied.
+    for (eno, record) in c.new {
+        let offset = g.extent_offset(u64::from(*eno));
+        region.write(offset, record);
+        region.flush(offset, EXTENT_BYTES);
+    }
+    if c.data_fenced {
+        region.fence();
+    }
+    // 2. Header and entries.
+    write_header_and_entries(image, log, overflow, c);
+    // 3. The commit point.
+    let checksum = commit_checksum(image, log, n as u64).expect("entries just written");
+    region.store_u64(log_offset, n as u64 | (u64::from(checksum) << 32));
+    region.flush(log_offset, 8);
+    if !fault::active(fault::Fault::SkipCommitFence) {
+        region.fence();
+    }
+    // 4. Apply.
+    let header = image.file_log(log);
+    let entries = read_entries(image, log, n as u64).expect("entries just written");
+    apply_links(image, &header, &entries);
+    apply_retire(image, &entries, still_used);
+    if !fault::active(fault::Fault::SkipApplyFence) {
+        region.fence();
+    }
+    // 5. Clear the log.
+    region.store_u64_persist(log_offset, 0);
+
+    debug_assert!(c
+        .new
+        .iter()
+        .all(|(eno, _)| image.extent(u64::from(*eno)).is_valid()));
+    debug_assert!(c
+        .removed
+        .iter()
+        .all(|&o| !image.extent(u64::from(o)).is_valid()));
+    debug_assert_eq!(
+        image.pinode(u64::from(c.slot)).extent_head.get(),
+        c.head,
+        "the pinode points at the new list"
+    );
+}
+
+fn write_header_and_entries(image: &Image, log: u64, overflow: &[u64], c: &FileCommit<'_>) {
+    let region = image.region();
+    let g = image.geometry();
+    let log_offset = g.file_log_offset(log);
+    let n = c.entry_count();
+    let mut header = FileLog::new_zeroed();
+    header.ino = U64::new(c.ino);
+    header.size = U64::new(c.size);
+    header.mtime_ns = I64::new(c.mtime_ns);
+    header.slot = U32::new(c.slot);
+    header.head = U32::new(c.head);
+    header.last = U32::new(c.last);
+    header.flags = U32::new(if c.data_fenced {
+        FILE_LOG_DATA_FENCED
+    } else {
+        0
+    });
+    header.overflow = U64::new(overflow.first().map_or(0, |b| b + 1));
+    for (i, word) in header.entries.iter_mut().enumerate().take(n) {
+        *word = U64::new(c.entry(i).encode());
+    }
+    let here = n.min(FILE_LOG_ENTRIES) as u64;
+    let bytes = &header.as_bytes()[8..(ENTRIES_OFFSET + 8 * here) as usize];
+    region.write_bytes(log_offset + 8, bytes);
+    region.flush(log_offset + 8, bytes.len() as u64);
+    for (k, &block) in overflow.iter().enumerate() {
+        let first = FILE_LOG_ENTRIES + k * FILE_OVERFLOW_ENTRIES;
+        let last = (first + FILE_OVERFLOW_ENTRIES).min(n);
+        let words: Vec<u64> = (first..last).map(|i| c.entry(i).encode()).collect();
+        let base = g.block_offset(block);
+        region.write_bytes(base, words.as_bytes());
+        let next = overflow.get(k + 1).map_or(0, |b| b + 1);
+        region.write(base + OVERFLOW_NEXT_OFFSET, &U64::new(next));
+        region.flush(base, BLOCK_SIZE);
+    }
+}
+
+/// The `count` entries of file log `log`, following its overflow chain, or why they cannot be
+/// read. Robust to garbage: every block number is range-checked.
+pub fn read_entries(image: &Image, log: u64, count: u64) -> Result<Vec<FileEntry>, String> {
+    let g = image.geometry();
+    let header = image.file_log(log);
+    let here = count.min(FILE_LOG_ENTRIES as u64) as usize;
+    let mut entries: Vec<FileEntry> = header.entries[..here]
+        .iter()
+        .map(|w| FileEntry::decode(w.get()))
+        .collect();
+    let mut link = header.overflow.get();
+    while (entries.len() as u64) < count {
+        if link == 0 || link > g.data_block_count() {
+            return Err(format!("overflow link {link} is not a data block"));
+        }
+        let base = g.block_offset(link - 1);
+        let want = (count - entries.len() as u64).min(FILE_OVERFLOW_ENTRIES as u64);
+        for i in 0..want {
+            entries.push(FileEntry::decode(image.region().load_u64(base + 8 * i)));
+        }
+        link = image.region().load_u64(base + OVERFLOW_NEXT_OFFSET);
+    }
+    Ok(entries)
+}
+
+/// A record's data-zone byte range, if it lies inside the data zone.
+fn data_range(image: &Image, e: &Extent) -> Option<(u64, u64)> {
+    let g = image.geometry();
+    let start = u64::from(e.start_block.get());
+    let blocks = Extent::blocks_needed(u64::from(e.block_offset.get()), u64::from(e.length.get()));
+    (start + blocks <= g.data_block_count()).then(|| {
+        let addr = start * BLOCK_SIZE + u64::from(e.block_offset.get());
+        (addr, u64::from(e.length.get()))
+    })
+}
+
+/// The checksum a file commit's tail carries: CRC-32C over the header after `tail`, the entries,
+/// each new extent (valid bit read as clear), and unless `DATA_FENCED` the bytes of each new
+/// extent that no removed extent held (the data written since the last commit; bytes a new extent
+/// shares with one it replaces were made durable by an earlier commit). `None` when the log cannot
+/// be read (a torn commit's garbage). Runs on media content at mount, so everything is checked.
+pub fn commit_checksum(image: &Image, log: u64, count: u64) -> Option<u32> {
+    let g = image.geometry();
+    let header = image.file_log(log);
+    let entries = read_entries(image, log, count).ok()?;
+    let mut crc = crc32c::crc32c(&header.as_bytes()[8..ENTRIES_OFFSET as usize]);
+    for e in &entries {
+        crc = crc32c::crc32c_append(crc, &e.encode().to_le_bytes());
+    }
+    let in_table = |eno: u32| eno != 0 && u64::from(eno) < g.extent_count();
+    let mut old: SmallVec<[(u64, u64); 8]> = entries
+        .iter()
+        .filter(|e| in_table(e.old))
+        .filter_map(|e| data_range(image, &image.extent(u64::from(e.old))))
+        .collect();
+    old.sort_unstable();
+    let fenced = header.flags.get() & FILE_LOG_DATA_FENCED != 0;
+    let mut data_bytes = 0u64;
+    for e in entries.iter().filter(|e| in_table(e.new)) {
+        let mut record = image.extent(u64::from(e.new));
+        record.flags = U32::new(record.flags.get() & !EXTENT_VALID);
+        crc = crc32c::crc32c_append(crc, record.as_bytes());
+        if fenced {
+            continue;
+        }
+        let (addr, len) = data_range(image, &record)?;
+        for (a, l) in subtract(addr, len, &old) {
+            data_bytes += l;
+            if data_bytes > CHECKSUM_DATA_LIMIT_BYTES {
+                return None;
+            }
+            let mut bytes = vec![0u8; l as usize];
+            image.region().read_bytes(g.block_offset(0) + a, &mut bytes);
+            crc = crc32c::crc32c_append(crc, &bytes);
+        }
+    }
+    Some(crc)
+}
+
+/// The parts of `[addr, addr + len)` outside every range of `sorted` (sorted by start).
+fn subtract(addr: u64, len: u64, sorted: &[(u64, u64)]) -> SmallVec<[(u64, u64); 2]> {
+    let mut out = SmallVec::new();
+    let (mut at, end) = (addr, addr + len);
+    for &(a, l) in sorted {
+        if a + l <= at {
+            continue;
+        }
+        if a >= end {
+            break;
+        }
+        if a > at {
+            out.push((at, a - at));
+        }
+        at = at.max(a + l);
+        if at >= end {
+            break;
+        }
+    }
+    if at < end {
+        out.push((at, end - at));
+    }
+    out
+}
+
+fn store_u32_if(image: &Image, offset: u64, value: u32) {
+    let region = image.region();
+    let current: U32 = region.read(offset);
+    if current.get() != value {
+        region.write(offset, &U32::new(value));
+        region.flush(offset, 4);
+    }
+}
+
+/// First half of the apply step: validates the new extents and sets their blocks' bits, links
+/// each one's neighbours to it, points the pinode at the list's head, ends the list at `last`,
+/// and stores size and times. Idempotent; flushes what it stores; the caller fences.
+pub fn apply_links(image: &Image, header: &FileLog, entries: &[FileEntry]) {
+    let g = image.geometry();
+    for e in entries.iter().filter(|e| e.new != 0) {
+        let eno = u64::from(e.new);
+        let record = image.extent(eno);
+        let base = g.extent_offset(eno);
+        store_u32_if(
+            image,
+            base + EXTENT_FLAGS_OFFSET,
+            record.flags.get() | EXTENT_VALID,
+        );
+        let start = u64::from(record.start_block.get());
+        set_bitmap_bits(image, start, u64::from(record.block_count.get()), true);
+        let (prev, next) = (u64::from(record.prev.get()), u64::from(record.next.get()));
+        if prev != 0 {
+            store_u32_if(image, g.extent_offset(prev) + EXTENT_NEXT_OFFSET, e.new);
+        }
+        if next != 0 {
+            store_u32_if(image, g.extent_offset(next) + EXTENT_PREV_OFFSET, e.new);
+        }
+    }
+    let (head, last) = (header.head.get(), header.last.get());
+    if head != 0 {
+        store_u32_if(
+            image,
+            g.extent_offset(u64::from(head)) + EXTENT_PREV_OFFSET,
+            0,
+        );
+    }
+    if last != 0 {
+        store_u32_if(
+            image,
+            g.extent_offset(u64::from(last)) + EXTENT_NEXT_OFFSET,
+            0,
+        );
+    }
+    let p = g.pinode_offset(u64::from(header.slot.get()));
+    store_u32_if(image, p + PINODE_EXTENT_HEAD_OFFSET, head);
+    let region = image.region();
+    region.store_u64(p + PINODE_SIZE_OFFSET, header.size.get());
+    let mtime_ns = header.mtime_ns.get();
+    // The change time never goes back: an attribute change after the last write keeps its own.
+    let ctime_ns = (region.load_u64(p + PINODE_CTIME_OFFSET) as i64).max(mtime_ns);
+    region.store_u64(p + PINODE_MTIME_OFFSET, mtime_ns as u64);
+    region.store_u64(p + PINODE_CTIME_OFFSET, ctime_ns as u64);
+    region.flush(p + PINODE_SIZE_OFFSET, 32);
+}
+
+/// Second half of the apply step: clears the valid bits of the removed extents and the bitmap
+/// bits of their blocks that `still_used` says no extent of the file holds any more. Idempotent;
+/// flushes; the caller fences.
+pub fn apply_retire(image: &Image, entries: &[FileEntry], still_used: &dyn Fn(u64) -> bool) {
+    let g = image.geometry();
+    for e in entries.iter().filter(|e| e.old != 0) {
+        let eno = u64::from(e.old);
+        let record = image.extent(eno);
+        store_u32_if(
+            image,
+            g.extent_offset(eno) + EXTENT_FLAGS_OFFSET,
+            record.flags.get() & !EXTENT_VALID,
+        );
+        let start = u64::from(record.start_block.get());
+        let end = start + u64::from(record.block_count.get());
+        let mut block = start;
+        while block < end {
+            if still_used(block) {
+                block += 1;
+                continue;
+            }
+            let run_start = block;
+            while block < end && !still_used(block) {
+                block += 1;
+            }
+            set_bitmap_bits(image, run_start, block - run_start, false);
+        }
+    }
+}
+
+/// What recovery did with the file journal.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FileReplayReport {
+    /// Committed logs applied again.
+    pub replayed: u64,
+    /// Logs whose commit a crash tore (checksum mismatch), discarded.
+    pub discarded: u64,
+}
+
+/// Whether the commit in file log `log` is intact. `None` when the log is empty.
+pub fn log_intact(image: &Image, log: u64) -> Option<bool> {
+    let tail = image.file_log(log).tail.get();
+    if tail == 0 {
+        return None;
+    }
+    let count = tail & TAIL_COUNT_MASK;
+    let limit = FILE_LOG_ENTRIES as u64
+        + image.geometry().data_block_count() * FILE_OVERFLOW_ENTRIES as u64;
+    if count == 0 || count > limit {
+        return Some(false);
+    }
+    Some(commit_checksum(image, log, count) == Some((tail >> 32) as u32))
+}
+
+/// Checks that an intact committed file log names only things apply may touch.
+pub fn validate(image: &Image, log: u64) -> Result<(), String> {
+    let g = image.geometry();
+    let header = image.file_log(log);
+    let count = header.tail.get() & TAIL_COUNT_MASK;
+    let entries = read_entries(image, log, count)?;
+    let in_table = |eno: u32| u64::from(eno) < g.extent_count();
+    for (i, e) in entries.iter().enumerate() {
+        if !in_table(e.old) || !in_table(e.new) {
+            return Err(format!("entry {i} names an extent past the table"));
+        }
+        if e.new != 0 {
+            let r = image.extent(u64::from(e.new));
+            let links_ok = in_table(r.prev.get()) && in_table(r.next.get());
+            if data_range(image, &r).is_none() || !links_ok || r.ino.get() != header.ino.get() {
+                return Err(format!("new extent {} is not usable", e.new));
+            }
+        }
+    }
+    if !in_table(header.head.get()) || !in_table(header.last.get()) {
+        return Err("head or last extent past the table".into());
+    }
+    if header.flags.get() & !crate::format::journal::FILE_LOG_KNOWN_FLAGS != 0 {
+        return Err(format!("unknown flags {:#x}", header.flags.get()));
+    }
+    let slot = u64::from(header.slot.get());
+    let ok = slot != 0 && slot < g.pinode_count() && {
+        let p = image.pinode(slot);
+        p.flags.get() & FLAG_VALID != 0
+            && p.is_primary()
+            && p.ino.get() == header.ino.get()
+            && p.mode.get() & pinode::S_IFMT == pinode::S_IFREG
+    };
+    if !ok {
+        return Err(format!("slot {slot} is not the file's primary pinode"));
+    }
+    Ok(())
+}
+
+/// Recovery: applies every intact committed file log, discards torn ones, and clears them. The
+/// caller has run [`validate`] on the intact ones.
+pub fn replay(image: &Image) -> FileReplayReport {
+    let g = image.geometry();
+    let mut report = FileReplayReport::default();
+    for log in 1..g.file_log_count() {
+        let Some(intact) = log_intact(image, log) else {
+            continue;
+        };
+        if intact {
+            let header = image.file_log(log);
+            let count = header.tail.get() & TAIL_COUNT_MASK;
+            let entries = read_entries(image, log, count).expect("validated");
+            apply_links(image, &header, &entries);
+            let mut kept = list_blocks(image, header.head.get());
+            kept.sort_unstable();
+            // A file's extents share at most their boundary blocks, so the last run starting at
+            // or before a block is the only one that can hold it.
+            apply_retire(image, &entries, &|b| {
+                let i = kept.partition_point(|&(s, _)| s <= b);
+                i > 0 && kept[i - 1].0 + kept[i - 1].1 > b
+            });
+            image.region().fence();
+            report.replayed += 1;
+        } else {
+            report.discarded += 1;
+        }
+        image.region().store_u64_persist(g.file_log_offset(log), 0);
+    }
+    report
+}
+
+/// The block runs of the extent list from `head`, walked with a bound (media content).
+fn list_blocks(image: &Image, head: u32) -> Vec<(u64, u64)> {
+    let g = image.geometry();
+    let mut runs = Vec::new();
+    let mut eno = u64::from(head);
+    while eno != 0 && eno < g.extent_count() && (runs.len() as u64) < g.extent_count() {
+        let e = image.extent(eno);
+        runs.push((
+            u64::from(e.start_block.get()),
+            u64::from(e.block_count.get()),
+        ));
+        eno = u64::from(e.next.get());
+    }
+    runs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::subtract;
+
+    #[test]
+    fn subtract_leaves_what_no_range_covers() {
+        assert_eq!(subtract(0, 100, &[]).as_slice(), &[(0, 100)]);
+        assert_eq!(subtract(0, 100, &[(0, 100)]).as_slice(), &[]);
+        assert_eq!(
+            subtract(0, 100, &[(20, 10)]).as_slice(),
+            &[(0, 20), (30, 70)]
+        );
+        assert_eq!(
+            subtract(50, 100, &[(0, 60), (140, 100)]).as_slice(),
+            &[(60, 80)]
+        );
+        assert_eq!(subtract(10, 5, &[(100, 5)]).as_slice(), &[(10, 5)]);
+    }
+}
