@@ -9,5 +9,6 @@
 #![forbid(unsafe_code)]
 
 pub mod dirops;
+pub mod fileops;
 pub mod stats;
 pub mod target;

@@ -2,13 +2,13 @@
 
 use std::path::PathBuf;
 
-use nosefs_crash::workload::{pairs, random, singles, Op};
+use nosefs_crash::workload::{file_sequences, pairs, random, singles, Op};
 use nosefs_crash::{Checker, Config};
 
 /// Arguments of `nosefs crash-check`.
 #[derive(Debug, clap::Args)]
 pub struct CrashArgs {
-    /// Only this workload: `single:N`, `pair:N` or `random:SEED` (as a failure report names it).
+    /// Only this workload: `single:N`, `file:N`, `pair:N` or `random:SEED` (as a failure report names it).
     #[arg(long)]
     workload: Option<String>,
     /// Random sequences to run after the single operations and the pairs.
@@ -40,6 +40,12 @@ fn workloads(args: &CrashArgs) -> Result<Vec<(String, Vec<Op>)>, String> {
             .map(|(i, op)| (format!("single:{i}"), vec![op])),
     );
     all.extend(
+        file_sequences()
+            .into_iter()
+            .enumerate()
+            .map(|(i, ops)| (format!("file:{i}"), ops)),
+    );
+    all.extend(
         pairs()
             .into_iter()
             .enumerate()
@@ -57,7 +63,7 @@ fn workloads(args: &CrashArgs) -> Result<Vec<(String, Vec<Op>)>, String> {
     all.into_iter()
         .find(|(label, _)| label == only)
         .map(|w| vec![w])
-        .ok_or_else(|| format!("no workload `{only}` (single:N, pair:N or random:SEED)"))
+        .ok_or_else(|| format!("no workload `{only}` (single:N, file:N, pair:N or random:SEED)"))
 }
 
 /// Runs the checker; an error lists the failures.

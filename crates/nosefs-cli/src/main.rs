@@ -61,6 +61,8 @@ enum Command {
 enum BenchCommand {
     /// Create, rename and unlink N files in one directory.
     Dirops(bench::DiropsArgs),
+    /// Appends and overwrites with fsync, sequential and fragmented reads.
+    Fileops(bench::FileopsArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -100,6 +102,13 @@ fn main() -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("nosefs crash-check: {e}");
+                ExitCode::from(1)
+            }
+        },
+        Command::Bench(BenchCommand::Fileops(args)) => match bench::fileops(&args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("nosefs bench: error: {e}");
                 ExitCode::from(1)
             }
         },

@@ -14,7 +14,7 @@ pub mod states;
 pub mod tree;
 pub mod workload;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -25,7 +25,7 @@ use nosefs_core::namespace::{Fs, MountOptions, Owner, ROOT_INO};
 use nosefs_core::pmem::Region;
 
 use states::{image_key, CrashPoint, Enumerator};
-use tree::{tree_of, Tree};
+use tree::{durable_tree_of, file_data, tree_of, FileData, Tree};
 use workload::Op;
 
 /// How hard to look.
@@ -159,8 +159,19 @@ impl Checker {
     pub fn check(&mut self, label: &str, ops: &[Op]) {
         let fs = self.fresh();
         self.report.workloads += 1;
+        // Files with writes since their last commit, with the state a crash must show for them.
+        let mut pending: HashMap<u64, FileData> = HashMap::new();
+        // Writes return with their data in flight. Until a fence makes it durable, the next
+        // operation's crash states start from the image before those writes and include their
+        // stores, so a commit that trusted unfenced data would be caught.
+        let mut carried: Option<(Vec<u8>, Vec<nosefs_core::pmem::Event>)> = None;
         for (index, op) in ops.iter().enumerate() {
-            let before_tree = tree_of(&fs);
+            let before_tree = durable_tree_of(&fs, &pending);
+            if let Some(ino) = op.writes_to().and_then(|p| workload::ino_of(&fs, p).ok()) {
+                if fs.getattr(ino).is_ok_and(|a| a.mode & 0o170000 == 0o100000) {
+                    pending.entry(ino).or_insert_with(|| file_data(&fs, ino));
+                }
+            }
             let before = fs.image().region().snapshot();
             fs.image()
                 .region()
@@ -174,7 +185,10 @@ impl Checker {
                 .recorder()
                 .expect("recording")
                 .take_events();
-            let after_tree = tree_of(&fs);
+            if let Some(ino) = op.commits().and_then(|p| workload::ino_of(&fs, p).ok()) {
+                pending.remove(&ino);
+            }
+            let after_tree = durable_tree_of(&fs, &pending);
             self.report.operations += 1;
             let left = fs
                 .image()
@@ -183,7 +197,8 @@ impl Checker {
                 .expect("recording")
                 .unpersisted_lines();
             let seed = self.config.seed ^ (index as u64).wrapping_mul(0x9e37_79b9);
-            if !left.is_empty() {
+            // A plain write promises nothing until fsync: its data may stay in flight.
+            if !left.is_empty() && op.writes_to().is_none() {
                 let point = CrashPoint {
                     fence: usize::MAX,
                     prefix: Vec::new(),
@@ -204,7 +219,17 @@ impl Checker {
                 before: &before_tree,
                 after: &after_tree,
             };
-            self.explore(label, index, op, before, &events, &oracle, seed);
+            let (base, all_events) = match carried.take() {
+                Some((base, mut earlier)) => {
+                    earlier.extend(events);
+                    (base, earlier)
+                }
+                None => (before, events),
+            };
+            self.explore(label, index, op, base.clone(), &all_events, &oracle, seed);
+            if !left.is_empty() {
+                carried = Some((base, all_events));
+            }
         }
     }
 
@@ -300,8 +325,18 @@ impl Checker {
         let recovered = fs.unmount().into_region().snapshot();
         fsck_clean(&recovered)?;
         let mut recovery_images = 0;
-        let recovery_worked =
-            report.logs_replayed + report.logs_discarded + report.nlinks_fixed > 0;
+        if report.bitmap_mismatches != 0 {
+            return Err(format!(
+                "mount found {} bitmap bits disagreeing with the extents",
+                report.bitmap_mismatches
+            ));
+        }
+        let recovery_worked = report.logs_replayed
+            + report.logs_discarded
+            + report.file_logs_replayed
+            + report.file_logs_discarded
+            + report.nlinks_fixed
+            > 0;
         if recovery_worked && *recovery_budget > 0 {
             *recovery_budget -= 1;
             recovery_images = self.crash_recovery(image, &recovery_events, &tree)?;
@@ -413,6 +448,14 @@ fn use_everything(image: &[u8]) -> Result<(), String> {
         .map_err(e("rename"))?;
     fs.symlink(d.ino, b"link", b"moved", owner)
         .map_err(e("symlink"))?;
+    let data = workload::pattern(42, 6000);
+    fs.write(f.ino, 100, &data).map_err(e("write"))?;
+    fs.fsync(f.ino).map_err(e("fsync"))?;
+    let mut back = vec![0u8; data.len()];
+    fs.read(f.ino, 100, &mut back).map_err(e("read"))?;
+    if back != data {
+        return Err("after recovery, a written and fsynced file reads back wrong".into());
+    }
     debug_assert!(f.ino > 0);
     let paths: Vec<String> = tree_of(&fs).into_keys().rev().collect();
     for path in paths {

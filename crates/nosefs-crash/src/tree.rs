@@ -1,6 +1,6 @@
 //! The oracle's view of a file system: every name with what a user can observe of it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use nosefs_core::namespace::{Fs, ROOT_INO};
 
@@ -19,6 +19,36 @@ pub struct Node {
     pub target: Option<Vec<u8>>,
     /// Another path that names the same inode, if any (hard links), as the lowest such path.
     pub same_as: Option<String>,
+    /// CRC-32C of a regular file's contents (0 for anything else).
+    pub content: u32,
+}
+
+/// What a regular file's durable state is while it has writes since its last commit: the
+/// checker records it before the first such write, since the live file system shows the writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileData {
+    /// Size.
+    pub size: u64,
+    /// Modification time.
+    pub mtime_ns: i64,
+    /// CRC-32C of the contents.
+    pub content: u32,
+}
+
+/// A regular file's size, time and contents as the file system shows them now.
+pub fn file_data(fs: &Fs, ino: u64) -> FileData {
+    let a = fs.getattr(ino).expect("getattr of a file");
+    let mut bytes = vec![0u8; a.size as usize];
+    let n = fs.read(ino, 0, &mut bytes).expect("read of a file");
+    assert_eq!(
+        n as u64, a.size,
+        "a read of the whole file returns its size"
+    );
+    FileData {
+        size: a.size,
+        mtime_ns: a.mtime_ns,
+        content: crc32c::crc32c(&bytes),
+    }
 }
 
 /// Path → node, for the whole tree.
@@ -27,13 +57,26 @@ pub type Tree = BTreeMap<String, Node>;
 /// Reads the whole tree through the public API. Directory times are left out: they are derived
 /// state that a crash may leave one operation behind.
 pub fn tree_of(fs: &Fs) -> Tree {
+    durable_tree_of(fs, &HashMap::new())
+}
+
+/// The tree as a crash would leave it: files in `pending` (by inode number) show their recorded
+/// durable state instead of their live one.
+pub fn durable_tree_of(fs: &Fs, pending: &HashMap<u64, FileData>) -> Tree {
     let mut out = Tree::new();
     let mut inos: BTreeMap<u64, String> = BTreeMap::new();
-    walk(fs, ROOT_INO, "", &mut out, &mut inos);
+    walk(fs, ROOT_INO, "", &mut out, &mut inos, pending);
     out
 }
 
-fn walk(fs: &Fs, dir: u64, prefix: &str, out: &mut Tree, inos: &mut BTreeMap<u64, String>) {
+fn walk(
+    fs: &Fs,
+    dir: u64,
+    prefix: &str,
+    out: &mut Tree,
+    inos: &mut BTreeMap<u64, String>,
+    pending: &HashMap<u64, FileData>,
+) {
     let mut entries = Vec::new();
     fs.readdir(dir, 0, |e| {
         entries.push(e);
@@ -57,17 +100,29 @@ fn walk(fs: &Fs, dir: u64, prefix: &str, out: &mut Tree, inos: &mut BTreeMap<u64
         if same_as.is_none() && !is_dir {
             inos.insert(e.ino, path.clone());
         }
+        let is_file = a.mode & 0o170000 == 0o100000;
+        let data = is_file.then(|| {
+            pending
+                .get(&e.ino)
+                .copied()
+                .unwrap_or_else(|| file_data(fs, e.ino))
+        });
         let node = Node {
             mode: a.mode,
             nlink: a.nlink,
-            size: a.size,
-            mtime_ns: if is_dir { 0 } else { a.mtime_ns },
+            size: data.map_or(a.size, |d| d.size),
+            mtime_ns: if is_dir {
+                0
+            } else {
+                data.map_or(a.mtime_ns, |d| d.mtime_ns)
+            },
             target: is_link.then(|| fs.readlink(e.ino).expect("readlink of a symlink")),
             same_as,
+            content: data.map_or(0, |d| d.content),
         };
         out.insert(path.clone(), node);
         if is_dir {
-            walk(fs, e.ino, &path, out, inos);
+            walk(fs, e.ino, &path, out, inos, pending);
         }
     }
 }

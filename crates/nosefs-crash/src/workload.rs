@@ -26,6 +26,14 @@ pub enum Op {
     Chmod(&'static str, u32),
     /// utimens(path, atime and mtime).
     Utimens(&'static str, i64),
+    /// pwrite(path, offset, len bytes of a pattern from seed): durable only at the next fsync.
+    Write(&'static str, u64, usize, u8),
+    /// Append len bytes of a pattern from seed (O_APPEND).
+    Append(&'static str, usize, u8),
+    /// truncate(path, size): durable on return, with the file's pending writes.
+    Truncate(&'static str, u64),
+    /// fsync(path).
+    Fsync(&'static str),
 }
 
 impl Op {
@@ -42,8 +50,35 @@ impl Op {
             Op::Symlink(_, _) => "symlink",
             Op::Chmod(_, _) => "chmod",
             Op::Utimens(_, _) => "utimens",
+            Op::Write(_, _, _, _) => "write",
+            Op::Append(_, _, _) => "append",
+            Op::Truncate(_, _) => "truncate",
+            Op::Fsync(_) => "fsync",
         }
     }
+
+    /// The file whose pending data this operation changes (a write or append), if any.
+    pub fn writes_to(&self) -> Option<&'static str> {
+        match self {
+            Op::Write(p, ..) | Op::Append(p, ..) => Some(p),
+            _ => None,
+        }
+    }
+
+    /// The file this operation commits (fsync or truncate), if any.
+    pub fn commits(&self) -> Option<&'static str> {
+        match self {
+            Op::Fsync(p) | Op::Truncate(p, _) => Some(p),
+            _ => None,
+        }
+    }
+}
+
+/// The bytes a write of `len` from `seed` stores.
+pub fn pattern(seed: u8, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| seed.wrapping_add((i as u8).wrapping_mul(13)) ^ (i >> 8) as u8)
+        .collect()
 }
 
 fn split(path: &str) -> (&str, &[u8]) {
@@ -64,6 +99,11 @@ fn parent(fs: &Fs, path: &str) -> Result<(u64, Vec<u8>)> {
 
 fn ino(fs: &Fs, path: &str) -> Result<u64> {
     Ok(fs.resolve(ROOT_INO, path.as_bytes(), false)?.ino)
+}
+
+/// The inode `path` names, without following a final symlink.
+pub fn ino_of(fs: &Fs, path: &str) -> Result<u64> {
+    ino(fs, path)
 }
 
 /// Runs `op`; an error (such as EEXIST) is a legitimate outcome, not a checker failure.
@@ -118,6 +158,12 @@ pub fn run(fs: &Fs, op: &Op) -> Result<()> {
             };
             fs.setattr(ino(fs, p)?, &change).map(drop)
         }
+        Op::Write(p, offset, len, seed) => fs
+            .write(ino(fs, p)?, *offset, &pattern(*seed, *len))
+            .map(drop),
+        Op::Append(p, len, seed) => fs.append(ino(fs, p)?, &pattern(*seed, *len)).map(drop),
+        Op::Truncate(p, size) => fs.truncate(ino(fs, p)?, *size),
+        Op::Fsync(p) => fs.fsync(ino(fs, p)?),
     }
 }
 
@@ -132,6 +178,8 @@ pub fn setup() -> Vec<Op> {
         Op::Link("/a", "/d/h"),
         Op::Symlink("/d/c", "/s"),
         Op::Create("/long-name-that-does-not-fit-inline-in-a-pinode-at-all"),
+        Op::Write("/a", 0, 9000, 1),
+        Op::Fsync("/a"),
     ]
 }
 
@@ -158,6 +206,28 @@ pub fn singles() -> Vec<Op> {
             "/long-name-that-does-not-fit-inline-in-a-pinode-at-all",
             "/short",
         ),
+        Op::Write("/a", 100, 300, 2), // pending only: every crash shows the old data
+        Op::Append("/d/c", 3000, 3),
+        Op::Truncate("/a", 20_000), // up: a hole
+        Op::Truncate("/a", 1000),   // down: extents dropped and split
+        Op::Fsync("/a"),            // nothing pending
+        Op::Unlink("/a"),           // a file with data (and another name)
+    ]
+}
+
+/// File-data sequences: each operation is checked, so the fsync after the writes is the
+/// interesting crash point (append, byte-granular overwrite, many extents at once).
+pub fn file_sequences() -> Vec<Vec<Op>> {
+    vec![
+        vec![Op::Append("/a", 4096, 4), Op::Fsync("/a")],
+        vec![Op::Write("/a", 1000, 1024, 5), Op::Fsync("/a")],
+        vec![Op::Write("/a", 8000, 3000, 6), Op::Fsync("/a")],
+        (0..12)
+            .map(|i| Op::Write("/a", i * 700 + 3, 100, i as u8))
+            .chain([Op::Fsync("/a")])
+            .collect(),
+        vec![Op::Write("/d/c", 0, 40_000, 7), Op::Fsync("/d/c")],
+        vec![Op::Write("/a", 50, 10, 8), Op::Truncate("/a", 30)],
     ]
 }
 
@@ -174,6 +244,9 @@ pub fn pairs() -> Vec<[Op; 2]> {
         Op::Link("/a", "/n"),
         Op::Symlink("/a", "/n"),
         Op::Chmod("/a", 0o600),
+        Op::Write("/a", 4000, 500, 9),
+        Op::Fsync("/a"),
+        Op::Truncate("/a", 2000),
     ];
     let mut out = Vec::new();
     for a in &ops {
@@ -197,7 +270,10 @@ pub fn random(seed: u64, len: usize) -> Vec<Op> {
     (0..len)
         .map(|_| {
             let (p, q) = (PATHS[next(PATHS.len())], PATHS[next(PATHS.len())]);
-            match next(8) {
+            match next(11) {
+                8 => Op::Write(p, next(9000) as u64, 1 + next(3000), next(256) as u8),
+                9 => Op::Fsync(p),
+                10 => Op::Truncate(p, next(12_000) as u64),
                 0 => Op::Create(p),
                 1 => Op::Mkdir(p),
                 2 => Op::Unlink(p),

@@ -1,7 +1,7 @@
 //! The crash checker over every operation type alone, every two-operation sequence, and seeded
 //! random sequences; and its teeth: a protocol with a fence left out must be caught.
 
-use nosefs_crash::workload::{pairs, random, singles};
+use nosefs_crash::workload::{file_sequences, pairs, random, singles};
 use nosefs_crash::{Checker, Config, Report};
 
 fn print(report: &Report) {
@@ -26,6 +26,9 @@ fn every_operation_alone_and_every_pair_survive_every_crash() {
     let mut checker = Checker::new(Config::default());
     for (i, op) in singles().into_iter().enumerate() {
         checker.check(&format!("single:{i}"), &[op]);
+    }
+    for (i, ops) in file_sequences().into_iter().enumerate() {
+        checker.check(&format!("file:{i}"), &ops);
     }
     for (i, pair) in pairs().into_iter().enumerate() {
         checker.check(&format!("pair:{i}"), &pair);

@@ -473,7 +473,23 @@ impl Fs {
                 u64::from(e.start_block.get()) * BLOCK_SIZE + u64::from(e.block_offset.get());
             state.committed.add(addr, u64::from(e.length.get()));
         }
-        let ranges: Vec<(u64, u64)> = removed.iter().map(|r| (r.1, r.2)).collect();
+        // Only bytes no new extent took over can free a block (an append merged into a long
+        // extent retires it whole, yet frees nothing), so the check stays O(change), not O(file).
+        let mut kept: Vec<(u64, u64)> = new
+            .iter()
+            .map(|(_, e)| {
+                let block = u64::from(e.start_block.get());
+                (
+                    block * BLOCK_SIZE + u64::from(e.block_offset.get()),
+                    u64::from(e.length.get()),
+                )
+            })
+            .collect();
+        kept.sort_unstable();
+        let ranges: Vec<(u64, u64)> = removed
+            .iter()
+            .flat_map(|r| fjournal::subtract(r.1, r.2, &kept))
+            .collect();
         self.free_unused(state, &ranges);
         removed.iter().for_each(|r| self.extents.free(r.0));
         state.committed_size = state.size;

@@ -273,16 +273,22 @@ pub fn commit_checksum(image: &Image, log: u64, count: u64) -> Option<u32> {
             if data_bytes > CHECKSUM_DATA_LIMIT_BYTES {
                 return None;
             }
-            let mut bytes = vec![0u8; l as usize];
-            image.region().read_bytes(g.block_offset(0) + a, &mut bytes);
-            crc = crc32c::crc32c_append(crc, &bytes);
+            let mut chunk = [0u8; 4096];
+            let mut done = 0;
+            while done < l {
+                let n = (l - done).min(chunk.len() as u64) as usize;
+                let at = g.block_offset(0) + a + done;
+                image.region().read_bytes(at, &mut chunk[..n]);
+                crc = crc32c::crc32c_append(crc, &chunk[..n]);
+                done += n as u64;
+            }
         }
     }
     Some(crc)
 }
 
 /// The parts of `[addr, addr + len)` outside every range of `sorted` (sorted by start).
-fn subtract(addr: u64, len: u64, sorted: &[(u64, u64)]) -> SmallVec<[(u64, u64); 2]> {
+pub(super) fn subtract(addr: u64, len: u64, sorted: &[(u64, u64)]) -> SmallVec<[(u64, u64); 2]> {
     let mut out = SmallVec::new();
     let (mut at, end) = (addr, addr + len);
     for &(a, l) in sorted {
@@ -306,6 +312,26 @@ fn subtract(addr: u64, len: u64, sorted: &[(u64, u64)]) -> SmallVec<[(u64, u64);
     out
 }
 
+/// The block runs `[start, start + count)` of the extents on one side of the entries (old or
+/// new), sorted, for subtracting one side's blocks from the other's.
+fn block_runs(image: &Image, entries: &[FileEntry], old: bool) -> Vec<(u64, u64)> {
+    let g = image.geometry();
+    let mut runs: Vec<(u64, u64)> = entries
+        .iter()
+        .map(|e| if old { e.old } else { e.new })
+        .filter(|&eno| eno != 0 && u64::from(eno) < g.extent_count())
+        .map(|eno| {
+            let x = image.extent(u64::from(eno));
+            (
+                u64::from(x.start_block.get()),
+                u64::from(x.block_count.get()),
+            )
+        })
+        .collect();
+    runs.sort_unstable();
+    runs
+}
+
 fn store_u32_if(image: &Image, offset: u64, value: u32) {
     let region = image.region();
     let current: U32 = region.read(offset);
@@ -318,8 +344,14 @@ fn store_u32_if(image: &Image, offset: u64, value: u32) {
 /// First half of the apply step: validates the new extents and sets their blocks' bits, links
 /// each one's neighbours to it, points the pinode at the list's head, ends the list at `last`,
 /// and stores size and times. Idempotent; flushes what it stores; the caller fences.
+///
+/// Only the blocks of a new extent that no removed extent covers get their bits set: the others
+/// are set already (the removed extents were committed) and stay set, since apply_retire never
+/// clears a block a new extent holds. So an append merged into a long extent costs O(1), not
+/// O(file).
 pub fn apply_links(image: &Image, header: &FileLog, entries: &[FileEntry]) {
     let g = image.geometry();
+    let old_runs = block_runs(image, entries, true);
     for e in entries.iter().filter(|e| e.new != 0) {
         let eno = u64::from(e.new);
         let record = image.extent(eno);
@@ -330,7 +362,10 @@ pub fn apply_links(image: &Image, header: &FileLog, entries: &[FileEntry]) {
             record.flags.get() | EXTENT_VALID,
         );
         let start = u64::from(record.start_block.get());
-        set_bitmap_bits(image, start, u64::from(record.block_count.get()), true);
+        let count = u64::from(record.block_count.get());
+        for (first, n) in subtract(start, count, &old_runs) {
+            set_bitmap_bits(image, first, n, true);
+        }
         let (prev, next) = (u64::from(record.prev.get()), u64::from(record.next.get()));
         if prev != 0 {
             store_u32_if(image, g.extent_offset(prev) + EXTENT_NEXT_OFFSET, e.new);
@@ -369,8 +404,10 @@ pub fn apply_links(image: &Image, header: &FileLog, entries: &[FileEntry]) {
 /// Second half of the apply step: clears the valid bits of the removed extents and the bitmap
 /// bits of their blocks that `still_used` says no extent of the file holds any more. Idempotent;
 /// flushes; the caller fences.
+/// Blocks a new extent covers are kept without asking `still_used`.
 pub fn apply_retire(image: &Image, entries: &[FileEntry], still_used: &dyn Fn(u64) -> bool) {
     let g = image.geometry();
+    let new_runs = block_runs(image, entries, false);
     for e in entries.iter().filter(|e| e.old != 0) {
         let eno = u64::from(e.old);
         let record = image.extent(eno);
@@ -380,18 +417,21 @@ pub fn apply_retire(image: &Image, entries: &[FileEntry], still_used: &dyn Fn(u6
             record.flags.get() & !EXTENT_VALID,
         );
         let start = u64::from(record.start_block.get());
-        let end = start + u64::from(record.block_count.get());
-        let mut block = start;
-        while block < end {
-            if still_used(block) {
-                block += 1;
-                continue;
+        let count = u64::from(record.block_count.get());
+        for (first, n) in subtract(start, count, &new_runs) {
+            let end = first + n;
+            let mut block = first;
+            while block < end {
+                if still_used(block) {
+                    block += 1;
+                    continue;
+                }
+                let run_start = block;
+                while block < end && !still_used(block) {
+                    block += 1;
+                }
+                set_bitmap_bits(image, run_start, block - run_start, false);
             }
-            let run_start = block;
-            while block < end && !still_used(block) {
-                block += 1;
-            }
-            set_bitmap_bits(image, run_start, block - run_start, false);
         }
     }
 }
