@@ -4,6 +4,7 @@
 
 mod bench;
 mod crash;
+mod mount;
 mod size;
 
 use std::path::{Path, PathBuf};
@@ -32,6 +33,9 @@ struct Cli {
 enum Command {
     /// Format IMAGE (created if missing) as a noseFS file system.
     Mkfs(MkfsArgs),
+    /// Serve IMAGE at MOUNTPOINT through FUSE. Returns once the mount is live (or stays in the
+    /// foreground with -f). Unmounting, SIGINT or SIGTERM commit every file and mark it clean.
+    Mount(mount::MountArgs),
     /// Print the zones of IMAGE and how much of each is in use.
     Info {
         /// The image file or device-dax device.
@@ -102,6 +106,13 @@ fn main() -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("nosefs crash-check: {e}");
+                ExitCode::from(1)
+            }
+        },
+        Command::Mount(args) => match mount::run(&args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("nosefs mount: {e}");
                 ExitCode::from(1)
             }
         },

@@ -190,12 +190,30 @@ impl Checker {
             }
             let after_tree = durable_tree_of(&fs, &pending);
             self.report.operations += 1;
-            let left = fs
+            // Lines this operation stored to that are not durable. (An earlier write's data may
+            // still be in flight if this operation failed before any fence; that is not its own.)
+            let stored: HashSet<u64> = events
+                .iter()
+                .filter_map(|e| match e {
+                    nosefs_core::pmem::Event::Store { offset, bytes, .. }
+                    | nosefs_core::pmem::Event::StoreNt { offset, bytes, .. } => Some(
+                        (offset / 64..(offset + bytes.len() as u64).div_ceil(64)).map(|l| l * 64),
+                    ),
+                    _ => None,
+                })
+                .flatten()
+                .collect();
+            let in_flight = fs
                 .image()
                 .region()
                 .recorder()
                 .expect("recording")
                 .unpersisted_lines();
+            let left: Vec<u64> = in_flight
+                .iter()
+                .copied()
+                .filter(|l| stored.contains(l))
+                .collect();
             let seed = self.config.seed ^ (index as u64).wrapping_mul(0x9e37_79b9);
             // A plain write promises nothing until fsync: its data may stay in flight.
             if !left.is_empty() && op.writes_to().is_none() {
@@ -227,7 +245,7 @@ impl Checker {
                 None => (before, events),
             };
             self.explore(label, index, op, base.clone(), &all_events, &oracle, seed);
-            if !left.is_empty() {
+            if !in_flight.is_empty() {
                 carried = Some((base, all_events));
             }
         }

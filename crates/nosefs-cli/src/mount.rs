@@ -1,0 +1,189 @@
+//! `nosefs mount`: serve an image through FUSE.
+//!
+//! Without `-f` the command starts itself again with `-f` in a new process group, waits until
+//! the mount is live (the mountpoint's device changes) and returns; errors of the child (a missing
+//! image, an image in use) are printed by the parent. With `-f` it serves in the foreground until
+//! the file system is unmounted (umount, fusermount3 -u) or it gets SIGINT or SIGTERM, which
+//! unmount it; either way every file is committed and the image marked clean.
+
+use std::io::Read;
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fuser::{Config, MountOption, SessionACL};
+use nosefs_core::namespace::{Fs, MountOptions};
+use nosefs_fuse::NoseFuse;
+
+/// Arguments of `nosefs mount`.
+#[derive(Debug, clap::Args)]
+pub struct MountArgs {
+    /// The image file or device-dax device.
+    image: PathBuf,
+    /// An existing, empty directory that is not already a mount point.
+    mountpoint: PathBuf,
+    /// Stay in the foreground.
+    #[arg(short, long)]
+    foreground: bool,
+    /// Options, comma separated: sync (every write durable on return), ro, allow_other,
+    /// threads=N (worker threads, default 2).
+    #[arg(short = 'o', value_delimiter = ',')]
+    options: Vec<String>,
+}
+
+#[derive(Debug, Default)]
+struct Options {
+    sync: bool,
+    read_only: bool,
+    allow_other: bool,
+    threads: usize,
+}
+
+fn parse_options(raw: &[String]) -> Result<Options, String> {
+    let mut options = Options {
+        threads: 2,
+        ..Options::default()
+    };
+    for option in raw.iter().filter(|o| !o.is_empty()) {
+        match option.split_once('=') {
+            None if option == "sync" => options.sync = true,
+            None if option == "ro" => options.read_only = true,
+            None if option == "rw" => options.read_only = false,
+            None if option == "allow_other" => options.allow_other = true,
+            Some(("threads", n)) => {
+                options.threads = n
+                    .parse()
+                    .ok()
+                    .filter(|&n| n > 0 && n <= 64)
+                    .ok_or_else(|| format!("threads={n}: want 1 to 64"))?;
+            }
+            _ => {
+                return Err(format!(
+                    "unknown option `{option}` (sync, ro, allow_other, threads=N)"
+                ))
+            }
+        }
+    }
+    Ok(options)
+}
+
+/// The device of `path`'s file system: changes when something is mounted on it.
+fn device_of(path: &Path) -> Result<u64, String> {
+    std::fs::metadata(path)
+        .map(|m| m.dev())
+        .map_err(|e| format!("mountpoint {}: {e}", path.display()))
+}
+
+fn check_mountpoint(path: &Path) -> Result<u64, String> {
+    let meta =
+        std::fs::metadata(path).map_err(|e| format!("mountpoint {}: {e}", path.display()))?;
+    if !meta.is_dir() {
+        return Err(format!("mountpoint {}: not a directory", path.display()));
+    }
+    let parent = path
+        .canonicalize()
+        .map_err(|e| format!("mountpoint {}: {e}", path.display()))?
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("/"));
+    if device_of(&parent)? != meta.dev() {
+        return Err(format!(
+            "mountpoint {}: busy (something is already mounted there)",
+            path.display()
+        ));
+    }
+    Ok(meta.dev())
+}
+
+/// Runs `nosefs mount`.
+pub fn run(args: &MountArgs) -> Result<(), String> {
+    let options = parse_options(&args.options)?;
+    let device = check_mountpoint(&args.mountpoint)?;
+    if args.foreground {
+        serve(args, &options)
+    } else {
+        start_in_background(args, device)
+    }
+}
+
+fn start_in_background(args: &MountArgs, device: u64) -> Result<(), String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find myself: {e}"))?;
+    let mut child = std::process::Command::new(exe)
+        .arg("mount")
+        .arg("-f")
+        .args(args.options.iter().flat_map(|o| ["-o", o.as_str()]))
+        .arg(&args.image)
+        .arg(&args.mountpoint)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .map_err(|e| format!("cannot start the server: {e}"))?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
+            let mut why = String::new();
+            if let Some(mut err) = child.stderr.take() {
+                let _ = err.read_to_string(&mut why);
+            }
+            let why = why.trim().trim_start_matches("nosefs mount: ");
+            return Err(if why.is_empty() {
+                format!("the server exited with {status}")
+            } else {
+                why.to_string()
+            });
+        }
+        if device_of(&args.mountpoint).is_ok_and(|d| d != device) {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            return Err("the mount did not come up within 30 s".into());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn serve(args: &MountArgs, options: &Options) -> Result<(), String> {
+    let mount_options = MountOptions {
+        sync: options.sync,
+        ..MountOptions::default()
+    };
+    let fs = Fs::mount(&args.image, &mount_options).map_err(|e| e.to_string())?;
+    let mut config = Config::default();
+    config.mount_options = vec![
+        MountOption::FSName(args.image.display().to_string()),
+        MountOption::Subtype("nosefs".into()),
+        MountOption::DefaultPermissions,
+    ];
+    if options.read_only {
+        config.mount_options.push(MountOption::RO);
+    }
+    if options.allow_other {
+        config.acl = SessionACL::All;
+    }
+    config.n_threads = Some(options.threads);
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(signal, Arc::clone(&stop))
+            .map_err(|e| format!("cannot handle signals: {e}"))?;
+    }
+    let session = fuser::spawn_mount(NoseFuse::new(fs), &args.mountpoint, &config)
+        .map_err(|e| format!("cannot mount at {}: {e}", args.mountpoint.display()))?;
+    while !stop.load(Ordering::Relaxed) && !session.guard.is_finished() {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    if session.guard.is_finished() {
+        // Unmounted from outside: the session ended and destroy committed everything.
+        return session
+            .join()
+            .map_err(|e| format!("the session failed: {e}"));
+    }
+    session
+        .umount_and_join()
+        .map_err(|e| format!("unmount failed: {e}"))
+}

@@ -1,0 +1,249 @@
+//! `nosefs mount` end to end: programs use the mount through ordinary system calls; unmounting
+//! leaves a clean image; errors are clear; a SIGKILLed server leaves an image that the next mount
+//! recovers with every fsynced file intact. Needs /dev/fuse and root (as CI has); otherwise each
+//! test says why it did not run.
+
+use std::io::{Read, Write};
+use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+fn nosefs() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_nosefs"))
+}
+
+fn fuse_usable() -> bool {
+    let ok = Path::new("/dev/fuse").exists() && rustix_is_root();
+    if !ok {
+        eprintln!("skipped: needs /dev/fuse and root");
+    }
+    ok
+}
+
+fn rustix_is_root() -> bool {
+    std::fs::metadata("/proc/self")
+        .map(|m| m.uid() == 0)
+        .unwrap_or(false)
+}
+
+struct Setup {
+    _dir: tempfile::TempDir,
+    image: PathBuf,
+    mnt: PathBuf,
+}
+
+fn setup() -> Setup {
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let image = dir.path().join("fs.img");
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let out = nosefs()
+        .args(["mkfs", "--size", "128M"])
+        .arg(&image)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    Setup {
+        _dir: dir,
+        image,
+        mnt,
+    }
+}
+
+fn mount(s: &Setup) -> Output {
+    nosefs()
+        .arg("mount")
+        .arg(&s.image)
+        .arg(&s.mnt)
+        .output()
+        .unwrap()
+}
+
+fn umount(mnt: &Path) {
+    let out = Command::new("umount").arg(mnt).output().unwrap();
+    assert!(out.status.success(), "umount: {out:?}");
+}
+
+/// fsck, retried while the server that just lost its mount still holds the image.
+fn fsck(image: &Path) -> Output {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let out = nosefs().arg("fsck").arg(image).output().unwrap();
+        let in_use = String::from_utf8_lossy(&out.stderr).contains("in use");
+        if !in_use || Instant::now() > deadline {
+            return out;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn programs_use_the_mount_and_unmounting_leaves_a_clean_image() {
+    if !fuse_usable() {
+        return;
+    }
+    let s = setup();
+    let out = mount(&s);
+    assert!(out.status.success(), "{out:?}");
+    let m = &s.mnt;
+    std::fs::write(m.join("a"), b"hello").unwrap();
+    std::fs::create_dir(m.join("d")).unwrap();
+    std::fs::rename(m.join("a"), m.join("d/b")).unwrap();
+    std::os::unix::fs::symlink("d/b", m.join("s")).unwrap();
+    std::fs::hard_link(m.join("d/b"), m.join("h")).unwrap();
+    assert_eq!(std::fs::read(m.join("s")).unwrap(), b"hello");
+    assert_eq!(std::fs::metadata(m.join("h")).unwrap().nlink(), 2);
+    std::fs::set_permissions(m.join("h"), std::fs::Permissions::from_mode(0o600)).unwrap();
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .read(true)
+        .write(true)
+        .truncate(true)
+        .open(m.join("data"))
+        .unwrap();
+    let block: Vec<u8> = (0..1_000_000u32).map(|i| (i % 253) as u8).collect();
+    f.write_all(&block).unwrap();
+    f.write_all_at(b"XYZ", 123_457).unwrap();
+    f.sync_all().unwrap();
+    f.set_len(500_000).unwrap();
+    drop(f);
+    let mut want = block.clone();
+    want[123_457..123_460].copy_from_slice(b"XYZ");
+    want.truncate(500_000);
+    assert_eq!(std::fs::read(m.join("data")).unwrap(), want);
+    let mut names: Vec<String> = std::fs::read_dir(m)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["d", "data", "h", "s"]);
+    assert_eq!(
+        std::fs::remove_dir(m.join("d")).unwrap_err().raw_os_error(),
+        Some(libc_enotempty())
+    );
+    umount(m);
+    let out = fsck(&s.image);
+    assert!(out.status.success(), "fsck after umount: {out:?}");
+    assert!(mount(&s).status.success());
+    assert_eq!(std::fs::read(m.join("data")).unwrap(), want);
+    assert_eq!(std::fs::read(m.join("h")).unwrap(), b"hello");
+    assert_eq!(
+        std::fs::metadata(m.join("h")).unwrap().mode() & 0o7777,
+        0o600
+    );
+    umount(m);
+    assert!(fsck(&s.image).status.success());
+}
+
+fn libc_enotempty() -> i32 {
+    39
+}
+
+#[test]
+fn errors_are_clear() {
+    if !fuse_usable() {
+        return;
+    }
+    let s = setup();
+    let missing = nosefs()
+        .arg("mount")
+        .arg(s.image.with_extension("missing"))
+        .arg(&s.mnt)
+        .output()
+        .unwrap();
+    assert!(!missing.status.success());
+    let why = String::from_utf8_lossy(&missing.stderr);
+    assert!(why.contains("missing"), "{why}");
+    let no_dir = nosefs()
+        .arg("mount")
+        .arg(&s.image)
+        .arg(s.mnt.join("nope"))
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&no_dir.stderr).contains("mountpoint"));
+    assert!(mount(&s).status.success());
+    let busy = mount(&s);
+    assert!(!busy.status.success());
+    assert!(
+        String::from_utf8_lossy(&busy.stderr).contains("busy"),
+        "{busy:?}"
+    );
+    let other = s.mnt.with_file_name("mnt2");
+    std::fs::create_dir(&other).unwrap();
+    let in_use = nosefs()
+        .arg("mount")
+        .arg(&s.image)
+        .arg(&other)
+        .output()
+        .unwrap();
+    assert!(!in_use.status.success());
+    assert!(
+        String::from_utf8_lossy(&in_use.stderr).contains("in use"),
+        "{in_use:?}"
+    );
+    let bad_option = nosefs()
+        .args(["mount", "-o", "frobnicate"])
+        .arg(&s.image)
+        .arg(&other)
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&bad_option.stderr).contains("unknown option"));
+    umount(&s.mnt);
+    assert!(fsck(&s.image).status.success());
+}
+
+#[test]
+fn a_killed_server_loses_no_fsynced_file() {
+    if !fuse_usable() {
+        return;
+    }
+    let s = setup();
+    let mut server = nosefs()
+        .args(["mount", "-f"])
+        .arg(&s.image)
+        .arg(&s.mnt)
+        .spawn()
+        .unwrap();
+    let before = std::fs::metadata(s.mnt.parent().unwrap()).unwrap().dev();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::fs::metadata(&s.mnt).unwrap().dev() == before {
+        assert!(Instant::now() < deadline, "mount did not come up");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut synced = Vec::new();
+    for i in 0..60u32 {
+        let path = s.mnt.join(format!("f{i}"));
+        let mut f = std::fs::File::create(&path).unwrap();
+        let data = vec![(i % 251) as u8; 1000 + 777 * i as usize];
+        f.write_all(&data).unwrap();
+        if i % 3 == 0 {
+            f.sync_all().unwrap();
+            synced.push((path, data));
+        }
+    }
+    // Unsynced writes in flight when the server dies.
+    let mut f = std::fs::File::create(s.mnt.join("unsynced")).unwrap();
+    f.write_all(&[7u8; 100_000]).unwrap();
+    server.kill().unwrap();
+    server.wait().unwrap();
+    let lazy = Command::new("umount")
+        .arg("-l")
+        .arg(&s.mnt)
+        .output()
+        .unwrap();
+    assert!(lazy.status.success(), "{lazy:?}");
+    let out = fsck(&s.image);
+    assert!(out.status.success(), "fsck after SIGKILL: {out:?}");
+    assert!(mount(&s).status.success());
+    for (path, data) in &synced {
+        let mut got = Vec::new();
+        std::fs::File::open(path)
+            .unwrap()
+            .read_to_end(&mut got)
+            .unwrap();
+        assert!(got == *data, "{} lost fsynced data", path.display());
+    }
+    umount(&s.mnt);
+    assert!(fsck(&s.image).status.success());
+}

@@ -1,0 +1,483 @@
+//! The FUSE frontend: every request maps to one call of the core's [`Fs`] API.
+//!
+//! Inode numbers are the core's handles, so the kernel's `ino` is passed straight through (the
+//! root is 1 in both). Open files need no state of their own: the file handle is 0, reads and
+//! writes address the inode. The kernel checks permissions (`default_permissions`) against the
+//! modes, owners and groups we report; new files get the caller's uid and gid.
+//!
+//! Supported: lookup, getattr, setattr (mode, owner, size, times), mknod, create, mkdir, unlink,
+//! rmdir, rename (with RENAME_NOREPLACE and RENAME_EXCHANGE), link, symlink, readlink, open,
+//! read, write, flush, release, fsync, fsyncdir, opendir, readdir, readdirplus, releasedir,
+//! statfs, access. Not supported (the kernel gets ENOSYS from fuser's defaults, and tells the
+//! caller EOPNOTSUPP where POSIX allows it): extended attributes, POSIX locks beyond the kernel's
+//! own, fallocate, copy_file_range, RENAME_WHITEOUT (EINVAL).
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use fuser::{
+    AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
+    INodeNo, LockOwner, OpenFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request,
+    TimeOrNow, WriteFlags,
+};
+use nosefs_core::format::pinode;
+use nosefs_core::namespace::{Attr, Fs, Owner, RenameFlags, SetAttr};
+
+/// How long the kernel may cache names and attributes. Every change goes through this mount, and
+/// the kernel invalidates what each request changes, so a second is safe, as libfuse's default.
+const TTL: Duration = Duration::from_secs(1);
+
+/// The mounted file system, served to the kernel.
+#[derive(Debug)]
+pub struct NoseFuse {
+    fs: Option<Fs>,
+}
+
+impl NoseFuse {
+    /// Serves `fs`. Unmounting commits every file and marks the image clean.
+    pub fn new(fs: Fs) -> NoseFuse {
+        NoseFuse { fs: Some(fs) }
+    }
+
+    fn fs(&self) -> &Fs {
+        self.fs.as_ref().expect("served until destroy")
+    }
+}
+
+fn errno(e: nosefs_core::Error) -> Errno {
+    Errno::from_i32(e.errno().0)
+}
+
+fn time(ns: i64) -> SystemTime {
+    if ns >= 0 {
+        UNIX_EPOCH + Duration::from_nanos(ns as u64)
+    } else {
+        UNIX_EPOCH - Duration::from_nanos(ns.unsigned_abs())
+    }
+}
+
+fn time_ns(t: SystemTime) -> i64 {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => d.as_nanos() as i64,
+        Err(before) => -(before.duration().as_nanos() as i64),
+    }
+}
+
+fn kind(mode: u32) -> FileType {
+    match mode & pinode::S_IFMT {
+        pinode::S_IFDIR => FileType::Directory,
+        pinode::S_IFLNK => FileType::Symlink,
+        pinode::S_IFCHR => FileType::CharDevice,
+        pinode::S_IFBLK => FileType::BlockDevice,
+        pinode::S_IFIFO => FileType::NamedPipe,
+        pinode::S_IFSOCK => FileType::Socket,
+        _ => FileType::RegularFile,
+    }
+}
+
+/// The kernel's view of an inode's attributes.
+pub fn file_attr(a: &Attr) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(a.ino),
+        size: a.size,
+        blocks: a.size.div_ceil(512),
+        atime: time(a.atime_ns),
+        mtime: time(a.mtime_ns),
+        ctime: time(a.ctime_ns),
+        crtime: time(a.ctime_ns),
+        kind: kind(a.mode),
+        perm: (a.mode & 0o7777) as u16,
+        nlink: a.nlink,
+        uid: a.uid,
+        gid: a.gid,
+        rdev: a.rdev,
+        flags: 0,
+        blksize: 4096,
+    }
+}
+
+fn owner(req: &Request) -> Owner {
+    Owner {
+        uid: req.uid(),
+        gid: req.gid(),
+    }
+}
+
+fn reply_entry(reply: ReplyEntry, result: nosefs_core::Result<Attr>) {
+    match result {
+        Ok(a) => reply.entry(&TTL, &file_attr(&a), Generation(0)),
+        Err(e) => reply.error(errno(e)),
+    }
+}
+
+fn reply_empty(reply: ReplyEmpty, result: nosefs_core::Result<()>) {
+    match result {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(errno(e)),
+    }
+}
+
+fn set_time(t: Option<TimeOrNow>) -> Option<i64> {
+    t.map(|t| match t {
+        TimeOrNow::SpecificTime(t) => time_ns(t),
+        TimeOrNow::Now => time_ns(SystemTime::now()),
+    })
+}
+
+impl Filesystem for NoseFuse {
+    fn destroy(&mut self) {
+        if let Some(fs) = self.fs.take() {
+            drop(fs.unmount());
+        }
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        reply_entry(reply, self.fs().lookup(parent.0, name.as_bytes()));
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.fs().getattr(ino.0) {
+            Ok(a) => reply.attr(&TTL, &file_attr(&a)),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let change = SetAttr {
+            mode,
+            uid,
+            gid,
+            atime_ns: set_time(atime),
+            mtime_ns: set_time(mtime),
+            size,
+        };
+        match self.fs().setattr(ino.0, &change) {
+            Ok(a) => reply.attr(&TTL, &file_attr(&a)),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self.fs().readlink(ino.0) {
+            Ok(target) => reply.data(&target),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let mode = mode & !(umask & 0o777);
+        let result = if mode & pinode::S_IFMT == pinode::S_IFREG {
+            self.fs()
+                .create(parent.0, name.as_bytes(), mode, owner(req), true)
+        } else {
+            self.fs()
+                .mknod(parent.0, name.as_bytes(), mode, rdev, owner(req))
+        };
+        reply_entry(reply, result);
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let perm = mode & !umask & 0o7777;
+        reply_entry(
+            reply,
+            self.fs().mkdir(parent.0, name.as_bytes(), perm, owner(req)),
+        );
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        reply_empty(reply, self.fs().unlink(parent.0, name.as_bytes()));
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        reply_empty(reply, self.fs().rmdir(parent.0, name.as_bytes()));
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        let target = target.as_os_str().as_bytes();
+        reply_entry(
+            reply,
+            self.fs()
+                .symlink(parent.0, link_name.as_bytes(), target, owner(req)),
+        );
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: fuser::RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        if flags.contains(fuser::RenameFlags::RENAME_WHITEOUT) {
+            reply.error(Errno::EINVAL);
+            return;
+        }
+        let flags = RenameFlags {
+            noreplace: flags.contains(fuser::RenameFlags::RENAME_NOREPLACE),
+            exchange: flags.contains(fuser::RenameFlags::RENAME_EXCHANGE),
+        };
+        let result = self.fs().rename(
+            parent.0,
+            name.as_bytes(),
+            newparent.0,
+            newname.as_bytes(),
+            flags,
+        );
+        reply_empty(reply, result);
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        reply_entry(
+            reply,
+            self.fs().link(ino.0, newparent.0, newname.as_bytes()),
+        );
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        match self.fs().getattr(ino.0) {
+            Ok(_) => reply.opened(FileHandle(0), FopenFlags::empty()),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        let mut buf = vec![0u8; size as usize];
+        match self.fs().read(ino.0, offset, &mut buf) {
+            Ok(n) => reply.data(&buf[..n]),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        match self.fs().write(ino.0, offset, data) {
+            Ok(n) => reply.written(n as u32),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        // close() promises nothing about durability; fsync does.
+        reply.ok();
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        reply_empty(reply, self.fs().fsync(ino.0));
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        // Directory operations are durable when they return.
+        reply_empty(reply, self.fs().getattr(ino.0).map(drop));
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        match self.fs().getattr(ino.0) {
+            Ok(a) if a.is_dir() => reply.opened(FileHandle(0), FopenFlags::empty()),
+            Ok(_) => reply.error(Errno::ENOTDIR),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let result = self.fs().readdir(ino.0, offset, |e| {
+            let name = OsStr::from_bytes(&e.name);
+            !reply.add(INodeNo(e.ino), e.cookie, kind(e.file_type), name)
+        });
+        match result {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        let fs = self.fs();
+        let result = fs.readdir(ino.0, offset, |e| {
+            // A name removed since the listing was read is skipped, as readdir would.
+            let Ok(a) = fs.getattr(e.ino) else {
+                return true;
+            };
+            let name = OsStr::from_bytes(&e.name);
+            !reply.add(
+                INodeNo(e.ino),
+                e.cookie,
+                name,
+                &TTL,
+                &file_attr(&a),
+                Generation(0),
+            )
+        });
+        match result {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let fs = self.fs();
+        let blocks = fs.image().geometry().data_block_count();
+        let free = fs.free_data_blocks();
+        let (used, free_pinodes) = fs.pinode_usage();
+        reply.statfs(
+            blocks,
+            free,
+            free,
+            used + free_pinodes,
+            free_pinodes,
+            4096,
+            255,
+            4096,
+        );
+    }
+
+    fn access(&self, _req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        // With default_permissions the kernel has checked the mode bits already.
+        reply_empty(reply, self.fs().getattr(ino.0).map(drop));
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let perm = mode & !umask & 0o7777;
+        let exclusive = flags & libc::O_EXCL != 0;
+        match self
+            .fs()
+            .create(parent.0, name.as_bytes(), perm, owner(req), exclusive)
+        {
+            Ok(a) => reply.created(
+                &TTL,
+                &file_attr(&a),
+                Generation(0),
+                FileHandle(0),
+                FopenFlags::empty(),
+            ),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+}
