@@ -24,3 +24,5 @@ echo "== cargo test"
 cargo test --workspace --locked
 echo "== crash-consistency checker (release build: every operation, every pair of operations)"
 cargo test --release --locked -p nosefs-crash -- --nocapture
+echo "== external suites against the FUSE mount: pjdfstest, fsx"
+./scripts/fuse-suites.sh
