@@ -259,9 +259,9 @@ fn check_journals(image: &Image, report: &mut FsckReport) -> Pending {
                 }
                 Ok(e) => {
                     pending.dir_slots.insert(u64::from(e.slot));
-                    if e.moves_data() {
-                        pend_data(image, u64::from(e.slot), &mut pending);
-                    }
+                    // Data moving in or out, or a primary pinode changing slot (rename, chmod,
+                    // orphaning): until replay its extents may have no valid owner.
+                    pend_data(image, u64::from(e.slot), &mut pending);
                 }
                 Err(why) => {
                     report
@@ -524,8 +524,8 @@ impl Checker<'_> {
                     );
                 }
             }
-            if p.ino.get() == ROOT_INO {
-                continue;
+            if p.ino.get() == ROOT_INO || p.flags.get() & pinode::FLAG_ORPHAN != 0 {
+                continue; // an orphan keeps its old name but holds no place in the tree
             }
             match self.full_name(p) {
                 Ok(name) => {
@@ -634,6 +634,10 @@ impl Checker<'_> {
                     format!("file type differs from its primary pinode (inode {ino})"),
                 );
             }
+        }
+        if p.flags.get() & pinode::FLAG_ORPHAN != 0 {
+            // Nameless: its old parent may be gone; mount frees it.
+            return;
         }
         if ino == ROOT_INO {
             if p.parent.get() != 0 || !p.is_dir() || !p.is_primary() {

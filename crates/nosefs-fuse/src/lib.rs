@@ -1,8 +1,9 @@
 //! The FUSE frontend: every request maps to one call of the core's [`Fs`] API.
 //!
 //! Inode numbers are the core's handles, so the kernel's `ino` is passed straight through (the
-//! root is 1 in both). Open files need no state of their own: the file handle is 0, reads and
-//! writes address the inode. The kernel checks permissions (`default_permissions`) against the
+//! root is 1 in both). Open files need no state of their own beyond a count in the core (so an
+//! unlinked file lives until its last release): the file handle is 0, reads and writes address
+//! the inode. The kernel checks permissions (`default_permissions`) against the
 //! modes, owners and groups we report; new files get the caller's uid and gid.
 //!
 //! Supported: lookup, getattr, setattr (mode, owner, size, times), mknod, create, mkdir, unlink,
@@ -288,10 +289,24 @@ impl Filesystem for NoseFuse {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        match self.fs().getattr(ino.0) {
-            Ok(_) => reply.opened(FileHandle(0), FopenFlags::empty()),
+        // Counted, so that a file unlinked while open lives on until its release.
+        match self.fs().open(ino.0) {
+            Ok(()) => reply.opened(FileHandle(0), FopenFlags::empty()),
             Err(e) => reply.error(errno(e)),
         }
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        reply_empty(reply, self.fs().close(ino.0));
     }
 
     fn read(
@@ -466,10 +481,11 @@ impl Filesystem for NoseFuse {
     ) {
         let perm = mode & !umask & 0o7777;
         let exclusive = flags & libc::O_EXCL != 0;
-        match self
+        let created = self
             .fs()
             .create(parent.0, name.as_bytes(), perm, owner(req), exclusive)
-        {
+            .and_then(|a| self.fs().open(a.ino).map(|()| a));
+        match created {
             Ok(a) => reply.created(
                 &TTL,
                 &file_attr(&a),

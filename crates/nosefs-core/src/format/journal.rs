@@ -5,7 +5,7 @@
 //! | offset | size | field     | meaning                                                   |
 //! |-------:|-----:|-----------|-----------------------------------------------------------|
 //! |      0 |    8 | `tail`    | bits 0..32 entries (1-63), 32..64 CRC-32C; 0 = empty. Commit point |
-//! |      8 |  504 | `entries` | 63 entries: `op << 56 \| slot` (bits 32..56 zero); ops 1-4  |
+//! |      8 |  504 | `entries` | 63 entries: `op << 56 \| slot` (bits 32..56 zero); ops 1-5  |
 //!
 //! File log:
 //!
@@ -64,6 +64,9 @@ pub const DIR_OP_INSERT_DATA: u8 = 3;
 /// Directory-log operation: as REMOVE, and the inode's data goes: clear the valid bits of the
 /// extents in its list and their blocks in the bitmap.
 pub const DIR_OP_REMOVE_DATA: u8 = 4;
+/// Directory-log operation: make the pinode at `slot` (flagged `ORPHAN`) valid without linking it
+/// into any bucket: the file lost its last name while open and lives on until its last close.
+pub const DIR_OP_ORPHAN: u8 = 5;
 
 /// File-log flag: the commit's new data was made durable by a fence before the commit point, so
 /// the checksum does not cover it.
@@ -113,17 +116,17 @@ pub const FILE_LOG_LAYOUT: RecordLayout = record_layout!(
 /// A decoded directory-log entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DirEntry {
-    /// [`DIR_OP_INSERT`], [`DIR_OP_REMOVE`], [`DIR_OP_INSERT_DATA`] or [`DIR_OP_REMOVE_DATA`]
-    /// (others are rejected by [`DirEntry::decode`]).
+    /// [`DIR_OP_INSERT`], [`DIR_OP_REMOVE`], [`DIR_OP_INSERT_DATA`], [`DIR_OP_REMOVE_DATA`] or
+    /// [`DIR_OP_ORPHAN`] (others are rejected by [`DirEntry::decode`]).
     pub op: u8,
     /// The pinode slot the operation applies to.
     pub slot: u32,
 }
 
 impl DirEntry {
-    /// Whether the entry inserts a pinode (with or without data).
+    /// Whether the entry inserts a pinode (with or without data, or as an orphan).
     pub fn is_insert(self) -> bool {
-        self.op == DIR_OP_INSERT || self.op == DIR_OP_INSERT_DATA
+        self.op == DIR_OP_INSERT || self.op == DIR_OP_INSERT_DATA || self.op == DIR_OP_ORPHAN
     }
 
     /// Whether the entry carries data in or out.
@@ -139,7 +142,7 @@ impl DirEntry {
     /// Decodes a word, or says what is wrong with it.
     pub fn decode(word: u64) -> Result<DirEntry, String> {
         let op = (word >> 56) as u8;
-        if !(DIR_OP_INSERT..=DIR_OP_REMOVE_DATA).contains(&op) {
+        if !(DIR_OP_INSERT..=DIR_OP_ORPHAN).contains(&op) {
             return Err(format!("unknown operation {op}"));
         }
         if (word >> 32) & 0x00ff_ffff != 0 {

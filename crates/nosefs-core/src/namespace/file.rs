@@ -354,6 +354,51 @@ impl Fs {
         state.released = true;
     }
 
+    /// Notes that a frontend opened regular file `ino` (one open file description). While any is
+    /// open, the file outlives its last name. Other types need no bookkeeping: Ok.
+    pub fn open(&self, ino: u64) -> Result<()> {
+        let inode = self.inode(ino)?;
+        if inode.file.is_some() {
+            inode.open_count.fetch_add(1, Ordering::AcqRel);
+        }
+        Ok(())
+    }
+
+    /// Notes that a frontend closed (released) what [`Fs::open`] counted. The last close of a file that
+    /// lost its last name frees it: one commit (REMOVE_DATA of the orphan), then its space.
+    pub fn close(&self, ino: u64) -> Result<()> {
+        let inode = self.inode(ino)?;
+        if inode.file.is_none() {
+            return Ok(());
+        }
+        let _locked = inode.data.lock();
+        let before = inode.open_count.fetch_sub(1, Ordering::AcqRel);
+        assert!(before > 0, "release without open of inode {ino}");
+        if before > 1 || !inode.orphaned.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let slot = inode.primary_slot();
+        let p = self.image.pinode(u64::from(slot));
+        let data = self.data_of(&p);
+        let bucket = super::txn::bucket_of_pinode(&self.image, &p);
+        let _guards = self.lock_buckets(&[bucket]);
+        let mut txn = super::txn::Txn {
+            removes: smallvec::smallvec![slot],
+            ..super::txn::Txn::default()
+        };
+        if !data.is_empty() {
+            txn.data_removes.push(slot);
+        }
+        self.commit(&[bucket], &mut txn);
+        inode.removed.store(true, Ordering::Release);
+        self.inodes.remove(ino);
+        self.release(&[slot], &[p.long_name.get()]);
+        data.iter().for_each(|&(eno, _, _)| self.extents.free(eno));
+        let file = inode.file.as_ref().expect("a regular file");
+        self.release_file_space(&mut file.lock());
+        Ok(())
+    }
+
     /// Pieces of regular file `ino`'s data (committed extents and pending writes): how
     /// fragmented it is.
     pub fn file_pieces(&self, ino: u64) -> Result<usize> {

@@ -316,3 +316,98 @@ fn crash_at_every_store_of_an_fsync_and_a_truncate() {
         }
     }
 }
+
+#[test]
+fn an_open_file_outlives_its_last_name_until_closed() {
+    let mut h = fresh(None);
+    let f = new_file(&h, b"f");
+    h.fs().write(f, 0, &[5; 10_000]).unwrap();
+    h.fs().fsync(f).unwrap();
+    let free = h.fs().free_data_blocks();
+    h.fs().open(f).unwrap();
+    h.fs().unlink(ROOT_INO, b"f").unwrap();
+    assert_eq!(errno(h.fs().lookup(ROOT_INO, b"f")), Errno::ENOENT);
+    assert_eq!(h.fs().getattr(f).unwrap().nlink, 0);
+    h.fs().write(f, 10_000, b"more").unwrap();
+    h.fs().fsync(f).unwrap();
+    assert_eq!(read_all(h.fs(), f).len(), 10_004);
+    // A new file may take the old name meanwhile.
+    new_file(&h, b"f");
+    h.fs().close(f).unwrap();
+    assert_eq!(errno(h.fs().getattr(f)), Errno::ENOENT);
+    assert!(h.fs().free_data_blocks() >= free, "its blocks came back");
+    h.remount(true);
+
+    // A crash while it is open: mount frees the orphan.
+    let g = new_file(&h, b"g");
+    h.fs().write(g, 0, &[6; 5000]).unwrap();
+    h.fs().fsync(g).unwrap();
+    h.fs().open(g).unwrap();
+    h.fs().unlink(ROOT_INO, b"g").unwrap();
+    let report = h.remount(false);
+    assert_eq!(report.orphans_freed, 1);
+    assert_eq!(errno(h.fs().getattr(g)), Errno::ENOENT);
+}
+
+#[test]
+fn crash_at_every_store_of_an_orphaning_unlink_and_its_close() {
+    let h = fresh(None);
+    let f = new_file(&h, b"f");
+    h.fs().write(f, 0, &[5; 6000]).unwrap();
+    h.fs().fsync(f).unwrap();
+    h.fs().open(f).unwrap();
+    for (step, op) in [("unlink", 0), ("close", 1)] {
+        let base = h.fs().image().region().snapshot();
+        let stores = stores_of(h.fs(), |fs| {
+            if op == 0 {
+                fs.unlink(ROOT_INO, b"f").unwrap();
+            } else {
+                fs.close(f).unwrap();
+            }
+        });
+        for cut in 0..=stores.len() {
+            let mut bytes = base.clone();
+            for (at, data) in &stores[..cut] {
+                bytes[*at as usize..*at as usize + data.len()].copy_from_slice(data);
+            }
+            let what = format!("{step}, cut {cut} of {}", stores.len());
+            check_clean(&bytes, &what);
+            let region = crate::pmem::Region::recording_from(&bytes).unwrap();
+            let fs = Fs::mount_image(
+                Image::from_region(region).unwrap(),
+                &MountOptions::default(),
+            )
+            .unwrap_or_else(|e| panic!("{what}: mount failed: {e}"));
+            // Either the name is still there with its data, or the file is gone entirely.
+            match fs.lookup(ROOT_INO, b"f") {
+                Ok(a) => assert_eq!(read_all(&fs, a.ino), vec![5; 6000], "{what}"),
+                Err(e) => assert_eq!(e.errno(), Errno::ENOENT, "{what}"),
+            }
+            check_clean(&fs.unmount().into_region().snapshot(), &what);
+        }
+    }
+}
+
+#[test]
+fn a_rename_over_an_open_file_orphans_it() {
+    let mut h = fresh(None);
+    let target = new_file(&h, b"target");
+    h.fs().write(target, 0, b"old contents").unwrap();
+    h.fs().fsync(target).unwrap();
+    let source = new_file(&h, b"source");
+    h.fs().open(target).unwrap();
+    h.fs()
+        .rename(
+            ROOT_INO,
+            b"source",
+            ROOT_INO,
+            b"target",
+            RenameFlags::default(),
+        )
+        .unwrap();
+    assert_eq!(h.fs().lookup(ROOT_INO, b"target").unwrap().ino, source);
+    assert_eq!(read_all(h.fs(), target), b"old contents");
+    assert_eq!(h.fs().getattr(target).unwrap().nlink, 0);
+    h.remount(true); // fsck accepts the orphan; mount frees it
+    assert_eq!(h.fs().mount_report().orphans_freed, 1);
+}

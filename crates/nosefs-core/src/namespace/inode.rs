@@ -95,6 +95,11 @@ pub struct Inode {
     pub primary: AtomicU32,
     /// Set once the last name is gone.
     pub removed: AtomicBool,
+    /// Open file descriptions (regular files; counted by frontends through `Fs::open`).
+    pub open_count: AtomicU32,
+    /// The file lost its last name while open: its primary pinode is an `ORPHAN`, in no chain,
+    /// freed at the last close (or at the next mount).
+    pub orphaned: AtomicBool,
     /// Names and counts, changed by operations that hold it.
     pub data: Arc<Mutex<InodeData>>,
     /// The listing, for directories.
@@ -111,6 +116,8 @@ impl Inode {
             ino,
             primary: AtomicU32::new(slot),
             removed: AtomicBool::new(false),
+            open_count: AtomicU32::new(0),
+            orphaned: AtomicBool::new(false),
             data: Arc::new(Mutex::new(InodeData {
                 names: smallvec::smallvec![slot],
                 subdirs: 0,

@@ -394,7 +394,9 @@ impl Fs {
         }
         let dir = self.dir_inode(new_parent)?;
         let mut locked = self.lock_inodes(&[&dir, &target]);
-        if target.removed.load(Ordering::Acquire) || dir.removed.load(Ordering::Acquire) {
+        let gone =
+            target.removed.load(Ordering::Acquire) || target.orphaned.load(Ordering::Acquire);
+        if gone || dir.removed.load(Ordering::Acquire) {
             return Err(Errno::ENOENT.into());
         }
         let names = held(&locked, ino).names.len() as u32;
@@ -439,6 +441,10 @@ impl Fs {
         let inode = self.inode(ino)?;
         let mut locked = self.lock_inodes(&[&inode]);
         if inode.removed.load(Ordering::Acquire) {
+            return Err(Errno::ENOENT.into());
+        }
+        if inode.orphaned.load(Ordering::Acquire) {
+            // A new version would have to stay out of every chain too; not supported yet.
             return Err(Errno::ENOENT.into());
         }
         let old_slot = inode.primary_slot();
@@ -516,6 +522,8 @@ pub(super) struct DropPlan {
     pub last: bool,
     /// The data the inode loses with its last name: (extent, start block, blocks).
     pub data: Vec<(u32, u64, u64)>,
+    /// The slot of the orphan version, when the last name goes while the file is open.
+    pub orphan: Option<u32>,
 }
 
 impl Fs {
@@ -539,7 +547,21 @@ impl Fs {
             promoted: None,
             last: data.names.len() == 1,
             data: Vec::new(),
+            orphan: None,
         };
+        if plan.last && target.open_count.load(Ordering::Acquire) > 0 {
+            // Still open: the file lives on, nameless, until its last close.
+            let mut orphan = self.image.pinode(u64::from(target.primary_slot()));
+            let flags = orphan.flags.get() & !pinode::FLAG_VALID;
+            orphan.flags = U32::new(flags | pinode::FLAG_ORPHAN);
+            orphan.nlink = U32::new(0);
+            orphan.ctime_ns = I64::new(now);
+            let orphan_slot = self.alloc_pinode()?;
+            plan.txn.inserts.push((orphan_slot, orphan));
+            plan.txn.orphan_inserts.push(orphan_slot);
+            plan.orphan = Some(orphan_slot);
+            return Ok(plan);
+        }
         if plan.last {
             let primary = self.image.pinode(u64::from(target.primary_slot()));
             plan.data = self.data_of(&primary);
@@ -617,6 +639,14 @@ impl Fs {
                 .for_each(|s| *s = new_slot);
             target.primary.store(new_slot, Ordering::Release);
             freed.push(heir);
+        }
+        if let Some(orphan) = plan.orphan {
+            // The orphan keeps the name (and its long-name record) until it is freed.
+            target.primary.store(orphan, Ordering::Release);
+            target.orphaned.store(true, Ordering::Release);
+            data.names.clear();
+            self.release(&freed, &[]);
+            return;
         }
         if plan.last {
             target.removed.store(true, Ordering::Release);

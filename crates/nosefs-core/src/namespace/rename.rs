@@ -150,6 +150,8 @@ impl Fs {
                 txn.removes.extend(plan.txn.removes.iter().copied());
                 txn.data_removes
                     .extend(plan.txn.data_removes.iter().copied());
+                txn.orphan_inserts
+                    .extend(plan.txn.orphan_inserts.iter().copied());
                 txn.inserts.extend(plan.txn.inserts.iter().cloned());
                 txn.in_place.extend(plan.txn.in_place.iter().cloned());
                 drop_plan = Some(plan);

@@ -12,7 +12,8 @@ use zerocopy::IntoBytes;
 use crate::format::extent::FLAG_VALID as EXTENT_VALID;
 use crate::format::hash_table::{bucket_of, Bucket};
 use crate::format::journal::{
-    DirEntry, DIR_LOG_ENTRIES, DIR_OP_INSERT, DIR_OP_INSERT_DATA, DIR_OP_REMOVE, DIR_OP_REMOVE_DATA,
+    DirEntry, DIR_LOG_ENTRIES, DIR_OP_INSERT, DIR_OP_INSERT_DATA, DIR_OP_ORPHAN, DIR_OP_REMOVE,
+    DIR_OP_REMOVE_DATA,
 };
 use crate::format::long_name::{LongName, LONG_NAME_BYTES};
 use crate::format::pinode::{Pinode, FLAG_VALID, PINODE_BYTES};
@@ -54,6 +55,8 @@ pub struct Txn {
     pub data_inserts: SmallVec<[u32; 1]>,
     /// Removed slots whose inode's data goes with them (logged as REMOVE_DATA).
     pub data_removes: SmallVec<[u32; 1]>,
+    /// Inserted slots that are orphans, in no bucket (logged as ORPHAN).
+    pub orphan_inserts: SmallVec<[u32; 1]>,
 }
 
 impl Txn {
@@ -180,7 +183,11 @@ fn fill_log_entries(txn: &Txn, out: &mut [u64; DIR_LOG_ENTRIES]) {
         slot,
     });
     let inserts = txn.inserts.iter().map(|&(slot, _)| DirEntry {
-        op: op(&txn.data_inserts, slot, DIR_OP_INSERT_DATA, DIR_OP_INSERT),
+        op: if txn.orphan_inserts.contains(&slot) {
+            DIR_OP_ORPHAN
+        } else {
+            op(&txn.data_inserts, slot, DIR_OP_INSERT_DATA, DIR_OP_INSERT)
+        },
         slot,
     });
     for (word, entry) in out.iter_mut().zip(removes.chain(inserts)) {
@@ -195,6 +202,10 @@ fn link_inserts_ahead(image: &Image, txn: &mut Txn) {
     let mut heads: SmallVec<[(u64, u32); 4]> = SmallVec::new();
     for i in 0..txn.inserts.len() {
         let (slot, p) = &txn.inserts[i];
+        if txn.orphan_inserts.contains(slot) {
+            txn.inserts[i].1.hash_next = U32::new(0); // in no chain
+            continue;
+        }
         // A new record comes with the transaction; a kept one (a new version of the same name)
         // is already on the media.
         let fresh = txn
@@ -244,6 +255,13 @@ pub fn apply(image: &Image, entries: &[u64]) {
         }
     }
     for e in decoded().filter(|e| e.is_insert()) {
+        if e.op == DIR_OP_ORPHAN {
+            let p = image.pinode(u64::from(e.slot));
+            if p.flags.get() & FLAG_VALID == 0 {
+                set_flags(image, e.slot, p.flags.get() | FLAG_VALID);
+            }
+            continue;
+        }
         apply_insert(image, e.slot);
         if e.moves_data() {
             set_data(image, e.slot, true);
