@@ -136,7 +136,17 @@ impl Filesystem for NoseFuse {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        reply_entry(reply, self.fs().lookup(parent.0, name.as_bytes()));
+        match self.fs().lookup(parent.0, name.as_bytes()) {
+            // A negative entry (inode 0) the kernel may cache: creating a file looks its name up
+            // first, and every later change to that name goes through this mount, which
+            // invalidates it.
+            Err(e) if e.errno() == nosefs_core::Errno::ENOENT => {
+                let mut attr = file_attr(&Attr::default());
+                attr.ino = INodeNo(0);
+                reply.entry(&TTL, &attr, Generation(0));
+            }
+            result => reply_entry(reply, result),
+        }
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {

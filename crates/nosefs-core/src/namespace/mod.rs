@@ -52,7 +52,7 @@ pub const MAX_SYMLINKS: u32 = 40;
 pub const ROOT_INO: u64 = crate::mkfs::ROOT_INO;
 
 /// Attributes of an inode, as stat reports them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Attr {
     /// Inode number.
     pub ino: u64,
