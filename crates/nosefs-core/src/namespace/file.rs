@@ -43,11 +43,15 @@ pub const MAX_FILE_BYTES: u64 = 1 << 46;
 pub const WINDOW_BYTES: u64 = 64 << 10;
 /// See [`WINDOW_BYTES`]: 32 pieces in 64 KiB is 2 KiB per piece on average.
 pub const WINDOW_MAX_PIECES: usize = 32;
-/// Up to this much new data a commit checksums its data; above it a fence is cheaper.
-const CHECKSUM_DATA_MAX_BYTES: u64 = 16 << 10;
-/// Writes from this size on use non-temporal stores (they bypass the cache, which pays off only
-/// for data that will not be read back soon, such as the checksum of a small commit).
-const NT_COPY_MIN_BYTES: usize = 16 << 10;
+/// Writes from this size on use non-temporal stores: no line-by-line `clwb` (64 per 4 KiB), at
+/// the price of a fence before the commit point, since the data bypasses the cache and cannot be
+/// read back cheaply for the commit's checksum. Measured on 4 KiB append + fsync: 2.7 µs with
+/// non-temporal stores and 4 fences against 3.3 µs with `clwb` and 3 fences.
+const NT_COPY_MIN_BYTES: usize = 4 << 10;
+/// Up to this much new data a commit checksums its data (written through the cache, so the
+/// checksum reads it from there); above it the data is fenced instead. Below the non-temporal
+/// threshold, so non-temporal data is always fenced.
+const CHECKSUM_DATA_MAX_BYTES: u64 = NT_COPY_MIN_BYTES as u64 - 1;
 
 /// A regular file's data state, under its own lock (taken after the inode lock when both are).
 #[derive(Debug)]

@@ -179,8 +179,9 @@ fn sync_mount_makes_every_write_durable() {
 fn fences_per_fsync_are_few() {
     let h = fresh(None);
     let f = new_file(&h, b"f");
-    let cases: [(&str, u64, usize, u64); 3] = [
-        ("4 KiB append", 0, 4096, 3),
+    let cases: [(&str, u64, usize, u64); 4] = [
+        ("4 KiB append (non-temporal data, fenced)", 0, 4096, 4),
+        ("3000-byte append (checksummed data)", 4096, 3000, 3),
         ("1 KiB overwrite", 1000, 1024, 3),
         ("64 KiB write", 0, 65536, 4),
     ];
