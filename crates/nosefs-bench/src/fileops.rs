@@ -10,10 +10,11 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use nosefs_core::format::layout::MkfsParams;
-use nosefs_core::namespace::{Fs, MountOptions, Owner, ROOT_INO};
+use nosefs_core::namespace::{Fs, Owner, ROOT_INO};
 use nosefs_core::pmem::{counters, Counters};
 
 use crate::stats::{histogram, median, spread};
+use crate::target::BenchImage;
 
 /// A file to write and read, on some target.
 pub trait FileTarget {
@@ -34,54 +35,35 @@ pub trait FileTarget {
 /// One file on the native library, in a fresh image removed on drop.
 #[derive(Debug)]
 pub struct NativeFile {
-    fs: Option<Fs>,
+    image: BenchImage,
     ino: u64,
-    image: PathBuf,
 }
 
 impl NativeFile {
     /// Formats an image of `data_bytes` plus metadata room in `dir` and creates one file.
     pub fn new(dir: &Path, data_bytes: u64) -> nosefs_core::Result<NativeFile> {
-        let image = dir.join(format!("nosefs-fileops-{}.img", std::process::id()));
+        let path = dir.join(format!("nosefs-fileops-{}.img", std::process::id()));
         let params = MkfsParams {
             image_bytes: (data_bytes + data_bytes / 8 + (64 << 20)).next_multiple_of(1 << 20),
             pinodes: Some(1024),
             extents: Some(1 << 20),
-            prefault: true,
             ..MkfsParams::default()
         };
-        nosefs_core::mkfs::mkfs(&image, &params)?;
-        let options = MountOptions {
-            populate: true,
-            ..MountOptions::default()
-        };
-        let fs = Fs::mount(&image, &options)?;
-        let ino = fs
+        let image = BenchImage::create(path, &params)?;
+        let ino = image
+            .fs()
             .create(ROOT_INO, b"bench", 0o644, Owner::default(), true)?
             .ino;
-        Ok(NativeFile {
-            fs: Some(fs),
-            ino,
-            image,
-        })
+        Ok(NativeFile { image, ino })
     }
 
     fn fs(&self) -> &Fs {
-        self.fs.as_ref().expect("mounted")
+        self.image.fs()
     }
 
     /// Pieces (extents and pending writes) of the file: its fragmentation.
     pub fn pieces(&self) -> usize {
         self.fs().file_pieces(self.ino).expect("the file exists")
-    }
-}
-
-impl Drop for NativeFile {
-    fn drop(&mut self) {
-        if let Some(fs) = self.fs.take() {
-            drop(fs.unmount());
-        }
-        let _ = std::fs::remove_file(&self.image);
     }
 }
 

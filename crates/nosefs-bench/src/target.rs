@@ -30,11 +30,50 @@ pub fn names(prefix: &str, n: usize) -> Vec<String> {
     (0..n).map(|i| format!("{prefix}{i:08}")).collect()
 }
 
+/// A fresh, mounted image for a native target: formatted pre-faulted and mounted with its pages
+/// populated, so that no page fault lands in a timed region (seed 002); unmounted and removed on
+/// drop.
+#[derive(Debug)]
+pub struct BenchImage {
+    fs: Option<Fs>,
+    path: PathBuf,
+}
+
+impl BenchImage {
+    /// Formats `path` with `params` (pre-faulted) and mounts it.
+    pub fn create(path: PathBuf, params: &MkfsParams) -> nosefs_core::Result<BenchImage> {
+        let params = MkfsParams {
+            prefault: true,
+            ..params.clone()
+        };
+        nosefs_core::mkfs::mkfs(&path, &params)?;
+        let options = MountOptions {
+            populate: true,
+            ..MountOptions::default()
+        };
+        let fs = Fs::mount(&path, &options)?;
+        Ok(BenchImage { fs: Some(fs), path })
+    }
+
+    /// The mounted file system.
+    pub fn fs(&self) -> &Fs {
+        self.fs.as_ref().expect("mounted until drop")
+    }
+}
+
+impl Drop for BenchImage {
+    fn drop(&mut self) {
+        if let Some(fs) = self.fs.take() {
+            drop(fs.unmount());
+        }
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
 /// The native library on a fresh image in /dev/shm, removed on drop.
 #[derive(Debug)]
 pub struct Native {
-    fs: Option<Fs>,
-    image: PathBuf,
+    image: BenchImage,
     first: Vec<Vec<u8>>,
     second: Vec<Vec<u8>>,
 }
@@ -42,43 +81,24 @@ pub struct Native {
 impl Native {
     /// Formats an image with room for `n` files in `dir` (default /dev/shm) and mounts it.
     pub fn new(dir: &Path, n: usize) -> nosefs_core::Result<Native> {
-        let image = dir.join(format!("nosefs-bench-{}.img", std::process::id()));
+        let path = dir.join(format!("nosefs-bench-{}.img", std::process::id()));
         let pinodes = 2 * n as u64 + 1024;
         let params = MkfsParams {
             image_bytes: (pinodes * 128 * 3 + (64 << 20)).next_multiple_of(1 << 20),
             pinodes: Some(pinodes),
             extents: Some(1024),
-            prefault: true,
             ..MkfsParams::default()
         };
-        nosefs_core::mkfs::mkfs(&image, &params)?;
-        // The image was just written through mkfs's mapping; populate this one so that page
-        // faults stay out of the timed region (seed 002).
-        let options = MountOptions {
-            populate: true,
-            ..MountOptions::default()
-        };
-        let fs = Fs::mount(&image, &options)?;
         let as_bytes = |v: Vec<String>| v.into_iter().map(String::into_bytes).collect();
         Ok(Native {
-            fs: Some(fs),
-            image,
+            image: BenchImage::create(path, &params)?,
             first: as_bytes(names("f", n)),
             second: as_bytes(names("r", n)),
         })
     }
 
     fn fs(&self) -> &Fs {
-        self.fs.as_ref().expect("mounted")
-    }
-}
-
-impl Drop for Native {
-    fn drop(&mut self) {
-        if let Some(fs) = self.fs.take() {
-            drop(fs.unmount());
-        }
-        let _ = std::fs::remove_file(&self.image);
+        self.image.fs()
     }
 }
 

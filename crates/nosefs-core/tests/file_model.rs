@@ -3,8 +3,10 @@
 //! and crash remounts between phases and fsck after each. A crash remount discards whatever was
 //! not committed, in the model too.
 
+mod common;
+
+use common::{fsck_and_mount, model_cases};
 use nosefs_core::format::layout::{Geometry, MkfsParams};
-use nosefs_core::fsck::{fsck_region, FsckOptions};
 use nosefs_core::image::Image;
 use nosefs_core::namespace::{Fs, MountOptions, Owner, ROOT_INO};
 use nosefs_core::pmem::Region;
@@ -132,21 +134,7 @@ fn compare(fs: &Fs, inos: &[u64], files: &[ModelFile]) {
 }
 
 fn mount_bytes(bytes: &[u8]) -> Fs {
-    let report = fsck_region(
-        Region::recording_from(bytes).unwrap(),
-        FsckOptions::default(),
-    )
-    .unwrap();
-    assert!(report.problems.is_empty(), "fsck: {:#?}", report.problems);
-    let image = Image::from_region(Region::recording_from(bytes).unwrap()).unwrap();
-    let fs = Fs::mount_image(
-        image,
-        &MountOptions {
-            cpus: Some(THREADS),
-            ..MountOptions::default()
-        },
-    )
-    .unwrap();
+    let fs = fsck_and_mount(bytes, THREADS);
     assert_eq!(fs.mount_report().bitmap_mismatches, 0);
     fs
 }
@@ -180,13 +168,6 @@ fn fresh_fs() -> (Fs, Vec<Vec<u64>>) {
     (fs, inos)
 }
 
-fn model_cases() -> u32 {
-    std::env::var("NOSEFS_MODEL_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(32)
-}
-
 /// Phases of per-thread operation lists, each ending with a clean (true) or crash remount.
 fn phases() -> impl Strategy<Value = Vec<(Vec<Vec<Op>>, bool)>> {
     let per_thread = prop::collection::vec(prop::collection::vec(op(), 0..60), THREADS);
@@ -195,7 +176,7 @@ fn phases() -> impl Strategy<Value = Vec<(Vec<Vec<Op>>, bool)>> {
 
 proptest! {
     // CI runs 32 cases; NOSEFS_MODEL_CASES=1000 runs a long variant.
-    #![proptest_config(ProptestConfig::with_cases(model_cases()))]
+    #![proptest_config(ProptestConfig::with_cases(model_cases(32)))]
 
     #[test]
     fn file_data_matches_the_model(phases in phases()) {

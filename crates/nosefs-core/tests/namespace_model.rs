@@ -4,8 +4,10 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+mod common;
+
+use common::{fsck_and_mount, model_cases};
 use nosefs_core::format::layout::{Geometry, MkfsParams};
-use nosefs_core::fsck::{fsck_region, FsckOptions};
 use nosefs_core::image::Image;
 use nosefs_core::namespace::{Fs, MountOptions, Owner, RenameFlags, SetAttr, ROOT_INO};
 use nosefs_core::pmem::Region;
@@ -353,21 +355,7 @@ fn compare(fs: &Fs, thread: usize, model: &Model) {
 }
 
 fn mount_bytes(bytes: &[u8]) -> Fs {
-    let report = fsck_region(
-        Region::recording_from(bytes).unwrap(),
-        FsckOptions::default(),
-    )
-    .unwrap();
-    assert!(report.problems.is_empty(), "fsck: {:#?}", report.problems);
-    let image = Image::from_region(Region::recording_from(bytes).unwrap()).unwrap();
-    Fs::mount_image(
-        image,
-        &MountOptions {
-            cpus: Some(THREADS),
-            ..MountOptions::default()
-        },
-    )
-    .unwrap()
+    fsck_and_mount(bytes, THREADS)
 }
 
 fn fresh_fs() -> Fs {
@@ -391,13 +379,6 @@ fn fresh_fs() -> Fs {
     fs
 }
 
-fn model_cases() -> u32 {
-    std::env::var("NOSEFS_MODEL_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(48)
-}
-
 /// Phases of per-thread operation lists, each ending with a clean (true) or crash remount.
 fn phases() -> impl Strategy<Value = Vec<(Vec<Vec<Op>>, bool)>> {
     let per_thread = prop::collection::vec(prop::collection::vec(op(), 0..25), THREADS);
@@ -406,7 +387,7 @@ fn phases() -> impl Strategy<Value = Vec<(Vec<Vec<Op>>, bool)>> {
 
 proptest! {
     // CI runs 48 cases; NOSEFS_MODEL_CASES=2000 runs a long variant.
-    #![proptest_config(ProptestConfig::with_cases(model_cases()))]
+    #![proptest_config(ProptestConfig::with_cases(model_cases(48)))]
 
     #[test]
     fn namespace_matches_the_model(phases in phases()) {

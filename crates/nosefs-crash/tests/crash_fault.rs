@@ -2,26 +2,25 @@
 //! test binary, because an injected fault is process-wide and would break other tests running
 //! beside it.
 
+use nosefs_core::namespace::txn::fault::{inject, Fault};
 use nosefs_crash::workload::Op;
 use nosefs_crash::{Checker, Config};
 
 /// An injected fault is process-wide: the tests here take turns.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-/// With the fence after the commit store left out, apply stores can persist without the commit:
-/// the checker must see a broken state.
-#[test]
-fn a_missing_commit_fence_is_caught() {
-    use nosefs_core::namespace::txn::fault::{inject, Fault};
+/// Runs `workloads` with each fence fault in turn and asserts the checker reports a broken state.
+fn each_fault_is_caught(workloads: &[(&str, &[Op])]) {
     for fault in [Fault::SkipCommitFence, Fault::SkipApplyFence] {
         let _one_fault_at_a_time = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-        inject(fault);
         let mut checker = Checker::new(Config {
             usability_every: 1000,
             ..Config::default()
         });
-        checker.check("single:create", &[Op::Create("/n")]);
-        checker.check("single:unlink", &[Op::Unlink("/d/c")]);
+        inject(fault);
+        for (label, ops) in workloads {
+            checker.check(label, ops);
+        }
         inject(Fault::None);
         if let Some(f) = checker.report.failures.first() {
             eprintln!("{fault:?} caught: {f}");
@@ -33,30 +32,25 @@ fn a_missing_commit_fence_is_caught() {
     }
 }
 
+/// With the fence after the commit store left out, apply stores can persist without the commit:
+/// the checker must see a broken state.
+#[test]
+fn a_missing_commit_fence_is_caught() {
+    each_fault_is_caught(&[
+        ("single:create", &[Op::Create("/n")]),
+        ("single:unlink", &[Op::Unlink("/d/c")]),
+    ]);
+}
+
 /// The same for the file journal: an fsync whose commit or apply fence is left out must be caught
 /// (a new extent linked and valid, or the pinode pointing at the new list, without the commit).
 #[test]
 fn a_missing_file_commit_fence_is_caught() {
-    use nosefs_core::namespace::txn::fault::{inject, Fault};
-    for fault in [Fault::SkipCommitFence, Fault::SkipApplyFence] {
-        let mut checker = Checker::new(Config {
-            usability_every: 1000,
-            ..Config::default()
-        });
-        let _one_fault_at_a_time = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-        inject(fault);
-        checker.check(
+    each_fault_is_caught(&[
+        (
             "file:overwrite",
             &[Op::Write("/a", 1000, 1024, 5), Op::Fsync("/a")],
-        );
-        checker.check("file:truncate", &[Op::Truncate("/a", 100)]);
-        inject(Fault::None);
-        if let Some(f) = checker.report.failures.first() {
-            eprintln!("{fault:?} caught: {f}");
-        }
-        assert!(
-            !checker.report.failures.is_empty(),
-            "{fault:?} went unnoticed"
-        );
-    }
+        ),
+        ("file:truncate", &[Op::Truncate("/a", 100)]),
+    ]);
 }

@@ -114,6 +114,13 @@ fn reply_entry(reply: ReplyEntry, result: nosefs_core::Result<Attr>) {
     }
 }
 
+fn reply_attr(reply: ReplyAttr, result: nosefs_core::Result<Attr>) {
+    match result {
+        Ok(a) => reply.attr(&TTL, &file_attr(&a)),
+        Err(e) => reply.error(errno(e)),
+    }
+}
+
 fn reply_empty(reply: ReplyEmpty, result: nosefs_core::Result<()>) {
     match result {
         Ok(()) => reply.ok(),
@@ -150,10 +157,7 @@ impl Filesystem for NoseFuse {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        match self.fs().getattr(ino.0) {
-            Ok(a) => reply.attr(&TTL, &file_attr(&a)),
-            Err(e) => reply.error(errno(e)),
-        }
+        reply_attr(reply, self.fs().getattr(ino.0));
     }
 
     fn setattr(
@@ -182,10 +186,7 @@ impl Filesystem for NoseFuse {
             mtime_ns: set_time(mtime),
             size,
         };
-        match self.fs().setattr(ino.0, &change) {
-            Ok(a) => reply.attr(&TTL, &file_attr(&a)),
-            Err(e) => reply.error(errno(e)),
-        }
+        reply_attr(reply, self.fs().setattr(ino.0, &change));
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {

@@ -150,6 +150,33 @@ fn fits_one_extent(addr: u64, len: u64) -> bool {
         && Extent::blocks_needed(addr % BLOCK_SIZE, len) <= extent::MAX_BLOCKS
 }
 
+/// Replaces two neighbouring pieces by one pending piece if `right` continues `left` both in the
+/// file and in the data zone and the result fits one extent; a committed side's extent is retired
+/// at the commit. Returns the joined piece.
+fn join(
+    state: &mut FileState,
+    (left_offset, left): (u64, Piece),
+    (right_offset, right): (u64, Piece),
+) -> Option<(u64, Piece)> {
+    let continues = left_offset + left.len == right_offset && left.addr_end() == right.addr;
+    if !continues || !fits_one_extent(left.addr, left.len + right.len) {
+        return None;
+    }
+    for (offset, piece) in [(left_offset, left), (right_offset, right)] {
+        state.map.remove(offset);
+        if piece.eno != 0 {
+            state.removed.push((piece.eno, piece.addr, piece.len));
+        }
+    }
+    let joined = Piece {
+        addr: left.addr,
+        len: left.len + right.len,
+        eno: 0,
+    };
+    state.map.insert(left_offset, joined);
+    Some((left_offset, joined))
+}
+
 /// Data-zone ranges a write's bytes go to, in order.
 type Placement = SmallVec<[(u64, u64); 2]>;
 
@@ -617,42 +644,15 @@ impl Fs {
     fn merge_pending(&self, state: &mut FileState) {
         let offsets: Vec<u64> = state.map.pending().collect();
         for offset in offsets {
-            let Some(mut piece) = state.map.get(offset) else {
+            let Some(piece) = state.map.get(offset) else {
                 continue; // merged into an earlier one
             };
-            let mut start = offset;
-            while let Some((q_offset, q)) = state.map.before(start) {
-                let joins = q_offset + q.len == start && q.addr_end() == piece.addr;
-                if !joins || !fits_one_extent(q.addr, q.len + piece.len) {
-                    break;
-                }
-                state.map.remove(start);
-                state.map.remove(q_offset);
-                if q.eno != 0 {
-                    state.removed.push((q.eno, q.addr, q.len));
-                }
-                (start, piece) = (
-                    q_offset,
-                    Piece {
-                        addr: q.addr,
-                        len: q.len + piece.len,
-                        eno: 0,
-                    },
-                );
-                state.map.insert(start, piece);
+            let mut at = (offset, piece);
+            while let Some(joined) = state.map.before(at.0).and_then(|q| join(state, q, at)) {
+                at = joined;
             }
-            while let Some((r_offset, r)) = state.map.after(start) {
-                let joins = start + piece.len == r_offset && piece.addr_end() == r.addr;
-                if !joins || !fits_one_extent(piece.addr, piece.len + r.len) {
-                    break;
-                }
-                state.map.remove(r_offset);
-                state.map.remove(start);
-                if r.eno != 0 {
-                    state.removed.push((r.eno, r.addr, r.len));
-                }
-                piece.len += r.len;
-                state.map.insert(start, piece);
+            while let Some(joined) = state.map.after(at.0).and_then(|r| join(state, at, r)) {
+                at = joined;
             }
         }
     }

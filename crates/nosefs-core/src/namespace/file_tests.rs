@@ -265,6 +265,28 @@ fn stores_of(fs: &Fs, op: impl FnOnce(&Fs)) -> Vec<(u64, Vec<u8>)> {
         .collect()
 }
 
+/// For the image a crash leaves after every prefix of `stores` on top of `base`: fsck must find
+/// it clean, mount must recover it, `check` must accept what it shows, and the recovered image
+/// must be clean after unmount.
+fn every_cut(base: &[u8], stores: &[(u64, Vec<u8>)], label: &str, check: impl Fn(&Fs, &str)) {
+    for cut in 0..=stores.len() {
+        let mut bytes = base.to_vec();
+        for (at, data) in &stores[..cut] {
+            bytes[*at as usize..*at as usize + data.len()].copy_from_slice(data);
+        }
+        let what = format!("{label}, cut {cut} of {}", stores.len());
+        check_clean(&bytes, &what);
+        let region = crate::pmem::Region::recording_from(&bytes).unwrap();
+        let fs = Fs::mount_image(
+            Image::from_region(region).unwrap(),
+            &MountOptions::default(),
+        )
+        .unwrap_or_else(|e| panic!("{what}: mount failed: {e}"));
+        check(&fs, &what);
+        check_clean(&fs.unmount().into_region().snapshot(), &what);
+    }
+}
+
 fn check_clean(bytes: &[u8], what: &str) {
     let report = crate::fsck::fsck_region(
         crate::pmem::Region::recording_from(bytes).unwrap(),
@@ -295,26 +317,13 @@ fn crash_at_every_store_of_an_fsync_and_a_truncate() {
         let base = h.fs().image().region().snapshot();
         let stores = stores_of(h.fs(), |fs| op(fs, f));
         let after = read_all(h.fs(), f);
-        for cut in 0..=stores.len() {
-            let mut bytes = base.clone();
-            for (at, data) in &stores[..cut] {
-                bytes[*at as usize..*at as usize + data.len()].copy_from_slice(data);
-            }
-            let what = format!("case {i}, cut {cut} of {}", stores.len());
-            check_clean(&bytes, &what);
-            let region = crate::pmem::Region::recording_from(&bytes).unwrap();
-            let fs = Fs::mount_image(
-                Image::from_region(region).unwrap(),
-                &MountOptions::default(),
-            )
-            .unwrap_or_else(|e| panic!("{what}: mount failed: {e}"));
-            let got = read_all(&fs, f);
+        every_cut(&base, &stores, &format!("case {i}"), |fs, what| {
+            let got = read_all(fs, f);
             assert!(
                 got == before || got == after,
                 "{what}: neither before nor after"
             );
-            check_clean(&fs.unmount().into_region().snapshot(), &what);
-        }
+        });
     }
 }
 
@@ -366,26 +375,13 @@ fn crash_at_every_store_of_an_orphaning_unlink_and_its_close() {
                 fs.close(f).unwrap();
             }
         });
-        for cut in 0..=stores.len() {
-            let mut bytes = base.clone();
-            for (at, data) in &stores[..cut] {
-                bytes[*at as usize..*at as usize + data.len()].copy_from_slice(data);
-            }
-            let what = format!("{step}, cut {cut} of {}", stores.len());
-            check_clean(&bytes, &what);
-            let region = crate::pmem::Region::recording_from(&bytes).unwrap();
-            let fs = Fs::mount_image(
-                Image::from_region(region).unwrap(),
-                &MountOptions::default(),
-            )
-            .unwrap_or_else(|e| panic!("{what}: mount failed: {e}"));
+        every_cut(&base, &stores, step, |fs, what| {
             // Either the name is still there with its data, or the file is gone entirely.
             match fs.lookup(ROOT_INO, b"f") {
-                Ok(a) => assert_eq!(read_all(&fs, a.ino), vec![5; 6000], "{what}"),
+                Ok(a) => assert_eq!(read_all(fs, a.ino), vec![5; 6000], "{what}"),
                 Err(e) => assert_eq!(e.errno(), Errno::ENOENT, "{what}"),
             }
-            check_clean(&fs.unmount().into_region().snapshot(), &what);
-        }
+        });
     }
 }
 

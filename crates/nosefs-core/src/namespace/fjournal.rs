@@ -132,16 +132,21 @@ pub fn commit(
     }
     // 2. Header and entries.
     write_header_and_entries(image, log, overflow, c);
-    // 3. The commit point.
-    let checksum = commit_checksum(image, log, n as u64).expect("entries just written");
+    // 3. The commit point. The entries are the ones just written; the header is read back once,
+    //    as the checksum and the apply step both want it as the media holds it.
+    let entries: Vec<FileEntry> = (0..n).map(|i| c.entry(i)).collect();
+    let header = image.file_log(log);
+    let checksum = checksum_of(image, &header, &entries).expect("records just written");
     region.store_u64(log_offset, n as u64 | (u64::from(checksum) << 32));
     region.flush(log_offset, 8);
     if !fault::active(fault::Fault::SkipCommitFence) {
         region.fence();
     }
     // 4. Apply.
-    let header = image.file_log(log);
-    let entries = read_entries(image, log, n as u64).expect("entries just written");
+    debug_assert_eq!(
+        read_entries(image, log, n as u64).as_deref(),
+        Ok(&entries[..])
+    );
     apply_links(image, &header, &entries);
     apply_retire(image, &entries, still_used);
     if !fault::active(fault::Fault::SkipApplyFence) {
@@ -244,11 +249,15 @@ fn data_range(image: &Image, e: &Extent) -> Option<(u64, u64)> {
 /// shares with one it replaces were made durable by an earlier commit). `None` when the log cannot
 /// be read (a torn commit's garbage). Runs on media content at mount, so everything is checked.
 pub fn commit_checksum(image: &Image, log: u64, count: u64) -> Option<u32> {
-    let g = image.geometry();
-    let header = image.file_log(log);
     let entries = read_entries(image, log, count).ok()?;
+    checksum_of(image, &image.file_log(log), &entries)
+}
+
+/// [`commit_checksum`] of a header and entries already in hand.
+fn checksum_of(image: &Image, header: &FileLog, entries: &[FileEntry]) -> Option<u32> {
+    let g = image.geometry();
     let mut crc = crc32c::crc32c(&header.as_bytes()[8..ENTRIES_OFFSET as usize]);
-    for e in &entries {
+    for e in entries {
         crc = crc32c::crc32c_append(crc, &e.encode().to_le_bytes());
     }
     let in_table = |eno: u32| eno != 0 && u64::from(eno) < g.extent_count();

@@ -161,3 +161,30 @@ pub fn populate(image: &Image) {
     image.region().persist(record_offset, 256);
     put_pinode(image, LONG_SLOT, l, &name);
 }
+
+/// Cases a model-based property test runs: `default`, or `NOSEFS_MODEL_CASES` for a long variant.
+pub fn model_cases(default: u32) -> u32 {
+    std::env::var("NOSEFS_MODEL_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Checks an image with fsck (it must be clean) and mounts a copy of it with pools for `cpus`.
+pub fn fsck_and_mount(bytes: &[u8], cpus: usize) -> nosefs_core::namespace::Fs {
+    use nosefs_core::fsck::{fsck_region, FsckOptions};
+    use nosefs_core::namespace::{Fs, MountOptions};
+    use nosefs_core::pmem::Region;
+    let report = fsck_region(
+        Region::recording_from(bytes).unwrap(),
+        FsckOptions::default(),
+    )
+    .unwrap();
+    assert!(report.problems.is_empty(), "fsck: {:#?}", report.problems);
+    let image = Image::from_region(Region::recording_from(bytes).unwrap()).unwrap();
+    let options = MountOptions {
+        cpus: Some(cpus),
+        ..MountOptions::default()
+    };
+    Fs::mount_image(image, &options).unwrap()
+}
