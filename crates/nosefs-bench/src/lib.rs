@@ -1,14 +1,26 @@
-//! The noseFS benchmark harness.
+//! The noseFS benchmark harness, `nosefs bench`.
 //!
 //! It follows "Rethinking benchmarking for NVM file systems" (seed 002): everything an operation
-//! needs (names, buffers, the directory handle) is prepared before timing; each operation is timed
-//! on its own into an HDR histogram in nanoseconds; runs repeat and report the median with its
-//! spread; the harness's own cost per operation is measured and reported; targets are measured
-//! side by side in one run so that ratios, not absolute times, carry the result.
+//! needs (names, offsets, buffers, open handles) is prepared before timing; each operation is
+//! timed on its own into a per-thread HDR histogram in nanoseconds, merged afterwards; threads are
+//! pinned to CPUs and start each phase together; every thread warms up first; runs repeat and
+//! report the median with its spread; the harness's own cost per operation is measured and
+//! reported; targets are measured side by side in one run (their runs interleaved) so that ratios,
+//! not absolute times, carry the result.
+//!
+//! Code map: [`target`] (what runs: the native library or system calls on a directory),
+//! [`scratch`] (private tmpfs and ramdisk mounts), [`cleanup`] (undo on drop and on Ctrl-C),
+//! [`runner`] (threads, pinning, timed phases), [`workload`] (the micro-benchmarks), [`suite`]
+//! (a whole run), [`report`] and [`plot`] (table, JSON, markdown, SVG).
 
 #![forbid(unsafe_code)]
 
-pub mod dirops;
-pub mod fileops;
+pub mod cleanup;
+pub mod plot;
+pub mod report;
+pub mod runner;
+pub mod scratch;
 pub mod stats;
+pub mod suite;
 pub mod target;
+pub mod workload;

@@ -1,58 +1,191 @@
-//! What a benchmark runs against: the native library, or any directory through system calls.
+//! What a benchmark runs against: the native library in-process, or any directory through system
+//! calls (a mounted noseFS, tmpfs, a ramdisk file system).
+//!
+//! [`Target`] is the handful of handle-based calls the workloads make. Workloads are generic over
+//! it, so the timed loop pays no dynamic dispatch, and they see only handles and prepared names:
+//! nothing is allocated or looked up by path inside a timed region.
 
-use std::ffi::CString;
+use std::convert::Infallible;
+use std::ffi::{CStr, CString};
+use std::fs::File;
+use std::io;
 use std::os::fd::OwnedFd;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use nosefs_core::format::layout::MkfsParams;
 use nosefs_core::namespace::{Fs, MountOptions, Owner, RenameFlags, ROOT_INO};
-use nosefs_core::pmem::{counters, Counters};
+use nosefs_core::pmem::{counters, Counters, Region, RegionOptions};
 use rustix::fs::{AtFlags, Mode, OFlags};
 
-/// A target for directory operations on files numbered 0..n in one directory.
-pub trait DirTarget {
-    /// Name in reports.
-    fn name(&self) -> String;
-    /// Creates (and closes) file `i`.
-    fn create(&self, i: usize);
-    /// Renames file `i` to its second name.
-    fn rename(&self, i: usize);
-    /// Unlinks file `i` by its second name.
-    fn unlink(&self, i: usize);
-    /// This thread's persistence counters, where the target reports them.
+use crate::cleanup::{self, Registered, Undo};
+use crate::scratch::RamdiskKind;
+
+/// A target as named on the command line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TargetSpec {
+    /// `nosefs`, `nosefs-sync`, `nosefs:PATH`, `nosefs-sync:PATH`: the native library on a fresh
+    /// image per run, in /dev/shm, in directory PATH, or on device-dax device PATH.
+    Native {
+        /// Where the image goes (`None`: the harness's image directory).
+        place: Option<PathBuf>,
+        /// Mounted with the `sync` option (every write durable on return).
+        sync: bool,
+    },
+    /// `dir:PATH`: any mounted file system, through system calls.
+    Dir(PathBuf),
+    /// `tmpfs`: a private tmpfs the harness mounts.
+    Tmpfs,
+    /// `ramdisk:KIND`: a loop device over a file in /dev/shm, formatted and mounted by the harness.
+    Ramdisk(RamdiskKind),
+}
+
+impl TargetSpec {
+    /// Parses a target name.
+    pub fn parse(text: &str) -> Result<TargetSpec, String> {
+        let (head, arg) = match text.split_once(':') {
+            Some((head, arg)) => (head, Some(arg)),
+            None => (text, None),
+        };
+        match (head, arg) {
+            ("nosefs" | "nosefs-sync", place) => Ok(TargetSpec::Native {
+                place: place.map(PathBuf::from),
+                sync: head == "nosefs-sync",
+            }),
+            ("tmpfs", None) => Ok(TargetSpec::Tmpfs),
+            ("dir", Some(path)) if !path.is_empty() => Ok(TargetSpec::Dir(path.into())),
+            ("ramdisk", Some(kind)) => RamdiskKind::parse(kind).map(TargetSpec::Ramdisk).ok_or_else(|| {
+                let kinds: Vec<&str> = RamdiskKind::ALL.iter().map(|k| k.name()).collect();
+                format!("unknown ramdisk kind `{kind}` (one of {})", kinds.join(", "))
+            }),
+            _ => Err(format!(
+                "unknown target `{text}` (nosefs, nosefs-sync, nosefs:PATH, dir:PATH, tmpfs, ramdisk:KIND)"
+            )),
+        }
+    }
+
+    /// The name in reports (the text it was parsed from, normalized).
+    pub fn label(&self) -> String {
+        match self {
+            TargetSpec::Native { place, sync } => {
+                let head = if *sync { "nosefs-sync" } else { "nosefs" };
+                match place {
+                    Some(p) => format!("{head}:{}", p.display()),
+                    None => head.into(),
+                }
+            }
+            TargetSpec::Dir(path) => format!("dir:{}", path.display()),
+            TargetSpec::Tmpfs => "tmpfs".into(),
+            TargetSpec::Ramdisk(kind) => format!("ramdisk:{}", kind.name()),
+        }
+    }
+}
+
+/// The calls a workload makes. Handles (`Dir`, `File`, `Map`) are the target's own; names are
+/// prepared C strings.
+pub trait Target: Sync {
+    /// An open directory.
+    type Dir: Send + Sync;
+    /// An open file.
+    type File: Send + Sync;
+    /// A file mapped into memory.
+    type Map: Send + Sync;
+
+    /// The run's (empty, fresh) directory.
+    fn root(&self) -> &Self::Dir;
+    /// Creates directory `name` in `parent` and opens it.
+    fn mkdir(&self, parent: &Self::Dir, name: &CStr) -> io::Result<Self::Dir>;
+    /// Creates file `name` (exclusively) and closes it again.
+    fn create(&self, dir: &Self::Dir, name: &CStr) -> io::Result<()>;
+    /// Renames `from/old` to `to/new`.
+    fn rename(&self, from: &Self::Dir, old: &CStr, to: &Self::Dir, new: &CStr) -> io::Result<()>;
+    /// Removes file `name`.
+    fn unlink(&self, dir: &Self::Dir, name: &CStr) -> io::Result<()>;
+    /// Opens file `name` for reading and writing, creating it if `create`.
+    fn open(&self, dir: &Self::Dir, name: &CStr, create: bool) -> io::Result<Self::File>;
+    /// Writes all of `data` at `offset`.
+    fn pwrite(&self, file: &Self::File, offset: u64, data: &[u8]) -> io::Result<()>;
+    /// Reads exactly `buf.len()` bytes at `offset`.
+    fn pread(&self, file: &Self::File, offset: u64, buf: &mut [u8]) -> io::Result<()>;
+    /// Makes the file's data and metadata durable.
+    fn fsync(&self, file: &Self::File) -> io::Result<()>;
+    /// Closes the file.
+    fn close(&self, file: Self::File) -> io::Result<()>;
+    /// Creates file `name` of `len` bytes and maps it shared.
+    fn map(&self, dir: &Self::Dir, name: &CStr, len: u64) -> io::Result<Self::Map>;
+    /// Stores `data` into the mapping at `offset`.
+    fn map_write(&self, map: &Self::Map, offset: u64, data: &[u8]);
+    /// `msync` of `[offset, offset + len)`: makes those bytes durable.
+    fn msync(&self, map: &Self::Map, offset: u64, len: u64) -> io::Result<()>;
+    /// This thread's flush and fence counters, where the target counts them.
     fn counters(&self) -> Option<Counters> {
         None
     }
 }
 
-/// Names `f00000000`.. and `r00000000`.., generated before timing.
-pub fn names(prefix: &str, n: usize) -> Vec<String> {
-    (0..n).map(|i| format!("{prefix}{i:08}")).collect()
+/// Names `{prefix}{thread:03}-{i:08}`, generated before timing: every name of a set has the same
+/// length, and sets of different prefixes or threads are disjoint.
+pub fn names(prefix: &str, thread: usize, n: usize) -> Vec<CString> {
+    (0..n)
+        .map(|i| CString::new(format!("{prefix}{thread:03}-{i:08}")).expect("no NUL in a name"))
+        .collect()
 }
 
-/// A fresh, mounted image for a native target: formatted pre-faulted and mounted with its pages
-/// populated, so that no page fault lands in a timed region (seed 002); unmounted and removed on
-/// drop.
+/// A name as a C string (for setup code outside timed regions).
+pub fn cname(name: &str) -> CString {
+    CString::new(name).expect("no NUL in a name")
+}
+
+/// What a native image must hold for one run.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Needs {
+    /// Names (files and directories) alive at once.
+    pub names: u64,
+    /// File data bytes alive at once.
+    pub data_bytes: u64,
+}
+
+fn errno(e: nosefs_core::Error) -> io::Error {
+    match e {
+        nosefs_core::Error::Errno(errno) => io::Error::from_raw_os_error(errno.0),
+        other => io::Error::other(other.to_string()),
+    }
+}
+
+/// A fresh, mounted native image: formatted pre-faulted and mounted with its pages populated, so
+/// that no page fault lands in a timed region (seed 002); unmounted and removed on drop (or on
+/// interrupt).
 #[derive(Debug)]
 pub struct BenchImage {
     fs: Option<Fs>,
     path: PathBuf,
+    remove: bool,
+    _registered: Option<Registered>,
 }
 
 impl BenchImage {
-    /// Formats `path` with `params` (pre-faulted) and mounts it.
-    pub fn create(path: PathBuf, params: &MkfsParams) -> nosefs_core::Result<BenchImage> {
+    /// Formats `path` with `params` (pre-faulted) and mounts it. A regular file is removed on
+    /// drop; a device is left formatted.
+    pub fn create(path: PathBuf, params: &MkfsParams, sync: bool) -> nosefs_core::Result<Self> {
         let params = MkfsParams {
             prefault: true,
             ..params.clone()
         };
+        let is_device = std::fs::metadata(&path).is_ok_and(|m| !m.is_file());
+        let registered = (!is_device).then(|| cleanup::register(Undo::RemoveFile(path.clone())));
         nosefs_core::mkfs::mkfs(&path, &params)?;
         let options = MountOptions {
             populate: true,
+            sync,
             ..MountOptions::default()
         };
         let fs = Fs::mount(&path, &options)?;
-        Ok(BenchImage { fs: Some(fs), path })
+        Ok(BenchImage {
+            fs: Some(fs),
+            path,
+            remove: !is_device,
+            _registered: registered,
+        })
     }
 
     /// The mounted file system.
@@ -66,132 +199,277 @@ impl Drop for BenchImage {
         if let Some(fs) = self.fs.take() {
             drop(fs.unmount());
         }
-        let _ = std::fs::remove_file(&self.path);
+        if self.remove {
+            let _ = std::fs::remove_file(&self.path);
+        }
     }
 }
 
-/// The native library on a fresh image in /dev/shm, removed on drop.
+/// The native library on a fresh image.
 #[derive(Debug)]
 pub struct Native {
     image: BenchImage,
-    first: Vec<Vec<u8>>,
-    second: Vec<Vec<u8>>,
+    root: u64,
 }
 
 impl Native {
-    /// Formats an image with room for `n` files in `dir` (default /dev/shm) and mounts it.
-    pub fn new(dir: &Path, n: usize) -> nosefs_core::Result<Native> {
-        let path = dir.join(format!("nosefs-bench-{}.img", std::process::id()));
-        let pinodes = 2 * n as u64 + 1024;
+    /// Formats an image sized for `needs` at `place` (a directory for an image file, or a
+    /// device-dax device) and mounts it.
+    pub fn new(place: &Path, needs: Needs, sync: bool) -> nosefs_core::Result<Native> {
+        let is_dir = place.is_dir();
+        let path = if is_dir {
+            place.join(format!("nosefs-bench-{}.img", std::process::id()))
+        } else {
+            place.to_path_buf()
+        };
+        let pinodes = needs.names + 4096;
+        let data = needs.data_bytes + needs.data_bytes / 4 + (32 << 20);
+        let image_bytes = (data + pinodes * 128 * 3 + (32 << 20)).next_multiple_of(1 << 20);
         let params = MkfsParams {
-            image_bytes: (pinodes * 128 * 3 + (64 << 20)).next_multiple_of(1 << 20),
+            image_bytes,
             pinodes: Some(pinodes),
-            extents: Some(1024),
+            extents: Some((data / 4096).max(1 << 16)),
             ..MkfsParams::default()
         };
-        let as_bytes = |v: Vec<String>| v.into_iter().map(String::into_bytes).collect();
+        let image = BenchImage::create(path, &params, sync)?;
         Ok(Native {
-            image: BenchImage::create(path, &params)?,
-            first: as_bytes(names("f", n)),
-            second: as_bytes(names("r", n)),
+            image,
+            root: ROOT_INO,
         })
     }
 
     fn fs(&self) -> &Fs {
         self.image.fs()
     }
+
+    /// Pieces (extents and pending writes) of a file: its fragmentation.
+    pub fn pieces(&self, file: &u64) -> usize {
+        self.fs().file_pieces(*file).expect("the file exists")
+    }
 }
 
-impl DirTarget for Native {
-    fn name(&self) -> String {
-        "nosefs".into()
+impl Target for Native {
+    type Dir = u64;
+    type File = u64;
+    type Map = Infallible;
+
+    fn root(&self) -> &u64 {
+        &self.root
     }
-    fn create(&self, i: usize) {
-        self.fs()
-            .create(ROOT_INO, &self.first[i], 0o644, Owner::default(), true)
-            .expect("create");
+    fn mkdir(&self, parent: &u64, name: &CStr) -> io::Result<u64> {
+        let attr = self
+            .fs()
+            .mkdir(*parent, name.to_bytes(), 0o755, Owner::default());
+        Ok(attr.map_err(errno)?.ino)
     }
-    fn rename(&self, i: usize) {
+    fn create(&self, dir: &u64, name: &CStr) -> io::Result<()> {
+        let fs = self.fs();
+        let ino = fs
+            .create(*dir, name.to_bytes(), 0o644, Owner::default(), true)
+            .map_err(errno)?
+            .ino;
+        fs.open(ino).and_then(|()| fs.close(ino)).map_err(errno)
+    }
+    fn rename(&self, from: &u64, old: &CStr, to: &u64, new: &CStr) -> io::Result<()> {
         let flags = RenameFlags::default();
-        self.fs()
-            .rename(ROOT_INO, &self.first[i], ROOT_INO, &self.second[i], flags)
-            .expect("rename");
+        let (old, new) = (old.to_bytes(), new.to_bytes());
+        self.fs().rename(*from, old, *to, new, flags).map_err(errno)
     }
-    fn unlink(&self, i: usize) {
-        self.fs().unlink(ROOT_INO, &self.second[i]).expect("unlink");
+    fn unlink(&self, dir: &u64, name: &CStr) -> io::Result<()> {
+        self.fs().unlink(*dir, name.to_bytes()).map_err(errno)
+    }
+    fn open(&self, dir: &u64, name: &CStr, create: bool) -> io::Result<u64> {
+        let fs = self.fs();
+        let ino = if create {
+            fs.create(*dir, name.to_bytes(), 0o644, Owner::default(), false)
+        } else {
+            fs.lookup(*dir, name.to_bytes())
+        }
+        .map_err(errno)?
+        .ino;
+        fs.open(ino).map_err(errno)?;
+        Ok(ino)
+    }
+    fn pwrite(&self, file: &u64, offset: u64, data: &[u8]) -> io::Result<()> {
+        self.fs().write(*file, offset, data).map_err(errno)?;
+        Ok(())
+    }
+    fn pread(&self, file: &u64, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        let got = self.fs().read(*file, offset, buf).map_err(errno)?;
+        if got == buf.len() {
+            Ok(())
+        } else {
+            Err(io::ErrorKind::UnexpectedEof.into())
+        }
+    }
+    fn fsync(&self, file: &u64) -> io::Result<()> {
+        self.fs().fsync(*file).map_err(errno)
+    }
+    fn close(&self, file: u64) -> io::Result<()> {
+        self.fs().close(file).map_err(errno)
+    }
+    fn map(&self, _dir: &u64, _name: &CStr, _len: u64) -> io::Result<Infallible> {
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "the native library has no mmap/msync yet",
+        ))
+    }
+    fn map_write(&self, map: &Infallible, _offset: u64, _data: &[u8]) {
+        match *map {}
+    }
+    fn msync(&self, map: &Infallible, _offset: u64, _len: u64) -> io::Result<()> {
+        match *map {}
     }
     fn counters(&self) -> Option<Counters> {
         Some(counters())
     }
 }
 
-/// Any directory through system calls (openat, renameat, unlinkat on a directory descriptor).
+/// An open directory of a [`Syscalls`] target.
+#[derive(Debug)]
+pub struct SysDir {
+    fd: OwnedFd,
+    path: PathBuf,
+}
+
+/// Any directory through system calls (`openat`, `renameat`, `unlinkat`, `pwrite`, ... on
+/// descriptors), working in a fresh directory removed on drop.
 #[derive(Debug)]
 pub struct Syscalls {
-    label: String,
-    dir: PathBuf,
-    fd: OwnedFd,
-    first: Vec<CString>,
-    second: Vec<CString>,
+    root: SysDir,
+    _registered: Registered,
 }
 
 impl Syscalls {
-    /// A fresh, empty directory inside `parent`, removed on drop.
-    pub fn new(label: &str, parent: &Path, n: usize) -> std::io::Result<Syscalls> {
-        let dir = parent.join(format!("nosefs-bench-{}-{label}", std::process::id()));
-        std::fs::create_dir_all(&dir)?;
+    /// Creates a fresh directory inside `parent` for one run.
+    pub fn new(parent: &Path) -> io::Result<Syscalls> {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static RUN: AtomicU64 = AtomicU64::new(0);
+        let run = RUN.fetch_add(1, Ordering::Relaxed);
+        let path = parent.join(format!("nosefs-bench-{}-{run}", std::process::id()));
+        let registered = cleanup::register(Undo::RemoveTree(path.clone()));
+        std::fs::create_dir(&path)?;
         let fd = rustix::fs::open(
-            &dir,
+            &path,
             OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC,
             Mode::empty(),
         )?;
-        let c = |v: Vec<String>| {
-            v.into_iter()
-                .map(|s| CString::new(s).expect("no NUL"))
-                .collect()
-        };
         Ok(Syscalls {
-            label: label.into(),
-            dir,
-            fd,
-            first: c(names("f", n)),
-            second: c(names("r", n)),
+            root: SysDir { fd, path },
+            _registered: registered,
         })
     }
 }
 
 impl Drop for Syscalls {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
+        let _ = std::fs::remove_dir_all(&self.root.path);
     }
 }
 
-impl DirTarget for Syscalls {
-    fn name(&self) -> String {
-        self.label.clone()
+impl Target for Syscalls {
+    type Dir = SysDir;
+    type File = File;
+    type Map = Region;
+
+    fn root(&self) -> &SysDir {
+        &self.root
     }
-    fn create(&self, i: usize) {
+    fn mkdir(&self, parent: &SysDir, name: &CStr) -> io::Result<SysDir> {
+        rustix::fs::mkdirat(&parent.fd, name, Mode::from_raw_mode(0o755))?;
+        let flags = OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC;
+        let fd = rustix::fs::openat(&parent.fd, name, flags, Mode::empty())?;
+        let path = parent.path.join(name.to_string_lossy().as_ref());
+        Ok(SysDir { fd, path })
+    }
+    fn create(&self, dir: &SysDir, name: &CStr) -> io::Result<()> {
         let flags = OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::CLOEXEC;
-        let fd = rustix::fs::openat(
-            &self.fd,
-            self.first[i].as_c_str(),
+        drop(rustix::fs::openat(
+            &dir.fd,
+            name,
             flags,
             Mode::from_raw_mode(0o644),
-        )
-        .expect("create");
-        drop(fd);
+        )?);
+        Ok(())
     }
-    fn rename(&self, i: usize) {
-        rustix::fs::renameat(
-            &self.fd,
-            self.first[i].as_c_str(),
-            &self.fd,
-            self.second[i].as_c_str(),
-        )
-        .expect("rename");
+    fn rename(&self, from: &SysDir, old: &CStr, to: &SysDir, new: &CStr) -> io::Result<()> {
+        Ok(rustix::fs::renameat(&from.fd, old, &to.fd, new)?)
     }
-    fn unlink(&self, i: usize) {
-        rustix::fs::unlinkat(&self.fd, self.second[i].as_c_str(), AtFlags::empty())
-            .expect("unlink");
+    fn unlink(&self, dir: &SysDir, name: &CStr) -> io::Result<()> {
+        Ok(rustix::fs::unlinkat(&dir.fd, name, AtFlags::empty())?)
+    }
+    fn open(&self, dir: &SysDir, name: &CStr, create: bool) -> io::Result<File> {
+        let mut flags = OFlags::RDWR | OFlags::CLOEXEC;
+        if create {
+            flags |= OFlags::CREATE;
+        }
+        let fd = rustix::fs::openat(&dir.fd, name, flags, Mode::from_raw_mode(0o644))?;
+        Ok(File::from(fd))
+    }
+    fn pwrite(&self, file: &File, offset: u64, data: &[u8]) -> io::Result<()> {
+        file.write_all_at(data, offset)
+    }
+    fn pread(&self, file: &File, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        file.read_exact_at(buf, offset)
+    }
+    fn fsync(&self, file: &File) -> io::Result<()> {
+        file.sync_all()
+    }
+    fn close(&self, file: File) -> io::Result<()> {
+        drop(file);
+        Ok(())
+    }
+    fn map(&self, dir: &SysDir, name: &CStr, len: u64) -> io::Result<Region> {
+        let file = self.open(dir, name, true)?;
+        file.set_len(len)?;
+        drop(file);
+        let path = dir.path.join(name.to_string_lossy().as_ref());
+        let options = RegionOptions {
+            populate: true,
+            ..RegionOptions::default()
+        };
+        Region::open(&path, &options).map_err(|e| io::Error::other(e.to_string()))
+    }
+    fn map_write(&self, map: &Region, offset: u64, data: &[u8]) {
+        map.write_bytes(offset, data);
+    }
+    fn msync(&self, map: &Region, offset: u64, len: u64) -> io::Result<()> {
+        map.msync(offset, len)
+            .map_err(|e| io::Error::other(e.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn target_names_parse_and_print_back() {
+        for text in [
+            "nosefs",
+            "nosefs-sync",
+            "nosefs:/mnt/pmem0",
+            "dir:/mnt/nosefs",
+            "tmpfs",
+            "ramdisk:ext4",
+            "ramdisk:xfs-ag464",
+        ] {
+            assert_eq!(TargetSpec::parse(text).unwrap().label(), text);
+        }
+        for bad in ["ramdisk:f2fs", "dir:", "tmpfs:x", "ext4", ""] {
+            assert!(TargetSpec::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn name_sets_are_unique_equal_length_and_disjoint() {
+        let a = names("f", 0, 2000);
+        let b = names("f", 1, 2000);
+        let c = names("r", 0, 2000);
+        let all: std::collections::HashSet<&CString> = a.iter().chain(&b).chain(&c).collect();
+        assert_eq!(all.len(), 6000, "a name repeats within or across sets");
+        let len = a[0].as_bytes().len();
+        assert!(all.iter().all(|n| n.as_bytes().len() == len));
+        assert!(len <= 255);
     }
 }

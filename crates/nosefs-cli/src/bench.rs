@@ -1,233 +1,176 @@
-//! `nosefs bench`: run a workload on several targets side by side and print the comparison.
+//! `nosefs bench`: run the micro-benchmarks on several targets side by side and report them.
 
 use std::path::PathBuf;
 
-use nosefs_bench::dirops::{self, OpResult};
-use nosefs_bench::fileops::{self, FileResult, FileopsConfig, NativeFile, SyscallFile};
-use nosefs_bench::target::{Native, Syscalls};
+use nosefs_bench::suite::{self, Plan};
+use nosefs_bench::target::TargetSpec;
+use nosefs_bench::workload::{Sizes, Workload};
+use nosefs_bench::{cleanup, plot, report};
 
-/// Arguments of `nosefs bench dirops`.
+use crate::size::parse_size;
+
+/// Arguments of `nosefs bench`.
 #[derive(Debug, clap::Args)]
-pub struct DiropsArgs {
-    /// Files in the directory; repeat for several sizes (e.g. --files 1000 --files 1000000).
-    #[arg(long, default_values_t = [100_000usize])]
+pub struct BenchArgs {
+    /// A target; repeat for several, measured side by side (the first is the baseline of the
+    /// ratio column): `nosefs` (native library, fresh image in --image-dir), `nosefs-sync` (mounted
+    /// `sync`), `nosefs:PATH` (image in directory PATH, or device-dax PATH), `dir:PATH` (any
+    /// mounted file system), `tmpfs` (a private tmpfs), `ramdisk:KIND` (KIND: ext2, ext3, ext4,
+    /// ext4-journal, ext4-nodelalloc, xfs, xfs-ag464, btrfs). Default: nosefs, tmpfs, ramdisk:ext4.
+    #[arg(long = "target", value_name = "TARGET")]
+    targets: Vec<String>,
+    /// A workload; repeat for several: dirops, fileops, mmap, fragment. Default: dirops, fileops,
+    /// mmap.
+    #[arg(long = "workload", value_name = "WORKLOAD")]
+    workloads: Vec<String>,
+    /// A thread count; repeat for a sweep. Default: 1, 2, 4, ... up to the CPUs available.
+    #[arg(long = "threads", value_name = "N")]
+    threads: Vec<usize>,
+    /// Runs per target, workload and thread count; the median is reported.
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    /// Smaller sizes: the default targets and workloads in about two minutes.
+    #[arg(long)]
+    quick: bool,
+    /// dirops: files per thread; repeat for several sizes (100 to 1000000).
+    #[arg(long = "files", value_name = "N")]
     files: Vec<usize>,
-    /// Runs per target and size; the median is reported.
-    #[arg(long, default_value_t = 3)]
-    runs: usize,
-    /// Targets: `nosefs` (the native library), `tmpfs` (a directory in /dev/shm), `dir:PATH`.
-    /// The first is the baseline of the ratio column.
-    #[arg(long = "target", default_values_t = ["nosefs".to_string(), "tmpfs".to_string()])]
-    targets: Vec<String>,
-    /// Where the native target's image goes.
+    /// fileops: operations per thread in each phase.
+    #[arg(long)]
+    writes: Option<usize>,
+    /// Write the records as a JSON array to FILE.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Write a markdown report (report.md), results.json and SVG plots into DIR.
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+    /// Where native images and ramdisk backing files go.
     #[arg(long, default_value = "/dev/shm")]
     image_dir: PathBuf,
+    /// Size of the private tmpfs and of each ramdisk (sparse: only what is written takes memory).
+    #[arg(long, default_value = "8G")]
+    ramdisk_size: String,
+    /// List the targets this machine can run, and why the others cannot, then exit.
+    #[arg(long)]
+    list_targets: bool,
 }
 
-/// Runs `nosefs bench dirops`.
-pub fn dirops(args: &DiropsArgs) -> Result<(), String> {
-    let mut results: Vec<OpResult> = Vec::new();
-    for &n in &args.files {
-        for target in &args.targets {
-            eprintln!("dirops: {target}, {n} files, {} runs", args.runs);
-            results.extend(run_target(target, n, args)?);
-        }
-    }
-    let harness_ns = dirops::harness_cost_ns();
-    print_table(&results, &args.targets[0]);
-    println!("\nharness cost per timed operation: {harness_ns:.0} ns (two clock reads and a histogram record)");
-    Ok(())
+fn default_threads() -> Vec<usize> {
+    let cpus = nosefs_bench::runner::cpu_order().len().max(1);
+    let mut threads: Vec<usize> = std::iter::successors(Some(1usize), |t| Some(t * 2))
+        .take_while(|&t| t < cpus)
+        .collect();
+    threads.push(cpus);
+    threads
 }
 
-fn run_target(target: &str, n: usize, args: &DiropsArgs) -> Result<Vec<OpResult>, String> {
-    let syscalls = |label: &str, dir: PathBuf| {
-        Syscalls::new(label, &dir, n).map_err(|e| format!("cannot prepare {}: {e}", dir.display()))
+fn plan(args: &BenchArgs) -> Result<Plan, String> {
+    let mut sizes = if args.quick {
+        Sizes::quick()
+    } else {
+        Sizes::full()
     };
-    match target {
-        "nosefs" => {
-            Native::new(&args.image_dir, n).map_err(|e| e.to_string())?;
-            Ok(dirops::run(
-                || Native::new(&args.image_dir, n).expect("image"),
-                n,
-                args.runs,
-            ))
-        }
-        "tmpfs" => {
-            syscalls("tmpfs", "/dev/shm".into())?;
-            Ok(dirops::run(
-                || syscalls("tmpfs", "/dev/shm".into()).expect("dir"),
-                n,
-                args.runs,
-            ))
-        }
-        other => match other.strip_prefix("dir:") {
-            Some(path) => {
-                syscalls(other, path.into())?;
-                Ok(dirops::run(
-                    || syscalls(other, path.into()).expect("dir"),
-                    n,
-                    args.runs,
-                ))
-            }
-            None => Err(format!(
-                "unknown target `{other}` (nosefs, tmpfs or dir:PATH)"
-            )),
-        },
+    if !args.files.is_empty() {
+        sizes.files = args.files.clone();
     }
-}
-
-fn print_table(results: &[OpResult], baseline: &str) {
-    println!(
-        "| target | op | files | ops/s (median) | spread | p50 ns | p99 ns | p99.9 ns | last-1000 mean ns | x {baseline} | flushes/op | fences/op |"
-    );
-    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-    for r in results {
-        let base = results
-            .iter()
-            .find(|b| b.target == baseline && b.op == r.op && b.files == r.files)
-            .map_or(f64::NAN, |b| r.ops_per_sec / b.ops_per_sec);
-        let opt = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}"));
-        println!(
-            "| {} | {} | {} | {:.0} | {:.1}% | {} | {} | {} | {:.0} | {:.2} | {} | {} |",
-            r.target,
-            r.op,
-            r.files,
-            r.ops_per_sec,
-            r.spread * 100.0,
-            r.p50_ns,
-            r.p99_ns,
-            r.p999_ns,
-            r.tail_mean_ns,
-            base,
-            opt(r.flushes_per_op),
-            opt(r.fences_per_op)
-        );
+    if let Some(writes) = args.writes {
+        if writes < 64 {
+            return Err("--writes must be at least 64 (the file must hold a 256 KiB read)".into());
+        }
+        sizes.writes = writes;
     }
-}
-
-/// Arguments of `nosefs bench fileops`.
-#[derive(Debug, clap::Args)]
-pub struct FileopsArgs {
-    /// Operations per write phase (4 KiB appends, 4 KiB and 1 KiB random overwrites, each with
-    /// fsync).
-    #[arg(long, default_value_t = 20_000)]
-    writes: usize,
-    /// Size in MiB of the file read sequentially in 1 MiB reads.
-    #[arg(long, default_value_t = 1024)]
-    read_mib: u64,
-    /// Size in MiB of the file fragmented by random 1 KiB overwrites, then read again.
-    #[arg(long, default_value_t = 64)]
-    frag_mib: u64,
-    /// Random 1 KiB overwrites (each with fsync) that fragment it.
-    #[arg(long, default_value_t = 100_000)]
-    frag_overwrites: usize,
-    /// Runs per target; the median is reported.
-    #[arg(long, default_value_t = 3)]
-    runs: usize,
-    /// Targets: `nosefs`, `tmpfs` (a file in /dev/shm), `dir:PATH`. The first is the baseline.
-    #[arg(long = "target", default_values_t = ["nosefs".to_string(), "tmpfs".to_string()])]
-    targets: Vec<String>,
-    /// Where the native target's image goes.
-    #[arg(long, default_value = "/dev/shm")]
-    image_dir: PathBuf,
-}
-
-/// Runs `nosefs bench fileops`.
-pub fn fileops(args: &FileopsArgs) -> Result<(), String> {
-    let config = FileopsConfig {
-        writes: args.writes,
-        read_file_bytes: args.read_mib << 20,
-        frag_file_bytes: args.frag_mib << 20,
-        frag_overwrites: args.frag_overwrites,
+    let or_default = |given: &[String], default: &[&str]| -> Vec<String> {
+        if given.is_empty() {
+            default.iter().map(|s| s.to_string()).collect()
+        } else {
+            given.to_vec()
+        }
     };
-    let data_bytes = (args.writes as u64 * 4096)
-        .max(config.read_file_bytes)
-        .max(config.frag_file_bytes)
-        * 2;
-    let mut results: Vec<FileResult> = Vec::new();
-    for target in &args.targets {
-        eprintln!("fileops: {target}, {} runs", args.runs);
-        let dir = |label: &str, path: PathBuf| {
-            SyscallFile::new(label, &path)
-                .map_err(|e| format!("cannot prepare {}: {e}", path.display()))
-        };
-        match target.as_str() {
-            "nosefs" => {
-                NativeFile::new(&args.image_dir, data_bytes).map_err(|e| e.to_string())?;
-                let make = || NativeFile::new(&args.image_dir, data_bytes).expect("image");
-                results.extend(fileops::run(make, config, args.runs));
-            }
-            "tmpfs" => {
-                dir("tmpfs", "/dev/shm".into())?;
-                let make = || dir("tmpfs", "/dev/shm".into()).expect("file");
-                results.extend(fileops::run(make, config, args.runs));
-            }
-            other => {
-                let path = other.strip_prefix("dir:").ok_or_else(|| {
-                    format!("unknown target `{other}` (nosefs, tmpfs or dir:PATH)")
-                })?;
-                dir(other, path.into())?;
-                let make = || dir(other, path.into()).expect("file");
-                results.extend(fileops::run(make, config, args.runs));
-            }
-        }
+    let targets = or_default(&args.targets, &["nosefs", "tmpfs", "ramdisk:ext4"])
+        .iter()
+        .map(|t| TargetSpec::parse(t))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut workloads = Vec::new();
+    for name in or_default(&args.workloads, &["dirops", "fileops", "mmap"]) {
+        workloads.extend(Workload::expand(&name, &sizes)?);
     }
-    let memcpy = fileops::memcpy_bytes_per_sec(config.read_file_bytes.min(1 << 30));
-    print_file_table(&results, &args.targets[0]);
-    println!(
-        "\nmemcpy bandwidth (1 MiB copies, same run): {:.2} GB/s",
-        memcpy / 1e9
+    let threads = if args.threads.is_empty() {
+        default_threads()
+    } else {
+        args.threads.clone()
+    };
+    if threads.contains(&0) || args.runs == 0 {
+        return Err("--threads and --runs must be at least 1".into());
+    }
+    Ok(Plan {
+        targets,
+        workloads,
+        threads,
+        runs: args.runs,
+        sizes,
+        image_dir: args.image_dir.clone(),
+        ramdisk_bytes: parse_size(&args.ramdisk_size)?,
+    })
+}
+
+fn list_targets() {
+    println!("nosefs            native library (fresh image per run)");
+    println!("nosefs-sync       native library mounted with the sync option");
+    println!("nosefs:PATH       native library, image in directory PATH or on device-dax PATH");
+    println!("dir:PATH          any mounted file system, through system calls");
+    println!("tmpfs             a private tmpfs (needs root)");
+    for kind in nosefs_bench::scratch::RamdiskKind::ALL {
+        let state = kind
+            .unavailable()
+            .map_or("available".to_string(), |why| format!("unavailable: {why}"));
+        println!("ramdisk:{:<9} {state}", kind.name());
+    }
+    println!("not runnable here: f2fs, nilfs2 and DAX file systems (no kernel support or device)");
+}
+
+/// Runs `nosefs bench`.
+pub fn run(args: &BenchArgs) -> Result<(), String> {
+    if args.list_targets {
+        list_targets();
+        return Ok(());
+    }
+    let plan = plan(args)?;
+    cleanup::install_interrupt_handler().map_err(|e| format!("cannot handle signals: {e}"))?;
+    if let Some(dir) = &args.out {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    }
+    eprintln!(
+        "nosefs bench: {} target(s), {} workload(s), threads {:?}, {} run(s){}",
+        plan.targets.len(),
+        plan.workloads.len(),
+        plan.threads,
+        plan.runs,
+        if args.quick { ", quick sizes" } else { "" }
     );
-    for r in results.iter().filter(|r| r.op == "read seq") {
-        println!(
-            "{}: sequential 1 MiB reads at {:.0}% of memcpy",
-            r.target,
-            100.0 * r.bytes_per_sec / memcpy
-        );
+    let outcome = suite::run(&plan);
+    let baseline = plan.targets[0].label();
+    print!("{}", report::table(&outcome.records, &baseline));
+    println!();
+    print!("{}", report::notes(&outcome));
+    if outcome.records.is_empty() {
+        return Err("nothing ran (see the reasons above)".into());
     }
-    for target in &args.targets {
-        let bw = |op: &str| {
-            results
-                .iter()
-                .find(|r| &r.target == target && r.op == op)
-                .map(|r| r.bytes_per_sec)
+    let json = report::json(&outcome.records);
+    if let Some(path) = &args.json {
+        std::fs::write(path, &json).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    if let Some(dir) = &args.out {
+        let plots = plot::write_plots(&outcome.records, dir)?;
+        let command = std::env::args().collect::<Vec<_>>().join(" ");
+        let markdown = report::markdown(&outcome, &baseline, &command, &plots);
+        let write = |name: &str, text: &str| {
+            let path = dir.join(name);
+            std::fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))
         };
-        if let (Some(fresh), Some(fragmented)) = (bw("read fresh"), bw("read fragmented")) {
-            println!(
-                "{target}: reads after {} random 1 KiB overwrites run at {:.2}x the freshly written file's speed",
-                args.frag_overwrites,
-                fragmented / fresh
-            );
-        }
+        write("report.md", &markdown)?;
+        write("results.json", &json)?;
+        println!("\nreport: {}", dir.join("report.md").display());
     }
     Ok(())
-}
-
-fn print_file_table(results: &[FileResult], baseline: &str) {
-    println!(
-        "| target | op | io bytes | ops/s (median) | MB/s | spread | p50 ns | p99 ns | p99.9 ns | x {baseline} | flushes/op | fences/op |"
-    );
-    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-    for r in results {
-        let base = results
-            .iter()
-            .find(|b| b.target == baseline && b.op == r.op && b.io_size == r.io_size)
-            .map_or(f64::NAN, |b| r.ops_per_sec / b.ops_per_sec);
-        let opt = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}"));
-        println!(
-            "| {} | {} | {} | {:.0} | {:.0} | {:.1}% | {} | {} | {} | {:.2} | {} | {} |",
-            r.target,
-            r.op,
-            r.io_size,
-            r.ops_per_sec,
-            r.bytes_per_sec / 1e6,
-            r.spread * 100.0,
-            r.p50_ns,
-            r.p99_ns,
-            r.p999_ns,
-            base,
-            opt(r.flushes_per_op),
-            opt(r.fences_per_op)
-        );
-    }
 }

@@ -41,9 +41,9 @@ enum Command {
         /// The image file or device-dax device.
         image: PathBuf,
     },
-    /// Benchmarks, the native library side by side with other file systems.
-    #[command(subcommand)]
-    Bench(BenchCommand),
+    /// Benchmarks: the native library side by side with tmpfs, ramdisk file systems and any
+    /// directory, with tables, JSON and plots.
+    Bench(bench::BenchArgs),
     /// Run the crash-consistency checker: every crash state of every operation, recovered,
     /// checked with fsck and against the states before and after.
     CrashCheck(crash::CrashArgs),
@@ -59,14 +59,6 @@ enum Command {
         #[arg(short, long)]
         quiet: bool,
     },
-}
-
-#[derive(Debug, Subcommand)]
-enum BenchCommand {
-    /// Create, rename and unlink N files in one directory.
-    Dirops(bench::DiropsArgs),
-    /// Appends and overwrites with fsync, sequential and fragmented reads.
-    Fileops(bench::FileopsArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -116,14 +108,7 @@ fn main() -> ExitCode {
                 ExitCode::from(1)
             }
         },
-        Command::Bench(BenchCommand::Fileops(args)) => match bench::fileops(&args) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("nosefs bench: error: {e}");
-                ExitCode::from(1)
-            }
-        },
-        Command::Bench(BenchCommand::Dirops(args)) => match bench::dirops(&args) {
+        Command::Bench(args) => match bench::run(&args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("nosefs bench: error: {e}");

@@ -83,6 +83,28 @@ impl Mapping {
         &self.info
     }
 
+    /// `msync(MS_SYNC)` over the pages covering `[offset, offset + len)`, which the caller has
+    /// bounds-checked.
+    pub(super) fn msync(&self, offset: u64, len: u64) -> std::io::Result<()> {
+        const PAGE: u64 = 4096;
+        let start = offset - offset % PAGE;
+        let end = (offset + len).min(self.len);
+        // SAFETY: `[start, end)` lies inside the mapping this struct owns (start is rounded down
+        // to a page boundary inside it); msync only asks the kernel to write pages back.
+        let rc = unsafe {
+            libc::msync(
+                self.base.add(start as usize).cast(),
+                (end - start) as usize,
+                libc::MS_SYNC,
+            )
+        };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error())
+        }
+    }
+
     pub(super) fn open(path: &Path, options: &RegionOptions) -> Result<Mapping> {
         let writable = options.access == Access::ReadWrite;
         let file = OpenOptions::new()

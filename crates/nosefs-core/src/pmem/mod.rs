@@ -280,6 +280,20 @@ impl Region {
         }
     }
 
+    /// Asks the kernel to write back the pages of `[offset, offset + len)` (`msync(MS_SYNC)`).
+    /// noseFS never needs this for its own image (its stores persist by write-back and fence);
+    /// it is how a mapped file on an ordinary file system becomes durable, which the benchmark's
+    /// `mmap` workload measures on its baseline targets.
+    pub fn msync(&self, offset: u64, len: u64) -> Result<()> {
+        self.check(offset, len);
+        if self.recorder.is_some() {
+            return Ok(());
+        }
+        self.mapping
+            .msync(offset, len)
+            .map_err(|e| crate::Error::io("msync", e))
+    }
+
     /// Writes back every cache line overlapping `[offset, offset + len)`. Orders nothing by itself.
     #[inline]
     pub fn flush(&self, offset: u64, len: u64) {

@@ -1,0 +1,271 @@
+//! Scratch file systems the harness sets up and tears down itself: a private tmpfs, and the
+//! seed-000 ramdisk baselines (a loop device over a file in /dev/shm, formatted and mounted).
+//!
+//! Each is mounted under a fresh directory in the system temporary directory and registered with
+//! [`crate::cleanup`], so that it is unmounted, detached and deleted when the [`ScratchMount`]
+//! drops and also when the run is interrupted.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::cleanup::{self, Registered, Undo};
+
+/// A ramdisk kind: a file system on a loop device over a file in /dev/shm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RamdiskKind {
+    /// ext2 (no journal).
+    Ext2,
+    /// ext3.
+    Ext3,
+    /// ext4, default options (ordered data, delayed allocation).
+    Ext4,
+    /// ext4 with `data=journal`.
+    Ext4Journal,
+    /// ext4 with `nodelalloc`.
+    Ext4Nodelalloc,
+    /// xfs, default allocation groups.
+    Xfs,
+    /// xfs with 464 allocation groups (seed 000's xfs-ag464).
+    XfsAg464,
+    /// btrfs.
+    Btrfs,
+}
+
+impl RamdiskKind {
+    /// Every kind, in the order of seed 000.
+    pub const ALL: [RamdiskKind; 8] = [
+        RamdiskKind::Ext2,
+        RamdiskKind::Ext3,
+        RamdiskKind::Ext4,
+        RamdiskKind::Ext4Journal,
+        RamdiskKind::Ext4Nodelalloc,
+        RamdiskKind::Xfs,
+        RamdiskKind::XfsAg464,
+        RamdiskKind::Btrfs,
+    ];
+
+    /// The name used in `ramdisk:NAME`.
+    pub fn name(self) -> &'static str {
+        match self {
+            RamdiskKind::Ext2 => "ext2",
+            RamdiskKind::Ext3 => "ext3",
+            RamdiskKind::Ext4 => "ext4",
+            RamdiskKind::Ext4Journal => "ext4-journal",
+            RamdiskKind::Ext4Nodelalloc => "ext4-nodelalloc",
+            RamdiskKind::Xfs => "xfs",
+            RamdiskKind::XfsAg464 => "xfs-ag464",
+            RamdiskKind::Btrfs => "btrfs",
+        }
+    }
+
+    /// Parses a kind name.
+    pub fn parse(name: &str) -> Option<RamdiskKind> {
+        RamdiskKind::ALL.into_iter().find(|k| k.name() == name)
+    }
+
+    /// The kernel's file-system type.
+    pub fn fstype(self) -> &'static str {
+        match self {
+            RamdiskKind::Ext2 => "ext2",
+            RamdiskKind::Ext3 => "ext3",
+            RamdiskKind::Ext4 | RamdiskKind::Ext4Journal | RamdiskKind::Ext4Nodelalloc => "ext4",
+            RamdiskKind::Xfs | RamdiskKind::XfsAg464 => "xfs",
+            RamdiskKind::Btrfs => "btrfs",
+        }
+    }
+
+    /// The mkfs program and its arguments (the image path follows). The ext family initializes
+    /// inode tables and journal now, so no background initialization runs during timing.
+    fn mkfs(self) -> (&'static str, &'static [&'static str]) {
+        const EXT_EAGER: &[&str] = &["-F", "-q", "-E", "lazy_itable_init=0,lazy_journal_init=0"];
+        match self {
+            RamdiskKind::Ext2 => ("mkfs.ext2", &["-F", "-q", "-E", "lazy_itable_init=0"]),
+            RamdiskKind::Ext3 => ("mkfs.ext3", EXT_EAGER),
+            RamdiskKind::Ext4 | RamdiskKind::Ext4Journal | RamdiskKind::Ext4Nodelalloc => {
+                ("mkfs.ext4", EXT_EAGER)
+            }
+            RamdiskKind::Xfs => ("mkfs.xfs", &["-f", "-q"]),
+            RamdiskKind::XfsAg464 => ("mkfs.xfs", &["-f", "-q", "-d", "agcount=464"]),
+            RamdiskKind::Btrfs => ("mkfs.btrfs", &["-f", "-q"]),
+        }
+    }
+
+    /// Mount options besides `loop`.
+    fn mount_options(self) -> &'static str {
+        match self {
+            RamdiskKind::Ext4Journal => ",data=journal",
+            RamdiskKind::Ext4Nodelalloc => ",nodelalloc",
+            _ => "",
+        }
+    }
+
+    /// Why this kind cannot run here, or `None` when it can.
+    pub fn unavailable(self) -> Option<String> {
+        let (program, _) = self.mkfs();
+        if find_program(program).is_none() {
+            return Some(format!("{program} is not installed"));
+        }
+        if !kernel_has(self.fstype()) {
+            return Some(format!("the kernel has no {} file system", self.fstype()));
+        }
+        None
+    }
+}
+
+/// Finds `program` on PATH or in the sbin directories (root's PATH may lack them in containers).
+fn find_program(program: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin", "/sbin", "/usr/bin", "/bin"].map(PathBuf::from))
+        .map(|dir| dir.join(program))
+        .find(|p| p.is_file())
+}
+
+/// Whether the kernel knows `fstype`, loading its module if needed.
+fn kernel_has(fstype: &str) -> bool {
+    let listed = || {
+        std::fs::read_to_string("/proc/filesystems")
+            .map(|s| {
+                s.lines()
+                    .any(|l| l.split_whitespace().last() == Some(fstype))
+            })
+            .unwrap_or(false)
+    };
+    if listed() {
+        return true;
+    }
+    let _ = Command::new("modprobe")
+        .args(["-q", fstype])
+        .stderr(std::process::Stdio::null())
+        .status();
+    listed()
+}
+
+/// A mounted scratch file system, torn down on drop.
+#[derive(Debug)]
+pub struct ScratchMount {
+    mount_point: PathBuf,
+    backing: Option<PathBuf>,
+    // Dropped after the explicit teardown in `drop`, newest registration first.
+    _unmount: Option<Registered>,
+    _backing: Option<Registered>,
+}
+
+fn scratch_dir(label: &str) -> std::io::Result<PathBuf> {
+    let dir = std::env::temp_dir().join(format!("nosefs-bench-{}-{label}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+fn run_command(cmd: &mut Command) -> Result<(), String> {
+    let output = cmd
+        .output()
+        .map_err(|e| format!("cannot run {cmd:?}: {e}"))?;
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{cmd:?} failed: {}",
+            String::from_utf8_lossy(&output.stderr).trim()
+        ))
+    }
+}
+
+impl ScratchMount {
+    /// Mounts a private tmpfs of up to `size_bytes`.
+    pub fn tmpfs(size_bytes: u64) -> Result<ScratchMount, String> {
+        let dir = scratch_dir("tmpfs").map_err(|e| format!("cannot create mount point: {e}"))?;
+        let mounted = run_command(Command::new("mount").args([
+            "-t",
+            "tmpfs",
+            "-o",
+            &format!("size={size_bytes}"),
+            "nosefs-bench",
+            &dir.to_string_lossy(),
+        ]));
+        if let Err(e) = mounted {
+            let _ = std::fs::remove_dir(&dir);
+            return Err(format!("cannot mount a private tmpfs (needs root): {e}"));
+        }
+        Ok(ScratchMount {
+            _unmount: Some(cleanup::register(Undo::Unmount(dir.clone()))),
+            mount_point: dir,
+            backing: None,
+            _backing: None,
+        })
+    }
+
+    /// Creates a sparse file of `size_bytes` in `backing_dir`, formats it as `kind` and mounts it
+    /// through a loop device.
+    pub fn ramdisk(
+        kind: RamdiskKind,
+        backing_dir: &Path,
+        size_bytes: u64,
+    ) -> Result<ScratchMount, String> {
+        if let Some(why) = kind.unavailable() {
+            return Err(why);
+        }
+        let label = format!("ramdisk-{}", kind.name());
+        let image = backing_dir.join(format!("nosefs-bench-{}-{label}.img", std::process::id()));
+        let backing_guard = cleanup::register(Undo::RemoveFile(image.clone()));
+        let create = std::fs::File::create(&image).and_then(|f| f.set_len(size_bytes));
+        create.map_err(|e| format!("cannot create {}: {e}", image.display()))?;
+        let (program, args) = kind.mkfs();
+        let program = find_program(program).expect("checked by unavailable()");
+        run_command(Command::new(program).args(args).arg(&image))?;
+        let dir = scratch_dir(&label).map_err(|e| format!("cannot create mount point: {e}"))?;
+        let mounted = run_command(Command::new("mount").args([
+            "-t",
+            kind.fstype(),
+            "-o",
+            &format!("loop{}", kind.mount_options()),
+            &image.to_string_lossy(),
+            &dir.to_string_lossy(),
+        ]));
+        if let Err(e) = mounted {
+            let _ = std::fs::remove_dir(&dir);
+            let _ = std::fs::remove_file(&image);
+            return Err(e);
+        }
+        Ok(ScratchMount {
+            _unmount: Some(cleanup::register(Undo::Unmount(dir.clone()))),
+            mount_point: dir,
+            backing: Some(image),
+            _backing: Some(backing_guard),
+        })
+    }
+
+    /// Where the file system is mounted.
+    pub fn path(&self) -> &Path {
+        &self.mount_point
+    }
+
+    /// The file behind the loop device, for a ramdisk.
+    pub fn backing_file(&self) -> Option<&Path> {
+        self.backing.as_deref()
+    }
+}
+
+impl Drop for ScratchMount {
+    fn drop(&mut self) {
+        if let Err(e) = cleanup::run(&Undo::Unmount(self.mount_point.clone())) {
+            eprintln!("nosefs bench: {e}");
+        }
+        if let Some(image) = &self.backing {
+            let _ = std::fs::remove_file(image);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kind_names_round_trip() {
+        for kind in RamdiskKind::ALL {
+            assert_eq!(RamdiskKind::parse(kind.name()), Some(kind));
+        }
+        assert_eq!(RamdiskKind::parse("f2fs"), None);
+    }
+}

@@ -1,0 +1,223 @@
+//! The micro-benchmark workloads of seed 001 section IV-B, generic over [`Target`].
+//!
+//! A workload runs once on a fresh target instance with a number of threads and returns one
+//! [`Measured`] per timed phase; the suite repeats runs and summarizes.
+
+use std::io;
+
+use crate::runner::Sample;
+use crate::target::{Needs, Target};
+
+pub mod dirops;
+pub mod fileops;
+pub mod fragment;
+pub mod mmap;
+
+/// One timed phase of one run (all threads combined).
+#[derive(Debug, Clone)]
+pub struct Measured {
+    /// Operation, e.g. `create` or `overwrite+fsync`.
+    pub op: String,
+    /// Bytes per operation (0 for metadata operations).
+    pub io_size: u64,
+    /// Parameters that distinguish phases with the same op, e.g. `files=100000`.
+    pub variant: String,
+    /// The measurements.
+    pub sample: Sample,
+}
+
+/// Sizes of the workloads: the full defaults, or the `--quick` ones.
+#[derive(Debug, Clone)]
+pub struct Sizes {
+    /// `dirops`: files per thread (each value is its own set of runs).
+    pub files: Vec<usize>,
+    /// `fileops`: operations per thread in each write and read phase.
+    pub writes: usize,
+    /// `fileops`: sizes of the byte-granular random overwrites, each followed by fsync.
+    pub overwrite_sizes: Vec<usize>,
+    /// `fileops`: sizes of the random reads.
+    pub read_sizes: Vec<usize>,
+    /// `mmap`: sizes of the mapped file, in MiB.
+    pub mmap_mib: Vec<u64>,
+    /// `mmap`: 4 KiB writes (each with msync) per thread and file size.
+    pub mmap_writes: usize,
+    /// `fragment`: size of the file read sequentially, in MiB.
+    pub seq_read_mib: u64,
+    /// `fragment`: size of the file fragmented by 1 KiB overwrites, in MiB.
+    pub frag_mib: u64,
+    /// `fragment`: random 1 KiB overwrites (each with fsync) that fragment it.
+    pub frag_overwrites: usize,
+}
+
+impl Sizes {
+    /// The defaults: seed 001's sizes where they fit a 2-core machine in minutes.
+    pub fn full() -> Sizes {
+        Sizes {
+            files: vec![100_000],
+            writes: 20_000,
+            overwrite_sizes: vec![1024, 2048, 4096, 8192, 16384],
+            read_sizes: vec![1024, 4096, 16384, 65536, 262_144],
+            mmap_mib: vec![1, 4, 12],
+            mmap_writes: 20_000,
+            seq_read_mib: 1024,
+            frag_mib: 64,
+            frag_overwrites: 100_000,
+        }
+    }
+
+    /// `--quick`: about two minutes for three targets.
+    pub fn quick() -> Sizes {
+        Sizes {
+            files: vec![10_000],
+            writes: 2_000,
+            overwrite_sizes: vec![1024, 4096, 16384],
+            read_sizes: vec![4096, 65536, 262_144],
+            mmap_mib: vec![1, 12],
+            mmap_writes: 2_000,
+            seq_read_mib: 128,
+            frag_mib: 16,
+            frag_overwrites: 10_000,
+        }
+    }
+}
+
+/// A workload, with its size parameter where runs differ by it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workload {
+    /// Create, rename and unlink `files` files per thread, each thread in its own directory.
+    Dirops {
+        /// Files per thread.
+        files: usize,
+    },
+    /// Appends, sequential writes, random byte-granular overwrites with fsync, random reads.
+    Fileops,
+    /// 4 KiB writes into a mapped file with msync after each.
+    Mmap,
+    /// Sequential 1 MiB reads, and reads of a file fragmented by 1 KiB overwrites.
+    Fragment,
+}
+
+/// Workload names accepted by `--workload`.
+pub const NAMES: [&str; 4] = ["dirops", "fileops", "mmap", "fragment"];
+
+impl Workload {
+    /// The workloads named `name`, one per size where the workload has several.
+    pub fn expand(name: &str, sizes: &Sizes) -> Result<Vec<Workload>, String> {
+        match name {
+            "dirops" => Ok(sizes
+                .files
+                .iter()
+                .map(|&files| Workload::Dirops { files })
+                .collect()),
+            "fileops" => Ok(vec![Workload::Fileops]),
+            "mmap" => Ok(vec![Workload::Mmap]),
+            "fragment" => Ok(vec![Workload::Fragment]),
+            other => Err(format!(
+                "unknown workload `{other}` (one of {})",
+                NAMES.join(", ")
+            )),
+        }
+    }
+
+    /// The workload's name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::Dirops { .. } => "dirops",
+            Workload::Fileops => "fileops",
+            Workload::Mmap => "mmap",
+            Workload::Fragment => "fragment",
+        }
+    }
+
+    /// What one run with `threads` threads keeps alive at once (sizes a native image).
+    pub fn needs(self, threads: usize, sizes: &Sizes) -> Needs {
+        let per_thread = match self {
+            Workload::Dirops { files } => Needs {
+                names: files as u64 + dirops::WARMUP_FILES as u64 + 4,
+                data_bytes: 0,
+            },
+            Workload::Fileops => fileops::needs(sizes),
+            Workload::Mmap => Needs {
+                names: sizes.mmap_mib.len() as u64,
+                data_bytes: sizes.mmap_mib.iter().sum::<u64>() << 20,
+            },
+            Workload::Fragment => Needs {
+                names: 2,
+                data_bytes: (sizes.seq_read_mib + 2 * sizes.frag_mib) << 20,
+            },
+        };
+        Needs {
+            names: per_thread.names * threads as u64,
+            data_bytes: per_thread.data_bytes * threads as u64,
+        }
+    }
+
+    /// Runs the workload once on `target` with `threads` threads.
+    pub fn run_once<T: Target>(
+        self,
+        target: &T,
+        threads: usize,
+        sizes: &Sizes,
+    ) -> io::Result<Vec<Measured>> {
+        match self {
+            Workload::Dirops { files } => dirops::run_once(target, threads, files),
+            Workload::Fileops => fileops::run_once(target, threads, sizes),
+            Workload::Mmap => mmap::run_once(target, threads, sizes),
+            Workload::Fragment => fragment::run_once(target, threads, sizes),
+        }
+    }
+}
+
+/// A deterministic stream of `n` offsets in `[0, span)` that are multiples of `align`
+/// (xorshift64), so every target sees the same ones.
+pub fn offsets(n: usize, span: u64, align: u64, seed: u64) -> Vec<u64> {
+    assert!(
+        span >= align && align > 0,
+        "span {span} below align {align}"
+    );
+    let mut x = seed | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % (span / align)) * align
+        })
+        .collect()
+}
+
+/// Fills `[0, bytes)` of `file` with 1 MiB writes and one fsync (untimed setup).
+pub fn fill<T: Target>(target: &T, file: &T::File, bytes: u64) -> io::Result<()> {
+    let chunk = vec![0x5au8; 1 << 20];
+    for offset in (0..bytes).step_by(chunk.len()) {
+        let len = (bytes - offset).min(chunk.len() as u64) as usize;
+        target.pwrite(file, offset, &chunk[..len])?;
+    }
+    target.fsync(file)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offsets_are_deterministic_aligned_and_in_range() {
+        let a = offsets(10_000, 1 << 20, 4096, 7);
+        assert_eq!(a, offsets(10_000, 1 << 20, 4096, 7));
+        assert_ne!(a, offsets(10_000, 1 << 20, 4096, 8));
+        assert!(a.iter().all(|&o| o % 4096 == 0 && o < 1 << 20));
+        let distinct: std::collections::HashSet<_> = a.iter().collect();
+        assert_eq!(distinct.len(), 256, "every page of the span is hit");
+        let bytes = offsets(1000, 5000, 1, 3);
+        assert!(bytes.iter().any(|o| o % 2 == 1), "byte granular");
+    }
+
+    #[test]
+    fn needs_scale_with_threads() {
+        let sizes = Sizes::quick();
+        let one = Workload::Fileops.needs(1, &sizes);
+        let two = Workload::Fileops.needs(2, &sizes);
+        assert_eq!(two.data_bytes, 2 * one.data_bytes);
+        assert!(one.data_bytes >= sizes.writes as u64 * 4096);
+    }
+}

@@ -1,0 +1,192 @@
+//! `nosefs bench` end to end: a small run on the native library, a private tmpfs and an ext4
+//! ramdisk writes the table, the JSON records, the report and the plots, and leaves nothing
+//! mounted, attached or written behind; neither does a run interrupted by SIGINT. The scratch
+//! mounts need root (as CI has); without it each test says why it did not run.
+
+use std::os::unix::fs::MetadataExt;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn nosefs() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_nosefs"))
+}
+
+fn is_root() -> bool {
+    let root = std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0);
+    if !root {
+        eprintln!("skipped: scratch mounts need root");
+    }
+    root
+}
+
+/// What a bench process with `pid` may leave behind: mounts, loop devices, files in /dev/shm
+/// and mount points in the temporary directory.
+fn leftovers(pid: u32) -> Vec<String> {
+    let tag = format!("nosefs-bench-{pid}");
+    let mut found: Vec<String> = std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains(&tag))
+        .map(|l| format!("mounted: {l}"))
+        .collect();
+    let loops = Command::new("losetup").arg("-a").output().unwrap();
+    found.extend(
+        String::from_utf8_lossy(&loops.stdout)
+            .lines()
+            .filter(|l| l.contains(&tag))
+            .map(|l| format!("loop device: {l}")),
+    );
+    for dir in ["/dev/shm".into(), std::env::temp_dir()] {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+            if name.starts_with(&tag) {
+                found.push(format!("left in {}: {name}", dir.display()));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn a_small_run_writes_table_json_report_and_plots_and_cleans_up() {
+    if !is_root() {
+        return;
+    }
+    let out = tempfile::tempdir().unwrap();
+    let json = out.path().join("r.json");
+    let child = nosefs()
+        .args([
+            "bench",
+            "--quick",
+            "--runs",
+            "1",
+            "--threads",
+            "1",
+            "--files",
+            "300",
+        ])
+        .args(["--writes", "64", "--target", "nosefs", "--target", "tmpfs"])
+        .args([
+            "--target",
+            "ramdisk:ext4",
+            "--ramdisk-size",
+            "256M",
+            "--json",
+        ])
+        .arg(&json)
+        .arg("--out")
+        .arg(out.path().join("results"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let output = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        stdout.contains("| nosefs | create | files=300 | 1 |"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("harness cost per timed operation"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("not run: nosefs mmap with 1 thread(s)"),
+        "{stdout}"
+    );
+
+    let records: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    for target in ["nosefs", "tmpfs", "ramdisk:ext4"] {
+        for (workload, op) in [("dirops", "create"), ("fileops", "append+fsync")] {
+            let found = records
+                .iter()
+                .find(|r| r["target"] == target && r["workload"] == workload && r["op"] == op);
+            let r = found.unwrap_or_else(|| panic!("no {target} {workload} {op} record"));
+            for field in ["threads", "io_size", "runs", "p50_ns", "p99_ns", "p999_ns"] {
+                assert!(r[field].is_u64(), "{field} in {r}");
+            }
+            assert!(r["ops_per_sec"].as_f64().unwrap() > 0.0, "{r}");
+            assert!(r["p50_ns"].as_u64() <= r["p99_ns"].as_u64(), "{r}");
+            assert!(r["p99_ns"].as_u64() <= r["p999_ns"].as_u64(), "{r}");
+        }
+    }
+    let native_create = records
+        .iter()
+        .find(|r| r["target"] == "nosefs" && r["op"] == "create")
+        .unwrap();
+    assert!(native_create["fences_per_op"].as_f64().unwrap() >= 1.0);
+
+    let results = out.path().join("results");
+    let report = std::fs::read_to_string(results.join("report.md")).unwrap();
+    assert!(report.contains("![dirops-latency.svg](dirops-latency.svg)"));
+    for plot in [
+        "dirops-latency.svg",
+        "fileops-latency.svg",
+        "mmap-latency.svg",
+    ] {
+        let svg = std::fs::read_to_string(results.join(plot)).unwrap();
+        assert!(
+            svg.starts_with("<svg") && svg.contains("ramdisk:ext4"),
+            "{plot}"
+        );
+    }
+    assert_eq!(leftovers(pid), Vec::<String>::new());
+}
+
+#[test]
+fn an_interrupted_run_leaves_nothing_mounted_or_attached() {
+    if !is_root() {
+        return;
+    }
+    let mut child = nosefs()
+        .args(["bench", "--target", "tmpfs", "--target", "ramdisk:ext4"])
+        .args([
+            "--workload",
+            "dirops",
+            "--files",
+            "1000000",
+            "--threads",
+            "1",
+        ])
+        .args(["--ramdisk-size", "1G"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let ramdisk = format!("nosefs-bench-{pid}-ramdisk-ext4");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    // Wait until the ramdisk is mounted and the benchmark is writing into it.
+    while !std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .contains(&ramdisk)
+    {
+        assert!(Instant::now() < deadline, "the ramdisk never appeared");
+        assert!(child.try_wait().unwrap().is_none(), "bench exited early");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "bench finished too soon to interrupt"
+    );
+    let killed = Command::new("kill")
+        .args(["-INT", &pid.to_string()])
+        .status();
+    assert!(killed.unwrap().success());
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(130), "{output:?}");
+    // The loop device of a lazily unmounted file system detaches once its last user is gone.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !leftovers(pid).is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(leftovers(pid), Vec::<String>::new());
+}
