@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs what building and testing noseFS needs on a fresh Debian machine, and nothing that is
 # already there. Safe to run repeatedly. Needs root for apt-get (CI and the dev machines are root).
+# With --bench it also installs what the benchmark baselines need: the xfs and btrfs tools for
+# their ramdisk kinds, and fio for scripts/fio-check.sh.
 set -euo pipefail
 
 log() { printf 'install-deps: %s\n' "$*" >&2; }
@@ -11,8 +13,21 @@ if ! command -v cargo >/dev/null 2>&1 && [ -f "$HOME/.cargo/env" ]; then
   . "$HOME/.cargo/env"
 fi
 
+bench=0
+[ "${1:-}" = "--bench" ] && bench=1
+
+have() { command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ] || [ -x "/sbin/$1" ]; }
+
 apt_packages=()
 command -v cc >/dev/null 2>&1 || apt_packages+=(build-essential)
+# Scratch mounts for `nosefs bench` (and its tests): mount with loop devices, mkfs.ext4.
+have losetup || apt_packages+=(mount)
+have mkfs.ext4 || apt_packages+=(e2fsprogs)
+if [ "$bench" = 1 ]; then
+  have mkfs.xfs || apt_packages+=(xfsprogs)
+  have mkfs.btrfs || apt_packages+=(btrfs-progs)
+  have fio || apt_packages+=(fio)
+fi
 command -v git >/dev/null 2>&1 || apt_packages+=(git)
 if ! command -v cargo >/dev/null 2>&1; then
   # Debian's own Rust, for machines without rustup. noseFS needs Rust 1.80 or newer.

@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
-# The main job, until the benchmark suite lands: build noseFS, format an image in /dev/shm, check
-# it, and print what it holds. NOSEFS_IMAGE and NOSEFS_SIZE override the defaults.
+# The main job: build noseFS and run the benchmark suite, the native library side by side with a
+# private tmpfs and an ext4 ramdisk on the micro workloads (dirops, fileops, mmap), and write the
+# report (table, JSON, plots) under results/. Needs root for the scratch mounts.
+#
+#   NOSEFS_BENCH_ARGS="--quick"   extra arguments for `nosefs bench` (e.g. --quick, --target ...)
+#   NOSEFS_RESULTS=DIR            where the report goes (default results/YYYY-MM-DD-HHMMSS)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -8,12 +12,13 @@ if ! command -v cargo >/dev/null 2>&1 && [ -f "$HOME/.cargo/env" ]; then
   # shellcheck disable=SC1091
   . "$HOME/.cargo/env"
 fi
-./scripts/install-deps.sh
+./scripts/install-deps.sh --bench
 
-image="${NOSEFS_IMAGE:-/dev/shm/nosefs.img}"
-size="${NOSEFS_SIZE:-1G}"
 cargo build --release --locked -p nosefs-cli
-nosefs=target/release/nosefs
-"$nosefs" mkfs "$image" --size "$size"
-"$nosefs" fsck "$image"
-"$nosefs" info "$image"
+out="${NOSEFS_RESULTS:-results/$(date +%Y-%m-%d-%H%M%S)}"
+mkdir -p "$out"
+# shellcheck disable=SC2086
+target/release/nosefs bench ${NOSEFS_BENCH_ARGS:-} --json "$out/results.json" --out "$out" \
+  | tee "$out/table.md"
+echo
+echo "main job: the report is in $out/report.md (plots and results.json beside it)"

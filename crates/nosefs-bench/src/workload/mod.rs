@@ -65,15 +65,15 @@ impl Sizes {
         }
     }
 
-    /// `--quick`: about two minutes for three targets.
+    /// `--quick`: about a minute for three targets and two thread counts here.
     pub fn quick() -> Sizes {
         Sizes {
-            files: vec![10_000],
-            writes: 2_000,
+            files: vec![20_000],
+            writes: 5_000,
             overwrite_sizes: vec![1024, 4096, 16384],
             read_sizes: vec![4096, 65536, 262_144],
             mmap_mib: vec![1, 12],
-            mmap_writes: 2_000,
+            mmap_writes: 5_000,
             seq_read_mib: 128,
             frag_mib: 16,
             frag_overwrites: 10_000,
@@ -218,6 +218,6 @@ mod tests {
         let one = Workload::Fileops.needs(1, &sizes);
         let two = Workload::Fileops.needs(2, &sizes);
         assert_eq!(two.data_bytes, 2 * one.data_bytes);
-        assert!(one.data_bytes >= sizes.writes as u64 * 4096);
+        assert!(one.data_bytes >= 2 * sizes.writes as u64 * 4096);
     }
 }
