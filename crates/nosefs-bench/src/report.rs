@@ -105,7 +105,7 @@ pub fn table(records: &[Record], baseline: &str) -> String {
                 r.threads,
                 size(r.io_size),
                 r.ops_per_sec,
-                if r.io_size == 0 {
+                if r.mb_per_sec == 0.0 {
                     "-".into()
                 } else {
                     format!("{:.0}", r.mb_per_sec)

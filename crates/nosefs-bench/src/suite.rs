@@ -303,7 +303,11 @@ fn summarize(
                 threads,
                 io_size: m.io_size,
                 ops_per_sec,
-                mb_per_sec: ops_per_sec * m.io_size as f64 / 1e6,
+                // A macro workload's flowops move varying amounts; its io_size is the chunk size.
+                mb_per_sec: match workload {
+                    Workload::Macro(_) => 0.0,
+                    _ => ops_per_sec * m.io_size as f64 / 1e6,
+                },
                 spread: spread(&rates),
                 p50_ns: hist.value_at_quantile(0.50),
                 p99_ns: hist.value_at_quantile(0.99),

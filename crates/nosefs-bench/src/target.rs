@@ -101,6 +101,8 @@ pub trait Target: Sync {
     fn rename(&self, from: &Self::Dir, old: &CStr, to: &Self::Dir, new: &CStr) -> io::Result<()>;
     /// Removes file `name`.
     fn unlink(&self, dir: &Self::Dir, name: &CStr) -> io::Result<()>;
+    /// The size of file `name` (stat).
+    fn stat(&self, dir: &Self::Dir, name: &CStr) -> io::Result<u64>;
     /// Opens file `name` for reading and writing, creating it if `create`.
     fn open(&self, dir: &Self::Dir, name: &CStr, create: bool) -> io::Result<Self::File>;
     /// Writes all of `data` at `offset`.
@@ -278,6 +280,9 @@ impl Target for Native {
     fn unlink(&self, dir: &u64, name: &CStr) -> io::Result<()> {
         self.fs().unlink(*dir, name.to_bytes()).map_err(errno)
     }
+    fn stat(&self, dir: &u64, name: &CStr) -> io::Result<u64> {
+        Ok(self.fs().lookup(*dir, name.to_bytes()).map_err(errno)?.size)
+    }
     fn open(&self, dir: &u64, name: &CStr, create: bool) -> io::Result<u64> {
         let fs = self.fs();
         let ino = if create {
@@ -397,6 +402,9 @@ impl Target for Syscalls {
     }
     fn unlink(&self, dir: &SysDir, name: &CStr) -> io::Result<()> {
         Ok(rustix::fs::unlinkat(&dir.fd, name, AtFlags::empty())?)
+    }
+    fn stat(&self, dir: &SysDir, name: &CStr) -> io::Result<u64> {
+        Ok(rustix::fs::statat(&dir.fd, name, AtFlags::empty())?.st_size as u64)
     }
     fn open(&self, dir: &SysDir, name: &CStr, create: bool) -> io::Result<File> {
         let mut flags = OFlags::RDWR | OFlags::CLOEXEC;

@@ -19,8 +19,9 @@ pub struct BenchArgs {
     /// ext4-journal, ext4-nodelalloc, xfs, xfs-ag464, btrfs). Default: nosefs, tmpfs, ramdisk:ext4.
     #[arg(long = "target", value_name = "TARGET")]
     targets: Vec<String>,
-    /// A workload; repeat for several: dirops, fileops, mmap, fragment. Default: dirops, fileops,
-    /// mmap.
+    /// A workload; repeat for several: dirops, fileops, mmap, fragment (micro), fileserver,
+    /// fileserver-1k, varmail, varmail-1k, webserver, webproxy (Filebench equivalents). Default:
+    /// dirops, fileops, mmap.
     #[arg(long = "workload", value_name = "WORKLOAD")]
     workloads: Vec<String>,
     /// A thread count; repeat for a sweep. Default: 1, 2, 4, ... up to the CPUs available.
@@ -38,6 +39,12 @@ pub struct BenchArgs {
     /// fileops: operations per thread in each phase.
     #[arg(long)]
     writes: Option<usize>,
+    /// Macro workloads: factor applied to the papers' file counts (default 0.1, --quick 0.01).
+    #[arg(long)]
+    scale: Option<f64>,
+    /// Macro workloads: seconds each run is timed (default 10, --quick 3).
+    #[arg(long)]
+    duration: Option<f64>,
     /// Write the records as a JSON array to FILE.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
@@ -72,6 +79,18 @@ fn plan(args: &BenchArgs) -> Result<Plan, String> {
     };
     if !args.files.is_empty() {
         sizes.files = args.files.clone();
+    }
+    if let Some(scale) = args.scale {
+        if !(scale > 0.0 && scale <= 10.0) {
+            return Err("--scale must be in (0, 10]".into());
+        }
+        sizes.macro_scale = scale;
+    }
+    if let Some(seconds) = args.duration {
+        if !(seconds > 0.0 && seconds <= 3600.0) {
+            return Err("--duration must be in (0, 3600] seconds".into());
+        }
+        sizes.macro_seconds = seconds;
     }
     if let Some(writes) = args.writes {
         if writes < 64 {

@@ -141,6 +141,47 @@ fn a_small_run_writes_table_json_report_and_plots_and_cleans_up() {
 }
 
 #[test]
+fn macro_workloads_report_every_flowop() {
+    if !is_root() {
+        return;
+    }
+    let out = tempfile::tempdir().unwrap();
+    let json = out.path().join("r.json");
+    let output = nosefs()
+        .args(["bench", "--runs", "1", "--threads", "1", "--scale", "0.004"])
+        .args([
+            "--duration",
+            "0.3",
+            "--target",
+            "nosefs",
+            "--target",
+            "tmpfs",
+        ])
+        .args(["--workload", "varmail", "--workload", "webserver", "--json"])
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let records: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let varmail = [
+        "delete", "create", "append", "fsync", "close", "open", "read", "all",
+    ];
+    let webserver = ["open", "read", "close", "append-log", "all"];
+    for target in ["nosefs", "tmpfs"] {
+        for (workload, flowops) in [("varmail", &varmail[..]), ("webserver", &webserver[..])] {
+            for op in flowops {
+                let found = records
+                    .iter()
+                    .find(|r| r["target"] == target && r["workload"] == workload && r["op"] == *op);
+                let r = found.unwrap_or_else(|| panic!("no {target} {workload} {op}"));
+                assert!(r["ops_per_sec"].as_f64().unwrap() > 0.0, "{r}");
+            }
+        }
+    }
+}
+
+#[test]
 fn an_interrupted_run_leaves_nothing_mounted_or_attached() {
     if !is_root() {
         return;

@@ -9,6 +9,7 @@ use crate::runner::Sample;
 use crate::target::{Needs, Target};
 
 pub mod dirops;
+pub mod filebench;
 pub mod fileops;
 pub mod fragment;
 pub mod mmap;
@@ -47,6 +48,10 @@ pub struct Sizes {
     pub frag_mib: u64,
     /// `fragment`: random 1 KiB overwrites (each with fsync) that fragment it.
     pub frag_overwrites: usize,
+    /// Macro workloads: the factor applied to the papers' file counts.
+    pub macro_scale: f64,
+    /// Macro workloads: the timed phase of one run.
+    pub macro_seconds: f64,
 }
 
 impl Sizes {
@@ -62,6 +67,8 @@ impl Sizes {
             seq_read_mib: 1024,
             frag_mib: 64,
             frag_overwrites: 100_000,
+            macro_scale: 0.1,
+            macro_seconds: 10.0,
         }
     }
 
@@ -77,12 +84,14 @@ impl Sizes {
             seq_read_mib: 128,
             frag_mib: 16,
             frag_overwrites: 10_000,
+            macro_scale: 0.01,
+            macro_seconds: 3.0,
         }
     }
 }
 
 /// A workload, with its size parameter where runs differ by it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Workload {
     /// Create, rename and unlink `files` files per thread, each thread in its own directory.
     Dirops {
@@ -95,10 +104,23 @@ pub enum Workload {
     Mmap,
     /// Sequential 1 MiB reads, and reads of a file fragmented by 1 KiB overwrites.
     Fragment,
+    /// A Filebench-equivalent macro workload.
+    Macro(filebench::Profile),
 }
 
 /// Workload names accepted by `--workload`.
-pub const NAMES: [&str; 4] = ["dirops", "fileops", "mmap", "fragment"];
+pub const NAMES: [&str; 10] = [
+    "dirops",
+    "fileops",
+    "mmap",
+    "fragment",
+    "fileserver",
+    "fileserver-1k",
+    "varmail",
+    "varmail-1k",
+    "webserver",
+    "webproxy",
+];
 
 impl Workload {
     /// The workloads named `name`, one per size where the workload has several.
@@ -112,6 +134,11 @@ impl Workload {
             "fileops" => Ok(vec![Workload::Fileops]),
             "mmap" => Ok(vec![Workload::Mmap]),
             "fragment" => Ok(vec![Workload::Fragment]),
+            "fileserver" | "fileserver-1k" | "varmail" | "varmail-1k" | "webserver"
+            | "webproxy" => Ok(vec![Workload::Macro(macro_profile(
+                name,
+                sizes.macro_scale,
+            ))]),
             other => Err(format!(
                 "unknown workload `{other}` (one of {})",
                 NAMES.join(", ")
@@ -126,6 +153,7 @@ impl Workload {
             Workload::Fileops => "fileops",
             Workload::Mmap => "mmap",
             Workload::Fragment => "fragment",
+            Workload::Macro(profile) => profile.name(),
         }
     }
 
@@ -145,6 +173,8 @@ impl Workload {
                 names: 2,
                 data_bytes: (sizes.seq_read_mib + 2 * sizes.frag_mib) << 20,
             },
+            // Threads share the fileset, so it does not grow with them.
+            Workload::Macro(profile) => return profile.needs(),
         };
         Needs {
             names: per_thread.names * threads as u64,
@@ -164,7 +194,33 @@ impl Workload {
             Workload::Fileops => fileops::run_once(target, threads, sizes),
             Workload::Mmap => mmap::run_once(target, threads, sizes),
             Workload::Fragment => fragment::run_once(target, threads, sizes),
+            Workload::Macro(profile) => {
+                let duration = std::time::Duration::from_secs_f64(sizes.macro_seconds);
+                filebench::run_once(target, threads, &profile, duration)
+            }
         }
+    }
+}
+
+/// The profile named `name`: a personality, with the 1 KiB write variants of seed 001.
+fn macro_profile(name: &str, scale: f64) -> filebench::Profile {
+    use filebench::{Personality, Profile};
+    let (personality, io_1k) = match name {
+        "fileserver" => (Personality::Fileserver, false),
+        "fileserver-1k" => (Personality::Fileserver, true),
+        "varmail" => (Personality::Varmail, false),
+        "varmail-1k" => (Personality::Varmail, true),
+        "webserver" => (Personality::Webserver, false),
+        _ => (Personality::Webproxy, false),
+    };
+    let profile = Profile::new(personality, scale);
+    if io_1k {
+        Profile {
+            io_bytes: 1024,
+            ..profile
+        }
+    } else {
+        profile
     }
 }
 
