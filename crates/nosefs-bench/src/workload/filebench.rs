@@ -291,22 +291,12 @@ fn build_share<T: Target>(
         }
         let size = rng.gamma(1.5, profile.mean_file_bytes as f64).max(1.0) as u64;
         let file = target.open(&dirs[share.dir_of[k]], &share.names[k], true)?;
-        write_whole(target, &file, size, &chunk)?;
+        write_whole_at(target, &file, 0, size, &chunk)?;
         target.close(file)?;
         share.sizes[k] = size;
         share.present.push(k);
     }
     Ok(share)
-}
-
-fn write_whole<T: Target>(target: &T, file: &T::File, size: u64, chunk: &[u8]) -> io::Result<()> {
-    let mut offset = 0;
-    while offset < size {
-        let len = (size - offset).min(chunk.len() as u64);
-        target.pwrite(file, offset, &chunk[..len as usize])?;
-        offset += len;
-    }
-    Ok(())
 }
 
 fn read_whole<T: Target>(target: &T, file: &T::File, size: u64, buf: &mut [u8]) -> io::Result<()> {
@@ -424,6 +414,24 @@ struct Files<'a, T: Target> {
     log_end: &'a AtomicU64,
 }
 
+/// Opens a random existing file of the share and reads it whole (the `open` and `read` flowops);
+/// returns its index and the open handle.
+fn open_and_read<T: Target>(
+    target: &T,
+    files: &Files<'_, T>,
+    share: &Share,
+    buf: &mut [u8],
+    rng: &mut Rng,
+    flow: &mut Flowops,
+    (open, read): (usize, usize),
+) -> io::Result<(usize, T::File)> {
+    let f = share.present[rng.below(share.present.len())];
+    let dir = &files.dirs[share.dir_of[f]];
+    let file = flow.time(open, || target.open(dir, &share.names[f], false))?;
+    flow.time(read, || read_whole(target, &file, share.sizes[f], buf))?;
+    Ok((f, file))
+}
+
 /// Runs the personality's flowop sequence once, timing each flowop.
 fn one_sequence<T: Target>(
     target: &T,
@@ -450,7 +458,9 @@ fn one_sequence<T: Target>(
             let dir = &files.dirs[share.dir_of[new]];
             let file = flow.time(k("create"), || target.open(dir, &share.names[new], true))?;
             let size = rng.gamma(1.5, profile.mean_file_bytes as f64).max(1.0) as u64;
-            flow.time(k("write"), || write_whole(target, &file, size, &io.chunk))?;
+            flow.time(k("write"), || {
+                write_whole_at(target, &file, 0, size, &io.chunk)
+            })?;
             flow.time(k("close"), || target.close(file))?;
             share.sizes[new] = size;
             share.present.push(new);
@@ -464,12 +474,8 @@ fn one_sequence<T: Target>(
             })?;
             share.sizes[f] += len;
             flow.time(k("close"), || target.close(file))?;
-            let f = pick(&share.present, rng);
-            let dir = &files.dirs[share.dir_of[f]];
-            let file = flow.time(k("open"), || target.open(dir, &share.names[f], false))?;
-            flow.time(k("read"), || {
-                read_whole(target, &file, share.sizes[f], &mut io.buf)
-            })?;
+            let reading = (k("open"), k("read"));
+            let (_, file) = open_and_read(target, files, share, &mut io.buf, rng, flow, reading)?;
             flow.time(k("close"), || target.close(file))?;
             let gone = take(&mut share.present, rng);
             let dir = &files.dirs[share.dir_of[gone]];
@@ -503,12 +509,9 @@ fn one_sequence<T: Target>(
             share.present.push(new);
             let reads = if varmail { 2 } else { 5 };
             for round in 0..reads {
-                let f = pick(&share.present, rng);
-                let dir = &files.dirs[share.dir_of[f]];
-                let file = flow.time(k("open"), || target.open(dir, &share.names[f], false))?;
-                flow.time(k("read"), || {
-                    read_whole(target, &file, share.sizes[f], &mut io.buf)
-                })?;
+                let reading = (k("open"), k("read"));
+                let (f, file) =
+                    open_and_read(target, files, share, &mut io.buf, rng, flow, reading)?;
                 if varmail && round == 0 {
                     let len = append_len(profile, rng);
                     let at = share.sizes[f];
@@ -523,12 +526,9 @@ fn one_sequence<T: Target>(
         }
         Personality::Webserver => {
             for _ in 0..10 {
-                let f = pick(&share.present, rng);
-                let dir = &files.dirs[share.dir_of[f]];
-                let file = flow.time(k("open"), || target.open(dir, &share.names[f], false))?;
-                flow.time(k("read"), || {
-                    read_whole(target, &file, share.sizes[f], &mut io.buf)
-                })?;
+                let reading = (k("open"), k("read"));
+                let (_, file) =
+                    open_and_read(target, files, share, &mut io.buf, rng, flow, reading)?;
                 flow.time(k("close"), || target.close(file))?;
             }
             let log = files.log.as_ref().expect("webserver has a log");
