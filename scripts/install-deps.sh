@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs what building and testing noseFS needs on a fresh Debian machine, and nothing that is
 # already there. Safe to run repeatedly. Needs root for apt-get (CI and the dev machines are root).
-# With --bench it also installs what the benchmark baselines need: the xfs and btrfs tools for
-# their ramdisk kinds, and fio for scripts/fio-check.sh.
+# With --bench it also installs what the benchmark baselines need: the xfs, btrfs, f2fs and nilfs2
+# tools for their ramdisk kinds, and fio for scripts/fio-check.sh.
 set -euo pipefail
 
 log() { printf 'install-deps: %s\n' "$*" >&2; }
@@ -27,6 +27,9 @@ if [ "$bench" = 1 ]; then
   have mkfs.xfs || apt_packages+=(xfsprogs)
   have mkfs.btrfs || apt_packages+=(btrfs-progs)
   have fio || apt_packages+=(fio)
+  # f2fs and nilfs2 run only where the kernel has them; their tools cost little either way.
+  have mkfs.f2fs || apt_packages+=(f2fs-tools)
+  have mkfs.nilfs2 || apt_packages+=(nilfs-tools)
 fi
 command -v git >/dev/null 2>&1 || apt_packages+=(git)
 if ! command -v cargo >/dev/null 2>&1; then

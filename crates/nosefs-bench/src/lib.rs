@@ -11,11 +11,13 @@
 //! Code map: [`target`] (what runs: the native library or system calls on a directory),
 //! [`scratch`] (private tmpfs and ramdisk mounts), [`cleanup`] (undo on drop and on Ctrl-C),
 //! [`runner`] (threads, pinning, timed phases), [`workload`] (the micro-benchmarks), [`suite`]
-//! (a whole run), [`report`] and [`plot`] (table, JSON, markdown, SVG).
+//! (a whole run), [`report`] and [`plot`] (table, JSON, markdown, SVG), [`matrix`] (the
+//! seed-000-style file-system comparison of the macro workloads).
 
 #![forbid(unsafe_code)]
 
 pub mod cleanup;
+pub mod matrix;
 pub mod plot;
 pub mod report;
 pub mod runner;

@@ -56,11 +56,15 @@ fn same_op(a: &Record, b: &Record) -> bool {
 }
 
 /// Writes `{workload}-latency.svg` (and `{workload}-threads.svg` when several thread counts ran)
-/// into `dir`; returns the file names written.
+/// into `dir`, and the matrix bar charts when macro workloads ran; returns the file names written.
 pub fn write_plots(records: &[Record], dir: &Path) -> Result<Vec<String>, String> {
     let mut workloads: Vec<&str> = records.iter().map(|r| r.workload.as_str()).collect();
     workloads.dedup();
-    let mut written = Vec::new();
+    let mut written = if crate::report::has_macro(records) {
+        crate::matrix::write_charts(records, dir)?
+    } else {
+        Vec::new()
+    };
     for workload in workloads {
         let points = points_of(records, workload);
         let min_threads = records.iter().map(|r| r.threads).min().unwrap_or(1);

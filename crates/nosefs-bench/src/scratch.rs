@@ -1,5 +1,7 @@
-//! Scratch file systems the harness sets up and tears down itself: a private tmpfs, and the
-//! seed-000 ramdisk baselines (a loop device over a file in /dev/shm, formatted and mounted).
+//! Scratch file systems the harness sets up and tears down itself: a private tmpfs, the seed-000
+//! ramdisk baselines (a loop device over a file in /dev/shm, formatted and mounted), and noseFS
+//! through its FUSE frontend (served by this process, so the kernel's round trips are measured
+//! exactly as `nosefs mount` incurs them).
 //!
 //! Each is mounted under a fresh directory in the system temporary directory and registered with
 //! [`crate::cleanup`], so that it is unmounted, detached and deleted when the [`ScratchMount`]
@@ -29,11 +31,15 @@ pub enum RamdiskKind {
     XfsAg464,
     /// btrfs.
     Btrfs,
+    /// f2fs (seed 000's flash-aware file system).
+    F2fs,
+    /// nilfs2 (seed 000's log-structured file system).
+    Nilfs2,
 }
 
 impl RamdiskKind {
-    /// Every kind, in the order of seed 000.
-    pub const ALL: [RamdiskKind; 8] = [
+    /// Every kind, in the order of seed 000 (f2fs and nilfs2 run only where the kernel has them).
+    pub const ALL: [RamdiskKind; 10] = [
         RamdiskKind::Ext2,
         RamdiskKind::Ext3,
         RamdiskKind::Ext4,
@@ -42,6 +48,8 @@ impl RamdiskKind {
         RamdiskKind::Xfs,
         RamdiskKind::XfsAg464,
         RamdiskKind::Btrfs,
+        RamdiskKind::F2fs,
+        RamdiskKind::Nilfs2,
     ];
 
     /// The name used in `ramdisk:NAME`.
@@ -55,6 +63,8 @@ impl RamdiskKind {
             RamdiskKind::Xfs => "xfs",
             RamdiskKind::XfsAg464 => "xfs-ag464",
             RamdiskKind::Btrfs => "btrfs",
+            RamdiskKind::F2fs => "f2fs",
+            RamdiskKind::Nilfs2 => "nilfs2",
         }
     }
 
@@ -71,6 +81,8 @@ impl RamdiskKind {
             RamdiskKind::Ext4 | RamdiskKind::Ext4Journal | RamdiskKind::Ext4Nodelalloc => "ext4",
             RamdiskKind::Xfs | RamdiskKind::XfsAg464 => "xfs",
             RamdiskKind::Btrfs => "btrfs",
+            RamdiskKind::F2fs => "f2fs",
+            RamdiskKind::Nilfs2 => "nilfs2",
         }
     }
 
@@ -87,6 +99,18 @@ impl RamdiskKind {
             RamdiskKind::Xfs => ("mkfs.xfs", &["-f", "-q"]),
             RamdiskKind::XfsAg464 => ("mkfs.xfs", &["-f", "-q", "-d", "agcount=464"]),
             RamdiskKind::Btrfs => ("mkfs.btrfs", &["-f", "-q"]),
+            RamdiskKind::F2fs => ("mkfs.f2fs", &["-f", "-q"]),
+            RamdiskKind::Nilfs2 => ("mkfs.nilfs2", &["-f", "-q"]),
+        }
+    }
+
+    /// The smallest backing file this kind formats on. xfs puts its log (at least 64 MiB in
+    /// current xfsprogs) inside one allocation group, so 464 groups need about 32 GiB; the file is
+    /// sparse, so only what mkfs and the workload write takes memory.
+    pub fn min_bytes(self) -> u64 {
+        match self {
+            RamdiskKind::XfsAg464 => 40 << 30,
+            _ => 0,
         }
     }
 
@@ -101,12 +125,17 @@ impl RamdiskKind {
 
     /// Why this kind cannot run here, or `None` when it can.
     pub fn unavailable(self) -> Option<String> {
+        // The kernel first: without it, installing the tools would not help.
+        if !kernel_has(self.fstype()) {
+            return Some(format!(
+                "this kernel ({}) has no {} file system",
+                kernel_release(),
+                self.fstype()
+            ));
+        }
         let (program, _) = self.mkfs();
         if find_program(program).is_none() {
             return Some(format!("{program} is not installed"));
-        }
-        if !kernel_has(self.fstype()) {
-            return Some(format!("the kernel has no {} file system", self.fstype()));
         }
         None
     }
@@ -119,6 +148,29 @@ fn find_program(program: &str) -> Option<PathBuf> {
         .chain(["/usr/sbin", "/sbin", "/usr/bin", "/bin"].map(PathBuf::from))
         .map(|dir| dir.join(program))
         .find(|p| p.is_file())
+}
+
+/// The running kernel's release, for messages.
+fn kernel_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+/// Why DAX file systems (ext4 or xfs mounted `-o dax` on a persistent-memory block device) cannot
+/// run here, or `None` when a `/dev/pmem*` device exists. The harness does not format such a
+/// device itself: it holds real data on machines that have one.
+pub fn dax_unavailable() -> Option<String> {
+    let has_pmem = std::fs::read_dir("/dev").is_ok_and(|entries| {
+        entries
+            .flatten()
+            .any(|e| e.file_name().to_string_lossy().starts_with("pmem"))
+    });
+    if has_pmem {
+        None
+    } else {
+        Some("no persistent-memory block device (/dev/pmem*) on this machine".into())
+    }
 }
 
 /// Whether the kernel knows `fstype`, loading its module if needed.
@@ -146,6 +198,8 @@ fn kernel_has(fstype: &str) -> bool {
 pub struct ScratchMount {
     mount_point: PathBuf,
     backing: Option<PathBuf>,
+    // The FUSE session serving a noseFS mount; unmounting ends it and commits the image.
+    session: Option<fuser::BackgroundSession>,
     // Dropped after the explicit teardown in `drop`, newest registration first.
     _unmount: Option<Registered>,
     _backing: Option<Registered>,
@@ -164,10 +218,10 @@ fn run_command(cmd: &mut Command) -> Result<(), String> {
     if output.status.success() {
         Ok(())
     } else {
-        Err(format!(
-            "{cmd:?} failed: {}",
-            String::from_utf8_lossy(&output.stderr).trim()
-        ))
+        // The first line says what went wrong; usage texts that follow it only clutter a report.
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let first = stderr.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+        Err(format!("{cmd:?} failed: {}", first.trim()))
     }
 }
 
@@ -191,6 +245,7 @@ impl ScratchMount {
             _unmount: Some(cleanup::register(Undo::Unmount(dir.clone()))),
             mount_point: dir,
             backing: None,
+            session: None,
             _backing: None,
         })
     }
@@ -208,12 +263,24 @@ impl ScratchMount {
         let label = format!("ramdisk-{}", kind.name());
         let image = backing_dir.join(format!("nosefs-bench-{}-{label}.img", std::process::id()));
         let backing_guard = cleanup::register(Undo::RemoveFile(image.clone()));
-        let create = std::fs::File::create(&image).and_then(|f| f.set_len(size_bytes));
-        create.map_err(|e| format!("cannot create {}: {e}", image.display()))?;
+        let size_bytes = size_bytes.max(kind.min_bytes());
         let (program, args) = kind.mkfs();
         let program = find_program(program).expect("checked by unavailable()");
-        run_command(Command::new(program).args(args).arg(&image))?;
-        let dir = scratch_dir(&label).map_err(|e| format!("cannot create mount point: {e}"))?;
+        let formatted = std::fs::File::create(&image)
+            .and_then(|f| f.set_len(size_bytes))
+            .map_err(|e| format!("cannot create {}: {e}", image.display()))
+            .and_then(|()| run_command(Command::new(program).args(args).arg(&image)));
+        if let Err(e) = formatted {
+            let _ = std::fs::remove_file(&image);
+            return Err(e);
+        }
+        let dir = match scratch_dir(&label) {
+            Ok(dir) => dir,
+            Err(e) => {
+                let _ = std::fs::remove_file(&image);
+                return Err(format!("cannot create mount point: {e}"));
+            }
+        };
         let mounted = run_command(Command::new("mount").args([
             "-t",
             kind.fstype(),
@@ -231,8 +298,68 @@ impl ScratchMount {
             _unmount: Some(cleanup::register(Undo::Unmount(dir.clone()))),
             mount_point: dir,
             backing: Some(image),
+            session: None,
             _backing: Some(backing_guard),
         })
+    }
+
+    /// Formats a sparse noseFS image of `size_bytes` in `backing_dir` and serves it through FUSE
+    /// with `threads` worker threads (as `nosefs mount -o threads=N` does).
+    pub fn nosefs_fuse(
+        backing_dir: &Path,
+        size_bytes: u64,
+        threads: usize,
+    ) -> Result<ScratchMount, String> {
+        use fuser::{Config, MountOption};
+        use nosefs_core::namespace::{Fs, MountOptions};
+        if !Path::new("/dev/fuse").exists() {
+            return Err("/dev/fuse does not exist (no FUSE in this kernel or container)".into());
+        }
+        let image = backing_dir.join(format!("nosefs-bench-{}-fuse.img", std::process::id()));
+        let backing_guard = cleanup::register(Undo::RemoveFile(image.clone()));
+        let params = nosefs_core::format::layout::MkfsParams {
+            image_bytes: size_bytes,
+            ..Default::default()
+        };
+        let mounted = nosefs_core::mkfs::mkfs(&image, &params)
+            .and_then(|_geometry| Fs::mount(&image, &MountOptions::default()))
+            .map_err(|e| format!("cannot format and mount {}: {e}", image.display()))
+            .and_then(|fs| {
+                let dir =
+                    scratch_dir("fuse").map_err(|e| format!("cannot create mount point: {e}"))?;
+                Ok((fs, dir))
+            });
+        let (fs, dir) = match mounted {
+            Ok(mounted) => mounted,
+            Err(e) => {
+                let _ = std::fs::remove_file(&image);
+                return Err(e);
+            }
+        };
+        let mut config = Config::default();
+        config.mount_options = vec![
+            MountOption::FSName(image.display().to_string()),
+            MountOption::Subtype("nosefs".into()),
+            MountOption::DefaultPermissions,
+        ];
+        config.n_threads = Some(threads.max(1));
+        let unmount_guard = cleanup::register(Undo::Unmount(dir.clone()));
+        match fuser::spawn_mount(nosefs_fuse::NoseFuse::new(fs), &dir, &config) {
+            Ok(session) => Ok(ScratchMount {
+                _unmount: Some(unmount_guard),
+                mount_point: dir,
+                backing: Some(image),
+                session: Some(session),
+                _backing: Some(backing_guard),
+            }),
+            Err(e) => {
+                let _ = std::fs::remove_dir(&dir);
+                let _ = std::fs::remove_file(&image);
+                Err(format!(
+                    "cannot mount through FUSE (needs root or fusermount3): {e}"
+                ))
+            }
+        }
     }
 
     /// Where the file system is mounted.
@@ -248,8 +375,20 @@ impl ScratchMount {
 
 impl Drop for ScratchMount {
     fn drop(&mut self) {
-        if let Err(e) = cleanup::run(&Undo::Unmount(self.mount_point.clone())) {
-            eprintln!("nosefs bench: {e}");
+        let undo = Undo::Unmount(self.mount_point.clone());
+        match self.session.take() {
+            Some(session) => {
+                if let Err(e) = session.umount_and_join() {
+                    eprintln!("nosefs bench: unmounting the FUSE mount failed: {e}");
+                    let _ = cleanup::run(&undo);
+                }
+                let _ = std::fs::remove_dir(&self.mount_point);
+            }
+            None => {
+                if let Err(e) = cleanup::run(&undo) {
+                    eprintln!("nosefs bench: {e}");
+                }
+            }
         }
         if let Some(image) = &self.backing {
             let _ = std::fs::remove_file(image);
@@ -266,6 +405,7 @@ mod tests {
         for kind in RamdiskKind::ALL {
             assert_eq!(RamdiskKind::parse(kind.name()), Some(kind));
         }
-        assert_eq!(RamdiskKind::parse("f2fs"), None);
+        assert_eq!(RamdiskKind::parse("f2fs"), Some(RamdiskKind::F2fs));
+        assert_eq!(RamdiskKind::parse("zfs"), None);
     }
 }

@@ -159,6 +159,14 @@ fn prepare(spec: &TargetSpec, plan: &Plan) -> Result<Prepared, String> {
                 _mount: None,
             })
         }
+        TargetSpec::Fuse => {
+            let workers = plan.threads.iter().copied().max().unwrap_or(1).max(2);
+            let mount = ScratchMount::nosefs_fuse(&plan.image_dir, plan.ramdisk_bytes, workers)?;
+            Ok(Prepared::Dir {
+                path: mount.path().to_path_buf(),
+                _mount: Some(mount),
+            })
+        }
         TargetSpec::Tmpfs => {
             let mount = ScratchMount::tmpfs(plan.ramdisk_bytes)?;
             Ok(Prepared::Dir {

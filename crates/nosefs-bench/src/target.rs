@@ -34,6 +34,8 @@ pub enum TargetSpec {
     },
     /// `dir:PATH`: any mounted file system, through system calls.
     Dir(PathBuf),
+    /// `nosefs-fuse`: a fresh noseFS image served through the FUSE frontend by the harness.
+    Fuse,
     /// `tmpfs`: a private tmpfs the harness mounts.
     Tmpfs,
     /// `ramdisk:KIND`: a loop device over a file in /dev/shm, formatted and mounted by the harness.
@@ -53,13 +55,14 @@ impl TargetSpec {
                 sync: head == "nosefs-sync",
             }),
             ("tmpfs", None) => Ok(TargetSpec::Tmpfs),
+            ("nosefs-fuse", None) => Ok(TargetSpec::Fuse),
             ("dir", Some(path)) if !path.is_empty() => Ok(TargetSpec::Dir(path.into())),
             ("ramdisk", Some(kind)) => RamdiskKind::parse(kind).map(TargetSpec::Ramdisk).ok_or_else(|| {
                 let kinds: Vec<&str> = RamdiskKind::ALL.iter().map(|k| k.name()).collect();
                 format!("unknown ramdisk kind `{kind}` (one of {})", kinds.join(", "))
             }),
             _ => Err(format!(
-                "unknown target `{text}` (nosefs, nosefs-sync, nosefs:PATH, dir:PATH, tmpfs, ramdisk:KIND)"
+                "unknown target `{text}` (nosefs, nosefs-sync, nosefs:PATH, nosefs-fuse, dir:PATH, tmpfs, ramdisk:KIND)"
             )),
         }
     }
@@ -75,6 +78,7 @@ impl TargetSpec {
                 }
             }
             TargetSpec::Dir(path) => format!("dir:{}", path.display()),
+            TargetSpec::Fuse => "nosefs-fuse".into(),
             TargetSpec::Tmpfs => "tmpfs".into(),
             TargetSpec::Ramdisk(kind) => format!("ramdisk:{}", kind.name()),
         }
@@ -458,13 +462,21 @@ mod tests {
             "nosefs-sync",
             "nosefs:/mnt/pmem0",
             "dir:/mnt/nosefs",
+            "nosefs-fuse",
             "tmpfs",
             "ramdisk:ext4",
             "ramdisk:xfs-ag464",
         ] {
             assert_eq!(TargetSpec::parse(text).unwrap().label(), text);
         }
-        for bad in ["ramdisk:f2fs", "dir:", "tmpfs:x", "ext4", ""] {
+        for bad in [
+            "ramdisk:zfs",
+            "dir:",
+            "tmpfs:x",
+            "nosefs-fuse:x",
+            "ext4",
+            "",
+        ] {
             assert!(TargetSpec::parse(bad).is_err(), "{bad}");
         }
     }

@@ -14,25 +14,34 @@ use crate::size::parse_size;
 pub struct BenchArgs {
     /// A target; repeat for several, measured side by side (the first is the baseline of the
     /// ratio column): `nosefs` (native library, fresh image in --image-dir), `nosefs-sync` (mounted
-    /// `sync`), `nosefs:PATH` (image in directory PATH, or device-dax PATH), `dir:PATH` (any
+    /// `sync`), `nosefs:PATH` (image in directory PATH, or device-dax PATH), `nosefs-fuse` (a
+    /// fresh image served through FUSE by the harness), `dir:PATH` (any
     /// mounted file system), `tmpfs` (a private tmpfs), `ramdisk:KIND` (KIND: ext2, ext3, ext4,
-    /// ext4-journal, ext4-nodelalloc, xfs, xfs-ag464, btrfs). Default: nosefs, tmpfs, ramdisk:ext4.
+    /// ext4-journal, ext4-nodelalloc, xfs, xfs-ag464, btrfs, f2fs, nilfs2). Default: nosefs,
+    /// tmpfs, ramdisk:ext4.
     #[arg(long = "target", value_name = "TARGET")]
     targets: Vec<String>,
     /// A workload; repeat for several: dirops, fileops, mmap, fragment (micro), fileserver,
-    /// fileserver-1k, varmail, varmail-1k, webserver, webproxy (Filebench equivalents). Default:
-    /// dirops, fileops, mmap.
+    /// fileserver-1k, varmail, varmail-1k, webserver, webproxy (Filebench equivalents),
+    /// webproxy-depths (webproxy at directory depths 0.7, 2.1 and 3.4). Default: dirops,
+    /// fileops, mmap.
     #[arg(long = "workload", value_name = "WORKLOAD")]
     workloads: Vec<String>,
     /// A thread count; repeat for a sweep. Default: 1, 2, 4, ... up to the CPUs available.
     #[arg(long = "threads", value_name = "N")]
     threads: Vec<usize>,
-    /// Runs per target, workload and thread count; the median is reported.
-    #[arg(long, default_value_t = 3)]
-    runs: usize,
+    /// Runs per target, workload and thread count; the median is reported. Default 3 (1 for
+    /// --matrix --quick).
+    #[arg(long)]
+    runs: Option<usize>,
     /// Smaller sizes: the default targets and workloads in about two minutes.
     #[arg(long)]
     quick: bool,
+    /// The seed-000 file-system matrix: by default every macro workload (fileserver, varmail,
+    /// webserver, webproxy at depths 0.7, 2.1 and 3.4) on noseFS (native and FUSE), tmpfs and
+    /// every ramdisk kind; the report gets a table and bar charts normalized to the best.
+    #[arg(long)]
+    matrix: bool,
     /// dirops: files per thread; repeat for several sizes (100 to 1000000).
     #[arg(long = "files", value_name = "N")]
     files: Vec<usize>,
@@ -105,12 +114,23 @@ fn plan(args: &BenchArgs) -> Result<Plan, String> {
             given.to_vec()
         }
     };
-    let targets = or_default(&args.targets, &["nosefs", "tmpfs", "ramdisk:ext4"])
+    let matrix_targets = nosefs_bench::matrix::targets();
+    let default_targets: Vec<&str> = if args.matrix {
+        matrix_targets.iter().map(String::as_str).collect()
+    } else {
+        vec!["nosefs", "tmpfs", "ramdisk:ext4"]
+    };
+    let default_workloads: &[&str] = if args.matrix {
+        &nosefs_bench::matrix::WORKLOADS
+    } else {
+        &["dirops", "fileops", "mmap"]
+    };
+    let targets = or_default(&args.targets, &default_targets)
         .iter()
         .map(|t| TargetSpec::parse(t))
         .collect::<Result<Vec<_>, _>>()?;
     let mut workloads = Vec::new();
-    for name in or_default(&args.workloads, &["dirops", "fileops", "mmap"]) {
+    for name in or_default(&args.workloads, default_workloads) {
         workloads.extend(Workload::expand(&name, &sizes)?);
     }
     let threads = if args.threads.is_empty() {
@@ -118,14 +138,17 @@ fn plan(args: &BenchArgs) -> Result<Plan, String> {
     } else {
         args.threads.clone()
     };
-    if threads.contains(&0) || args.runs == 0 {
+    let runs = args
+        .runs
+        .unwrap_or(if args.matrix && args.quick { 1 } else { 3 });
+    if threads.contains(&0) || runs == 0 {
         return Err("--threads and --runs must be at least 1".into());
     }
     Ok(Plan {
         targets,
         workloads,
         threads,
-        runs: args.runs,
+        runs,
         sizes,
         image_dir: args.image_dir.clone(),
         ramdisk_bytes: parse_size(&args.ramdisk_size)?,
@@ -136,6 +159,7 @@ fn list_targets() {
     println!("nosefs            native library (fresh image per run)");
     println!("nosefs-sync       native library mounted with the sync option");
     println!("nosefs:PATH       native library, image in directory PATH or on device-dax PATH");
+    println!("nosefs-fuse       a fresh image served through FUSE by the harness");
     println!("dir:PATH          any mounted file system, through system calls");
     println!("tmpfs             a private tmpfs (needs root)");
     for kind in nosefs_bench::scratch::RamdiskKind::ALL {
@@ -144,7 +168,12 @@ fn list_targets() {
             .map_or("available".to_string(), |why| format!("unavailable: {why}"));
         println!("ramdisk:{:<9} {state}", kind.name());
     }
-    println!("not runnable here: f2fs, nilfs2 and DAX file systems (no kernel support or device)");
+    match nosefs_bench::scratch::dax_unavailable() {
+        Some(why) => println!("ext4-dax, xfs-dax   unavailable: {why}"),
+        None => {
+            println!("ext4-dax, xfs-dax   a /dev/pmem device exists; use dir:PATH on its mount")
+        }
+    }
 }
 
 /// Runs `nosefs bench`.
@@ -170,6 +199,12 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
     let outcome = suite::run(&plan);
     let baseline = plan.targets[0].label();
     print!("{}", report::table(&outcome.records, &baseline));
+    if report::has_macro(&outcome.records) {
+        print!(
+            "{}",
+            nosefs_bench::matrix::section(&outcome.records, &outcome.skipped)
+        );
+    }
     println!();
     print!("{}", report::notes(&outcome));
     if outcome.records.is_empty() {

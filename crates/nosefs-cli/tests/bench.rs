@@ -231,3 +231,85 @@ fn an_interrupted_run_leaves_nothing_mounted_or_attached() {
     }
     assert_eq!(leftovers(pid), Vec::<String>::new());
 }
+
+#[test]
+fn the_matrix_compares_every_target_normalized_to_the_best_and_cleans_up() {
+    if !is_root() {
+        return;
+    }
+    let out = tempfile::tempdir().unwrap();
+    let results = out.path().join("matrix");
+    let child = nosefs()
+        .args(["bench", "--matrix", "--quick", "--threads", "1"])
+        .args(["--scale", "0.002", "--duration", "0.3"])
+        .args([
+            "--target",
+            "nosefs",
+            "--target",
+            "nosefs-fuse",
+            "--target",
+            "tmpfs",
+        ])
+        .args(["--target", "ramdisk:f2fs", "--ramdisk-size", "512M"])
+        .args([
+            "--workload",
+            "varmail",
+            "--workload",
+            "webproxy-depths",
+            "--out",
+        ])
+        .arg(&results)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let output = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}\n{output:?}");
+    let report = std::fs::read_to_string(results.join("report.md")).unwrap();
+    let matrix = report
+        .split("## File-system matrix")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no matrix in {report}"));
+    assert!(
+        matrix.contains("| target | varmail | webproxy d=0.7 | webproxy d=2.1 | webproxy d=3.4 |"),
+        "{matrix}"
+    );
+    for target in ["nosefs", "nosefs-fuse", "tmpfs"] {
+        let row = matrix
+            .lines()
+            .find(|l| l.starts_with(&format!("| {target} | ")))
+            .unwrap_or_else(|| panic!("no {target} row in {matrix}"));
+        // Four cells, each a rate and its fraction of the column's best (at most 1).
+        let fractions: Vec<f64> = row
+            .split('(')
+            .skip(1)
+            .map(|c| c.split(')').next().unwrap().parse().unwrap())
+            .collect();
+        assert_eq!(fractions.len(), 4, "{row}");
+        assert!(fractions.iter().all(|&f| f > 0.0 && f <= 1.0), "{row}");
+        assert!(
+            matrix.contains(&format!("- {target}: ")),
+            "no webproxy depth ratio for {target}"
+        );
+    }
+    // Every column has one best target.
+    let header = matrix
+        .lines()
+        .position(|l| l.starts_with("| target"))
+        .unwrap();
+    let best_marks = matrix
+        .lines()
+        .skip(header)
+        .take(5)
+        .map(|l| l.matches("(1.00)").count());
+    assert_eq!(best_marks.sum::<usize>(), 4, "{matrix}");
+    // A file system this machine cannot run is listed with the reason, not silently dropped.
+    assert!(matrix.contains("ramdisk:f2fs"), "{matrix}");
+    assert!(matrix.contains("ext4-dax"), "{matrix}");
+    let svg = std::fs::read_to_string(results.join("matrix-1t.svg")).unwrap();
+    assert!(svg.contains("nosefs-fuse") && svg.contains("webproxy d=3.4"));
+    assert!(report.contains("![matrix-1t.svg](matrix-1t.svg)"));
+    assert_eq!(leftovers(pid), Vec::<String>::new());
+}

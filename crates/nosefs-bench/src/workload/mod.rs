@@ -109,7 +109,7 @@ pub enum Workload {
 }
 
 /// Workload names accepted by `--workload`.
-pub const NAMES: [&str; 10] = [
+pub const NAMES: [&str; 11] = [
     "dirops",
     "fileops",
     "mmap",
@@ -120,7 +120,12 @@ pub const NAMES: [&str; 10] = [
     "varmail-1k",
     "webserver",
     "webproxy",
+    "webproxy-depths",
 ];
+
+/// The directory depths of seed 000 Fig. 3: webproxy's flat directory, then the same files spread
+/// over more and more subdirectories.
+pub const WEBPROXY_DEPTHS: [f64; 3] = [0.7, 2.1, 3.4];
 
 impl Workload {
     /// The workloads named `name`, one per size where the workload has several.
@@ -139,6 +144,13 @@ impl Workload {
                 name,
                 sizes.macro_scale,
             ))]),
+            "webproxy-depths" => Ok(WEBPROXY_DEPTHS
+                .iter()
+                .map(|&depth| {
+                    let profile = macro_profile("webproxy", sizes.macro_scale);
+                    Workload::Macro(filebench::Profile { depth, ..profile })
+                })
+                .collect()),
             other => Err(format!(
                 "unknown workload `{other}` (one of {})",
                 NAMES.join(", ")
