@@ -137,7 +137,7 @@ enum Prepared {
     },
     Dir {
         path: PathBuf,
-        _mount: Option<ScratchMount>,
+        mount: Option<ScratchMount>,
     },
 }
 
@@ -156,7 +156,7 @@ fn prepare(spec: &TargetSpec, plan: &Plan) -> Result<Prepared, String> {
             }
             Ok(Prepared::Dir {
                 path: path.clone(),
-                _mount: None,
+                mount: None,
             })
         }
         TargetSpec::Fuse => {
@@ -164,21 +164,21 @@ fn prepare(spec: &TargetSpec, plan: &Plan) -> Result<Prepared, String> {
             let mount = ScratchMount::nosefs_fuse(&plan.image_dir, plan.ramdisk_bytes, workers)?;
             Ok(Prepared::Dir {
                 path: mount.path().to_path_buf(),
-                _mount: Some(mount),
+                mount: Some(mount),
             })
         }
         TargetSpec::Tmpfs => {
             let mount = ScratchMount::tmpfs(plan.ramdisk_bytes)?;
             Ok(Prepared::Dir {
                 path: mount.path().to_path_buf(),
-                _mount: Some(mount),
+                mount: Some(mount),
             })
         }
         TargetSpec::Ramdisk(kind) => {
             let mount = ScratchMount::ramdisk(*kind, &plan.image_dir, plan.ramdisk_bytes)?;
             Ok(Prepared::Dir {
                 path: mount.path().to_path_buf(),
-                _mount: Some(mount),
+                mount: Some(mount),
             })
         }
     }
@@ -197,9 +197,16 @@ fn run_unit(
                 .map_err(|e| io::Error::other(format!("cannot prepare an image: {e}")))?;
             workload.run_once(&target, threads, sizes)
         }
-        Prepared::Dir { path, .. } => {
-            let target = Syscalls::new(path)?;
-            workload.run_once(&target, threads, sizes)
+        Prepared::Dir { path, mount } => {
+            let measured = {
+                let target = Syscalls::new(path)?;
+                workload.run_once(&target, threads, sizes)
+            };
+            // The run's directory is gone now; hand its blocks' memory back before the next run.
+            if let Some(mount) = mount {
+                mount.trim().map_err(io::Error::other)?;
+            }
+            measured
         }
     }
 }
