@@ -307,25 +307,8 @@ mod tests {
     use super::*;
 
     fn record(target: &str, workload: &str, variant: &str, threads: usize, rate: f64) -> Record {
-        Record {
-            target: target.into(),
-            workload: workload.into(),
-            op: "all".into(),
-            variant: variant.into(),
-            threads,
-            io_size: 0,
-            ops_per_sec: rate,
-            mb_per_sec: 0.0,
-            spread: 0.0,
-            p50_ns: 0,
-            p99_ns: 0,
-            p999_ns: 0,
-            mean_ns: 0.0,
-            flushes_per_op: None,
-            fences_per_op: None,
-            runs: 1,
-            hist: crate::stats::histogram(),
-        }
+        let hist = crate::stats::histogram();
+        Record::for_test((target, workload, "all", variant), threads, rate, hist)
     }
 
     fn sample() -> Vec<Record> {

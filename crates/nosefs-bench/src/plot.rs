@@ -243,25 +243,7 @@ mod tests {
         for v in 1..=1000u64 {
             hist.record(v * 100).unwrap();
         }
-        let record = Record {
-            target: "t".into(),
-            workload: "w".into(),
-            op: "op".into(),
-            variant: String::new(),
-            threads: 1,
-            io_size: 0,
-            ops_per_sec: 1.0,
-            mb_per_sec: 0.0,
-            spread: 0.0,
-            p50_ns: 0,
-            p99_ns: 0,
-            p999_ns: 0,
-            mean_ns: 0.0,
-            flushes_per_op: None,
-            fences_per_op: None,
-            runs: 1,
-            hist,
-        };
+        let record = Record::for_test(("t", "w", "op", ""), 1, 1.0, hist);
         let points = cdf_points(&record);
         assert!(points
             .windows(2)

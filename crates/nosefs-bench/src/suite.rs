@@ -88,6 +88,37 @@ impl Record {
     }
 }
 
+#[cfg(test)]
+impl Record {
+    /// A record with the given identity, rate and latency histogram, zeros elsewhere (for tests).
+    pub(crate) fn for_test(
+        (target, workload, op, variant): (&str, &str, &str, &str),
+        threads: usize,
+        ops_per_sec: f64,
+        hist: Histogram<u64>,
+    ) -> Record {
+        Record {
+            target: target.into(),
+            workload: workload.into(),
+            op: op.into(),
+            variant: variant.into(),
+            threads,
+            io_size: 0,
+            ops_per_sec,
+            mb_per_sec: 0.0,
+            spread: 0.0,
+            p50_ns: 0,
+            p99_ns: 0,
+            p999_ns: 0,
+            mean_ns: 0.0,
+            flushes_per_op: None,
+            fences_per_op: None,
+            runs: 1,
+            hist,
+        }
+    }
+}
+
 /// Something that did not run, and why.
 #[derive(Debug, Clone, Serialize)]
 pub struct Skipped {
