@@ -47,6 +47,12 @@ fn leftovers(pid: u32) -> Vec<String> {
     found
 }
 
+/// Waits for a bench process; returns its pid (to look for leftovers) and its output.
+fn finish(child: std::process::Child) -> (u32, std::process::Output) {
+    let pid = child.id();
+    (pid, child.wait_with_output().unwrap())
+}
+
 #[test]
 fn a_small_run_writes_table_json_report_and_plots_and_cleans_up() {
     if !is_root() {
@@ -80,8 +86,7 @@ fn a_small_run_writes_table_json_report_and_plots_and_cleans_up() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let pid = child.id();
-    let output = child.wait_with_output().unwrap();
+    let (pid, output) = finish(child);
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
         output.status.success(),
@@ -263,8 +268,7 @@ fn the_matrix_compares_every_target_normalized_to_the_best_and_cleans_up() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let pid = child.id();
-    let output = child.wait_with_output().unwrap();
+    let (pid, output) = finish(child);
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{stdout}\n{output:?}");
     let report = std::fs::read_to_string(results.join("report.md")).unwrap();
