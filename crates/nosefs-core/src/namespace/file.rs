@@ -14,6 +14,14 @@
 //! only when no piece of the file, committed or pending, holds a byte of it and it is not the
 //! tail. Blocks are never shared between files.
 //!
+//! **Freeing blocks** costs O(1) per piece, not a search of the file: each file counts, per
+//! block, the pieces and the committed extents that touch the block without covering all of it
+//! ([`BlockRefs`]). When a piece drops bytes (an overwrite, a truncate), the blocks of those bytes
+//! are in use exactly when a count says so (a range covering the whole block would hold the
+//! dropped bytes too). If the piece was *fresh* (written since the last commit, so no committed
+//! extent holds its bytes), its blocks are freed at once when no count holds them; otherwise the
+//! committed extent still holds them until the next commit, and they are reconsidered then.
+//!
 //! **fsync** ([`Fs::fsync`]) merges pending pieces with neighbours they continue (in the file and
 //! in the data zone), rewrites any 64 KiB window of the file that has grown more than 32 pieces
 //! (the fragmentation policy), then commits all pending pieces as extents and retires the extents
@@ -27,7 +35,7 @@ use std::sync::atomic::Ordering;
 use smallvec::SmallVec;
 use zerocopy::little_endian::{U16, U32, U64};
 
-use super::filemap::{FileMap, Piece, Punched, Space};
+use super::filemap::{BlockRefs, FileMap, Piece, Punched};
 use super::fjournal::{self, FileCommit};
 use super::inode::Inode;
 use super::Fs;
@@ -58,10 +66,13 @@ const CHECKSUM_DATA_MAX_BYTES: u64 = NT_COPY_MIN_BYTES as u64 - 1;
 pub struct FileState {
     /// The file as reads see it: committed and pending pieces.
     map: FileMap,
-    /// Data-zone bytes of the committed extents (what the media holds).
-    committed: Space,
+    /// The blocks the committed extents (what the media holds) share ([`BlockRefs`]).
+    committed_refs: BlockRefs,
     /// Committed extents that left `map` since the last commit: (eno, addr, len).
     removed: Vec<(u32, u64, u64)>,
+    /// Blocks that bytes dropped from non-fresh pieces touched: a committed extent holds them
+    /// until the next commit, which frees those that nothing holds then.
+    deferred: Vec<u64>,
     size: u64,
     committed_size: u64,
     mtime_ns: i64,
@@ -81,8 +92,9 @@ impl FileState {
     pub fn new(now: i64) -> FileState {
         FileState {
             map: FileMap::default(),
-            committed: Space::default(),
+            committed_refs: BlockRefs::default(),
             removed: Vec::new(),
+            deferred: Vec::new(),
             size: 0,
             committed_size: 0,
             mtime_ns: now,
@@ -99,8 +111,14 @@ impl FileState {
     pub fn from_media(size: u64, mtime_ns: i64, extents: &[(u32, u64, u64, u64)]) -> FileState {
         let mut state = FileState::new(mtime_ns);
         for &(eno, offset, addr, len) in extents {
-            state.map.insert(offset, Piece { addr, len, eno });
-            state.committed.add(addr, len);
+            let piece = Piece {
+                addr,
+                len,
+                eno,
+                fresh: false,
+            };
+            state.map.insert(offset, piece);
+            state.committed_refs.add(addr, len);
         }
         (state.size, state.committed_size) = (size, size);
         state
@@ -117,10 +135,11 @@ impl FileState {
         self.tail.map(|(next, _)| next / BLOCK_SIZE)
     }
 
-    /// Whether nothing of the file holds a byte of `block` any more.
-    fn block_unused(&self, block: u64) -> bool {
-        !self.map.space().covers_block(block)
-            && !self.committed.covers_block(block)
+    /// Whether nothing of the file holds a byte of `block`, which no piece or committed extent
+    /// covers whole (a block that just lost bytes, or the tail block).
+    fn partial_block_unused(&self, block: u64) -> bool {
+        !self.map.refs().touched(block)
+            && !self.committed_refs.touched(block)
             && self.tail_block() != Some(block)
     }
 
@@ -172,6 +191,7 @@ fn join(
         addr: left.addr,
         len: left.len + right.len,
         eno: 0,
+        fresh: left.fresh && right.fresh,
     };
     state.map.insert(left_offset, joined);
     Some((left_offset, joined))
@@ -299,12 +319,13 @@ impl Fs {
                 addr,
                 len: piece_len,
                 eno: 0,
+                fresh: true,
             };
             state.map.insert(at, piece);
             at += piece_len;
         }
         state.removed.extend(punched.removed);
-        self.free_unused(state, &punched.dropped);
+        self.free_dropped(state, &punched.dropped);
     }
 
     /// Space for `len` new bytes: the rest of the tail block when they fit there, else whole
@@ -336,20 +357,32 @@ impl Fs {
         if end > addr + bytes {
             let old = state.tail_block();
             state.tail = Some((addr + bytes, end));
-            if let Some(old) = old.filter(|&b| state.block_unused(b)) {
+            // A tail block has bytes never written, so nothing covers it whole.
+            if let Some(old) = old.filter(|&b| state.partial_block_unused(b)) {
                 self.blocks.free(old, 1);
             }
         }
         Ok(placement)
     }
 
-    /// Frees every block touched by `ranges` that nothing of the file uses any more. Ranges may
-    /// share blocks (the pieces of one split), so each block is considered once.
-    fn free_unused(&self, state: &FileState, ranges: &[(u64, u64)]) {
+    /// Frees the blocks of bytes just dropped from the map (addr, len, fresh) that nothing uses
+    /// any more, and sets aside for the next commit those of non-fresh pieces (see the module
+    /// doc). Ranges may share blocks (the pieces of one split); each block is freed once.
+    fn free_dropped(&self, state: &mut FileState, dropped: &[(u64, u64, bool)]) {
         let mut blocks: SmallVec<[u64; 8]> = SmallVec::new();
-        for &(addr, len) in ranges {
+        for &(addr, len, fresh) in dropped {
             let (first, end) = (addr / BLOCK_SIZE, (addr + len).div_ceil(BLOCK_SIZE));
-            blocks.extend((first..end).filter(|&b| state.block_unused(b)));
+            if !fresh {
+                state.deferred.extend(first..end);
+                continue;
+            }
+            for block in first..end {
+                let whole = block * BLOCK_SIZE >= addr && (block + 1) * BLOCK_SIZE <= addr + len;
+                debug_assert!(!whole || state.tail_block() != Some(block));
+                if whole || state.partial_block_unused(block) {
+                    blocks.push(block);
+                }
+            }
         }
         self.free_blocks(blocks)
     }
@@ -373,12 +406,15 @@ impl Fs {
     /// Returns all space of a file that lost its last name (its committed extents' numbers are
     /// freed by the caller, which read them from the media).
     pub(super) fn release_file_space(&self, state: &mut FileState) {
+        // Every block the file holds: its pieces' (which include the committed extents still
+        // in the map), the extents that left the map since the last commit, the blocks set aside
+        // for that commit, and the tail.
         let mut blocks: SmallVec<[u64; 8]> = SmallVec::new();
-        for space in [state.map.space(), &state.committed] {
-            for (addr, len) in space.iter() {
-                blocks.extend(addr / BLOCK_SIZE..(addr + len).div_ceil(BLOCK_SIZE));
-            }
+        let ranges = state.map.iter().map(|(_, p)| (p.addr, p.len));
+        for (addr, len) in ranges.chain(state.removed.iter().map(|r| (r.1, r.2))) {
+            blocks.extend(addr / BLOCK_SIZE..(addr + len).div_ceil(BLOCK_SIZE));
         }
+        blocks.extend(state.deferred.iter().copied());
         blocks.extend(state.tail_block());
         self.free_blocks(blocks);
         *state = FileState::new(state.mtime_ns);
@@ -489,7 +525,7 @@ impl Fs {
             let mut punched = Punched::default();
             state.map.punch(size, u64::MAX, &mut punched);
             state.removed.extend(punched.removed);
-            self.free_unused(&state, &punched.dropped);
+            self.free_dropped(&mut state, &punched.dropped);
         }
         state.size = size;
         state.mtime_ns = now_ns();
@@ -503,7 +539,7 @@ impl Fs {
         }
         self.merge_pending(state);
         self.defragment(state);
-        let offsets: Vec<u64> = state.map.pending().collect();
+        let offsets = state.map.pending();
         let enos = self.alloc_extents(offsets.len())?;
         for (&offset, &eno) in offsets.iter().zip(&enos) {
             state.map.set_eno(offset, eno);
@@ -528,8 +564,10 @@ impl Fs {
             return Err(Errno::ENOSPC.into());
         };
         let log = self.take_file_log();
+        // Blocks of the retired extents that no new extent covers: no piece covers them whole
+        // (they held retired bytes), so the counts tell whether one still uses them.
         fjournal::commit(&self.image, log, &overflow, &c, &|b| {
-            state.map.space().covers_block(b)
+            state.map.refs().touched(b)
         });
         self.file_logs.free(log as u32);
         overflow.iter().for_each(|&b| self.blocks.free(b, 1));
@@ -537,42 +575,32 @@ impl Fs {
         Ok(())
     }
 
-    /// DRAM bookkeeping once a commit is durable: the committed space follows the map, and blocks
-    /// and extents only the retired extents held are freed.
+    /// DRAM bookkeeping once a commit is durable: the committed counts follow the map, and blocks
+    /// set aside for this commit and extents that left the map are freed.
     fn after_commit(&self, state: &mut FileState, new: &[(u32, Extent)]) {
         let removed = std::mem::take(&mut state.removed);
-        for &(_, addr, _) in &removed {
-            state.committed.remove(addr);
+        for &(_, addr, len) in &removed {
+            state.committed_refs.remove(addr, len);
         }
         for (_, e) in new {
             let addr =
                 u64::from(e.start_block.get()) * BLOCK_SIZE + u64::from(e.block_offset.get());
-            state.committed.add(addr, u64::from(e.length.get()));
+            state.committed_refs.add(addr, u64::from(e.length.get()));
         }
-        // Only bytes no new extent took over can free a block (an append merged into a long
-        // extent retires it whole, yet frees nothing), so the check stays O(change), not O(file).
-        let mut kept: Vec<(u64, u64)> = new
-            .iter()
-            .map(|(_, e)| {
-                let block = u64::from(e.start_block.get());
-                (
-                    block * BLOCK_SIZE + u64::from(e.block_offset.get()),
-                    u64::from(e.length.get()),
-                )
-            })
-            .collect();
-        kept.sort_unstable();
-        let ranges: Vec<(u64, u64)> = removed
-            .iter()
-            .flat_map(|r| fjournal::subtract(r.1, r.2, &kept))
-            .collect();
-        self.free_unused(state, &ranges);
+        // Only blocks that lost bytes can be free now, so this stays O(change), not O(file): an
+        // append merged into a long extent retires it whole, yet frees nothing.
+        let deferred = std::mem::take(&mut state.deferred);
+        let tail = state.tail_block();
+        let unused = deferred
+            .into_iter()
+            .filter(|&b| !state.map.refs().touched(b) && tail != Some(b));
+        self.free_blocks(unused.collect());
         removed.iter().for_each(|r| self.extents.free(r.0));
         state.committed_size = state.size;
         state.committed_mtime_ns = state.mtime_ns;
         state.dirty_bytes = 0;
         debug_assert!(!state.is_dirty());
-        debug_assert_eq!(state.committed, *state.map.space());
+        debug_assert_eq!(state.committed_refs, *state.map.refs());
     }
 
     fn alloc_extents(&self, count: usize) -> Result<Vec<u32>> {
@@ -642,7 +670,7 @@ impl Fs {
     /// Joins each pending piece with the pieces before and after it that it continues both in
     /// the file and in the data zone (appends, 1 KiB writes packed in a tail block).
     fn merge_pending(&self, state: &mut FileState) {
-        let offsets: Vec<u64> = state.map.pending().collect();
+        let offsets = state.map.pending();
         for offset in offsets {
             let Some(piece) = state.map.get(offset) else {
                 continue; // merged into an earlier one
@@ -663,6 +691,7 @@ impl Fs {
         let mut windows: Vec<u64> = state
             .map
             .pending()
+            .iter()
             .map(|offset| offset / WINDOW_BYTES)
             .collect();
         windows.dedup();

@@ -1,5 +1,5 @@
 //! A file's data in DRAM: its pieces by file offset (the paper's per-file index tree), and the
-//! bytes of the data zone they hold (to decide when a block is free).
+//! blocks of the data zone they share (to decide when a block is free).
 //!
 //! A *piece* is `len` bytes of the file at some file offset, stored at data-zone byte address
 //! `addr` (block × 4096 + offset in the block). A committed piece is exactly one extent on the
@@ -9,12 +9,18 @@
 //! - pieces never overlap in the file, and each has `len > 0`;
 //! - pieces never overlap in the data zone either: every byte of the zone belongs to at most one
 //!   piece of the map. Non-Copy-On-Write keeps this true: an overwrite puts its bytes in fresh
-//!   space, and the pieces an overwrite splits keep disjoint parts of their old bytes. It is what
-//!   lets [`Space::covers_block`] answer from one predecessor lookup;
-//! - `space` holds exactly the (addr, len) of every piece, and `pending` exactly the file offsets
-//!   of pieces with `eno == 0`.
+//!   space, and the pieces an overwrite splits keep disjoint parts of their old bytes;
+//! - `refs` counts, for each block, the pieces that touch it without covering all of it
+//!   ([`BlockRefs`]);
+//! - a piece marked `fresh` holds only bytes written since the last commit, which no committed
+//!   extent holds;
+//! - `pending_count` is the number of pieces with `eno == 0`, and `pending` holds the file offset
+//!   of each of them, in any order, possibly repeated and possibly beside offsets of pieces that
+//!   have since been removed or committed: recording a pending piece is one push, not a tree
+//!   insert, and [`FileMap::pending`] sorts out the stale entries once per commit.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
 
 use smallvec::SmallVec;
 
@@ -29,12 +35,94 @@ pub struct Piece {
     pub len: u64,
     /// The extent that holds it on the media; 0 while pending.
     pub eno: u32,
+    /// Written since the last commit: no committed extent holds any of its bytes, so when it
+    /// drops bytes, only pending pieces can still be using their blocks. A pending piece split
+    /// off a committed one is not fresh.
+    pub fresh: bool,
 }
 
 impl Piece {
     /// The piece's last data-zone byte address plus one.
     pub fn addr_end(&self) -> u64 {
         self.addr + self.len
+    }
+}
+
+/// Blocks that ranges of a zone-disjoint set (a file's pieces, or its committed extents) touch
+/// *without covering all of the block*, with how many ranges do so.
+///
+/// Why this is enough to tell whether a block is in use, at O(1) per range instead of O(blocks):
+/// a range that covers a whole block is the only range of the set touching it, so a block whose
+/// bytes were just dropped by a range can only be covered whole by no one (the dropped bytes
+/// are held by nobody now), and it is in use exactly when some range still touches part of it,
+/// which is what the count says. [`super::file`] relies on this when it frees blocks.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct BlockRefs {
+    counts: HashMap<u64, u32, BuildHasherDefault<BlockHasher>>,
+}
+
+impl BlockRefs {
+    /// Counts the range `[addr, addr + len)`.
+    pub fn add(&mut self, addr: u64, len: u64) {
+        for block in partial_blocks(addr, len) {
+            *self.counts.entry(block).or_insert(0) += 1;
+        }
+    }
+
+    /// Stops counting the range `[addr, addr + len)`, which was counted.
+    pub fn remove(&mut self, addr: u64, len: u64) {
+        for block in partial_blocks(addr, len) {
+            let count = self
+                .counts
+                .get_mut(&block)
+                .unwrap_or_else(|| panic!("block {block} was not counted"));
+            *count -= 1;
+            if *count == 0 {
+                self.counts.remove(&block);
+            }
+        }
+    }
+
+    /// Whether some counted range touches part of `block`.
+    pub fn touched(&self, block: u64) -> bool {
+        self.counts.contains_key(&block)
+    }
+}
+
+/// The blocks (at most two: the first and the last) that `[addr, addr + len)` touches without
+/// covering whole.
+fn partial_blocks(addr: u64, len: u64) -> SmallVec<[u64; 2]> {
+    debug_assert!(len > 0);
+    let end = addr + len;
+    let (first, last) = (addr / BLOCK_SIZE, (end - 1) / BLOCK_SIZE);
+    let mut blocks = SmallVec::new();
+    if addr % BLOCK_SIZE != 0 || end < (first + 1) * BLOCK_SIZE {
+        blocks.push(first);
+    }
+    if last != first && end % BLOCK_SIZE != 0 {
+        blocks.push(last);
+    }
+    blocks
+}
+
+/// Hashes block numbers by one multiplication (Fibonacci hashing): they are not chosen by an
+/// adversary, and the default SipHash would cost more than the table lookup it feeds.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct BlockHasher(u64);
+
+impl Hasher for BlockHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(self.0 ^ u64::from(b));
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0 ^ n).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
     }
 }
 
@@ -45,13 +133,6 @@ pub struct Space {
 }
 
 impl Space {
-    /// Adds a range that overlaps none already held.
-    pub fn add(&mut self, addr: u64, len: u64) {
-        debug_assert!(len > 0);
-        let clash = self.ranges.insert(addr, len);
-        assert!(clash.is_none(), "data-zone byte {addr} held twice");
-    }
-
     /// Adds a range unless it overlaps one already held (for media content, which is not
     /// trusted); returns whether it was added.
     pub fn try_add(&mut self, addr: u64, len: u64) -> bool {
@@ -69,33 +150,6 @@ impl Space {
         self.ranges.insert(addr, len);
         true
     }
-
-    /// Removes the range that starts at `addr`.
-    pub fn remove(&mut self, addr: u64) {
-        let gone = self.ranges.remove(&addr);
-        assert!(gone.is_some(), "no range starts at data-zone byte {addr}");
-    }
-
-    /// Whether any held byte lies in `block`. Ranges are disjoint, so only the last one starting
-    /// before the block's end can reach into it.
-    pub fn covers_block(&self, block: u64) -> bool {
-        let (first, end) = (block * BLOCK_SIZE, (block + 1) * BLOCK_SIZE);
-        self.ranges
-            .range(..end)
-            .next_back()
-            .is_some_and(|(&addr, &len)| addr + len > first)
-    }
-
-    /// Ranges held, by address.
-    pub fn iter(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
-        self.ranges.iter().map(|(&a, &l)| (a, l))
-    }
-
-    /// Whether no ranges are held.
-    #[cfg(test)]
-    pub fn is_empty(&self) -> bool {
-        self.ranges.is_empty()
-    }
 }
 
 /// What a punch took out of the map.
@@ -104,16 +158,18 @@ pub struct Punched {
     /// Committed pieces that left the map, whole: (eno, addr, len). Their extents must be removed
     /// by the next commit, even where a fragment of them stays as a new pending piece.
     pub removed: SmallVec<[(u32, u64, u64); 4]>,
-    /// Data-zone ranges (addr, len) that no piece refers to any more.
-    pub dropped: SmallVec<[(u64, u64); 4]>,
+    /// Data-zone ranges (addr, len, fresh) that no piece refers to any more; `fresh` tells
+    /// whether the piece they were cut from was fresh (see [`Piece::fresh`]).
+    pub dropped: SmallVec<[(u64, u64, bool); 4]>,
 }
 
 /// A file's pieces.
 #[derive(Debug, Default, Clone)]
 pub struct FileMap {
     pieces: BTreeMap<u64, Piece>,
-    space: Space,
-    pending: BTreeSet<u64>,
+    refs: BlockRefs,
+    pending: Vec<u64>,
+    pending_count: usize,
 }
 
 impl FileMap {
@@ -126,19 +182,31 @@ impl FileMap {
                 .is_none(),
             "piece at {offset} overlaps the map"
         );
-        self.space.add(piece.addr, piece.len);
+        self.refs.add(piece.addr, piece.len);
         if piece.eno == 0 {
-            self.pending.insert(offset);
+            self.note_pending(offset);
         }
         self.pieces.insert(offset, piece);
+    }
+
+    fn note_pending(&mut self, offset: u64) {
+        self.pending.push(offset);
+        self.pending_count += 1;
+    }
+
+    fn forget_pending(&mut self) {
+        self.pending_count -= 1;
+        if self.pending_count == 0 {
+            self.pending.clear();
+        }
     }
 
     /// Removes the piece at exactly `offset` and returns it.
     pub fn remove(&mut self, offset: u64) -> Piece {
         let piece = self.pieces.remove(&offset).expect("a piece at the offset");
-        self.space.remove(piece.addr);
+        self.refs.remove(piece.addr, piece.len);
         if piece.eno == 0 {
-            self.pending.remove(&offset);
+            self.forget_pending();
         }
         piece
     }
@@ -151,31 +219,52 @@ impl FileMap {
         }
         let hit: SmallVec<[(u64, Piece); 4]> = self.overlapping(start, end).collect();
         for (offset, piece) in hit {
-            self.remove(offset);
             if piece.eno != 0 {
                 out.removed.push((piece.eno, piece.addr, piece.len));
             }
             let piece_end = offset + piece.len;
             let cut_start = start.max(offset);
             let cut_end = end.min(piece_end);
-            out.dropped
-                .push((piece.addr + (cut_start - offset), cut_end - cut_start));
+            out.dropped.push((
+                piece.addr + (cut_start - offset),
+                cut_end - cut_start,
+                piece.fresh,
+            ));
             if offset < start {
-                let left = Piece {
-                    addr: piece.addr,
-                    len: start - offset,
-                    eno: 0,
-                };
-                self.insert(offset, left);
+                // The left part keeps the piece's file offset and data-zone address: shrink it
+                // where it is instead of removing it and inserting it again.
+                self.shrink(offset, start - offset);
+            } else {
+                self.remove(offset);
             }
             if piece_end > end {
                 let right = Piece {
                     addr: piece.addr + (end - offset),
                     len: piece_end - end,
                     eno: 0,
+                    fresh: piece.fresh,
                 };
                 self.insert(end, right);
             }
+        }
+    }
+
+    /// Cuts the piece at `offset` down to its first `len` bytes, as a pending piece.
+    fn shrink(&mut self, offset: u64, len: u64) {
+        let piece = self.pieces.get_mut(&offset).expect("a piece at the offset");
+        assert!(
+            len > 0 && len < piece.len,
+            "shrinking to {len} of {}",
+            piece.len
+        );
+        let (addr, old_len) = (piece.addr, piece.len);
+        piece.len = len;
+        let was_committed = piece.eno != 0;
+        piece.eno = 0;
+        self.refs.remove(addr, old_len);
+        self.refs.add(addr, len);
+        if was_committed {
+            self.note_pending(offset);
         }
     }
 
@@ -217,22 +306,32 @@ impl FileMap {
     /// Sets the extent number of the piece at `offset` (a pending piece being committed, or back).
     pub fn set_eno(&mut self, offset: u64, eno: u32) {
         let piece = self.pieces.get_mut(&offset).expect("a piece at the offset");
+        let was_pending = piece.eno == 0;
         piece.eno = eno;
-        if eno == 0 {
-            self.pending.insert(offset);
-        } else {
-            self.pending.remove(&offset);
+        if eno != 0 {
+            piece.fresh = false;
+        }
+        match (was_pending, eno == 0) {
+            (true, false) => self.forget_pending(),
+            (false, true) => self.note_pending(offset),
+            _ => {}
         }
     }
 
-    /// File offsets of the pending pieces, in order.
-    pub fn pending(&self) -> impl Iterator<Item = u64> + '_ {
-        self.pending.iter().copied()
+    /// File offsets of the pending pieces, in order (dropping the stale entries of the record).
+    pub fn pending(&mut self) -> Vec<u64> {
+        let pieces = &self.pieces;
+        self.pending.sort_unstable();
+        self.pending.dedup();
+        self.pending
+            .retain(|offset| pieces.get(offset).is_some_and(|p| p.eno == 0));
+        debug_assert_eq!(self.pending.len(), self.pending_count);
+        self.pending.clone()
     }
 
     /// Number of pending pieces.
     pub fn pending_count(&self) -> usize {
-        self.pending.len()
+        self.pending_count
     }
 
     /// All pieces in file order.
@@ -255,9 +354,9 @@ impl FileMap {
         self.pieces.is_empty()
     }
 
-    /// The data-zone bytes the pieces hold.
-    pub fn space(&self) -> &Space {
-        &self.space
+    /// The blocks the pieces share ([`BlockRefs`]).
+    pub fn refs(&self) -> &BlockRefs {
+        &self.refs
     }
 
     /// Panics if an invariant of the module doc does not hold.
@@ -265,21 +364,31 @@ impl FileMap {
     pub fn check(&self) {
         let mut end = 0;
         let mut space = Space::default();
+        let mut refs = BlockRefs::default();
         for (&offset, piece) in &self.pieces {
             assert!(piece.len > 0, "empty piece at {offset}");
             assert!(offset >= end, "piece at {offset} overlaps the previous");
+            assert!(
+                !(piece.fresh && piece.eno != 0),
+                "committed piece {offset} marked fresh"
+            );
             end = offset + piece.len;
-            space.add(piece.addr, piece.len);
-            assert_eq!(piece.eno == 0, self.pending.contains(&offset));
+            assert!(
+                space.try_add(piece.addr, piece.len),
+                "data-zone bytes at {} held twice",
+                piece.addr
+            );
+            refs.add(piece.addr, piece.len);
+            if piece.eno == 0 {
+                assert!(
+                    self.pending.contains(&offset),
+                    "pending piece {offset} not recorded"
+                );
+            }
         }
-        let mut last_end = 0;
-        for (addr, len) in space.iter() {
-            assert!(addr >= last_end, "data-zone bytes at {addr} held twice");
-            last_end = addr + len;
-        }
-        assert_eq!(space, self.space, "space index out of step");
+        assert_eq!(refs, self.refs, "block counts out of step");
         assert_eq!(
-            self.pending.len(),
+            self.pending_count,
             self.pieces.values().filter(|p| p.eno == 0).count()
         );
     }
@@ -289,8 +398,15 @@ impl FileMap {
 mod tests {
     use super::*;
 
+    /// A committed piece, or (eno 0) one just written.
     fn piece(addr: u64, len: u64, eno: u32) -> Piece {
-        Piece { addr, len, eno }
+        let fresh = eno == 0;
+        Piece {
+            addr,
+            len,
+            eno,
+            fresh,
+        }
     }
 
     /// A map with committed pieces [0,100) @1000, [100,300) @5000, [300,400) @9000.
@@ -324,7 +440,7 @@ mod tests {
         m.punch(150, 160, &mut out);
         m.check();
         assert_eq!(out.removed.as_slice(), &[(2, 5000, 200)]);
-        assert_eq!(out.dropped.as_slice(), &[(5050, 10)]);
+        assert_eq!(out.dropped.as_slice(), &[(5050, 10, false)]);
         assert_eq!(
             layout(&m),
             vec![
@@ -342,7 +458,7 @@ mod tests {
         let mut out = Punched::default();
         m.punch(100, 120, &mut out);
         m.check();
-        assert_eq!(out.dropped.as_slice(), &[(5000, 20)]);
+        assert_eq!(out.dropped.as_slice(), &[(5000, 20, false)]);
         assert_eq!(layout(&m)[1], (120, 5020, 180, 0));
         assert_eq!(m.len(), 3);
     }
@@ -353,7 +469,7 @@ mod tests {
         let mut out = Punched::default();
         m.punch(280, 300, &mut out);
         m.check();
-        assert_eq!(out.dropped.as_slice(), &[(5180, 20)]);
+        assert_eq!(out.dropped.as_slice(), &[(5180, 20, false)]);
         assert_eq!(layout(&m)[1], (100, 5000, 180, 0));
         assert_eq!(
             layout(&m)[2],
@@ -369,7 +485,7 @@ mod tests {
         m.punch(100, 300, &mut out);
         m.check();
         assert_eq!(out.removed.as_slice(), &[(2, 5000, 200)]);
-        assert_eq!(out.dropped.as_slice(), &[(5000, 200)]);
+        assert_eq!(out.dropped.as_slice(), &[(5000, 200, false)]);
         assert_eq!(layout(&m), vec![(0, 1000, 100, 1), (300, 9000, 100, 3)]);
     }
 
@@ -383,7 +499,7 @@ mod tests {
         assert_eq!(removed, vec![1, 2, 3]);
         assert_eq!(
             out.dropped.as_slice(),
-            &[(1050, 50), (5000, 200), (9000, 50)]
+            &[(1050, 50, false), (5000, 200, false), (9000, 50, false)]
         );
         assert_eq!(layout(&m), vec![(0, 1000, 50, 0), (350, 9050, 50, 0)]);
     }
@@ -395,7 +511,7 @@ mod tests {
         m.punch(0, 400, &mut out);
         m.check();
         assert!(m.is_empty());
-        assert!(m.space().is_empty());
+        assert_eq!(*m.refs(), BlockRefs::default());
         assert_eq!(out.removed.len(), 3);
         assert_eq!(out.dropped.iter().map(|d| d.1).sum::<u64>(), 400);
     }
@@ -421,21 +537,78 @@ mod tests {
         m.punch(1024, 2048, &mut out);
         m.check();
         assert!(out.removed.is_empty(), "nothing committed was touched");
-        assert_eq!(out.dropped.as_slice(), &[(1024, 1024)]);
-        assert_eq!(m.pending().collect::<Vec<_>>(), vec![0, 2048]);
+        assert_eq!(out.dropped.as_slice(), &[(1024, 1024, true)]);
+        assert_eq!(m.pending(), vec![0, 2048]);
+        let remnants: Vec<bool> = m.iter().map(|(_, p)| p.fresh).collect();
+        assert_eq!(
+            remnants,
+            vec![true, true],
+            "remnants of a fresh piece stay fresh"
+        );
     }
 
     #[test]
-    fn space_covers_blocks_reached_by_any_piece() {
-        let mut s = Space::default();
-        s.add(4096 + 100, 10); // inside block 1
-        s.add(3 * 4096 - 1, 2); // the last byte of block 2 and the first of block 3
-        assert!(!s.covers_block(0));
-        assert!(s.covers_block(1));
-        assert!(s.covers_block(2));
-        assert!(s.covers_block(3));
-        assert!(!s.covers_block(4));
-        s.remove(4096 + 100);
-        assert!(!s.covers_block(1));
+    fn remnants_of_a_committed_piece_are_not_fresh() {
+        let mut m = three();
+        m.punch(150, 160, &mut Punched::default());
+        m.check();
+        assert!(m.iter().all(|(_, p)| !p.fresh));
+        assert_eq!(m.pending(), vec![100, 160]);
+    }
+
+    #[test]
+    fn partial_blocks_are_the_ends_a_range_does_not_cover_whole() {
+        let b = BLOCK_SIZE;
+        assert!(partial_blocks(0, b).is_empty(), "one whole block");
+        assert!(partial_blocks(b, 3 * b).is_empty(), "whole blocks only");
+        assert_eq!(partial_blocks(100, 10).as_slice(), &[0], "inside one block");
+        assert_eq!(
+            partial_blocks(0, 10).as_slice(),
+            &[0],
+            "the start of a block"
+        );
+        assert_eq!(
+            partial_blocks(b - 10, 10).as_slice(),
+            &[0],
+            "the end of a block"
+        );
+        assert_eq!(
+            partial_blocks(b - 1, 2).as_slice(),
+            &[0, 1],
+            "straddling two"
+        );
+        assert_eq!(partial_blocks(100, 2 * b).as_slice(), &[0, 2]);
+        assert_eq!(
+            partial_blocks(0, b + 1).as_slice(),
+            &[1],
+            "whole first, partial last"
+        );
+        assert_eq!(
+            partial_blocks(b - 1, b + 1).as_slice(),
+            &[0],
+            "partial first, whole last"
+        );
+    }
+
+    #[test]
+    fn block_refs_count_ranges_until_the_last_leaves() {
+        let mut refs = BlockRefs::default();
+        refs.add(100, 10); // block 0
+        refs.add(2000, 3000); // the end of block 0 and the start of block 1
+        refs.add(2 * BLOCK_SIZE, BLOCK_SIZE); // block 2 whole: not counted
+        assert!(refs.touched(0) && refs.touched(1));
+        assert!(!refs.touched(2), "a block covered whole is not shared");
+        refs.remove(100, 10);
+        assert!(refs.touched(0), "the second range still touches block 0");
+        refs.remove(2000, 3000);
+        assert!(!refs.touched(0) && !refs.touched(1));
+        refs.remove(2 * BLOCK_SIZE, BLOCK_SIZE);
+        assert_eq!(refs, BlockRefs::default());
+    }
+
+    #[test]
+    #[should_panic(expected = "was not counted")]
+    fn block_refs_refuse_to_remove_what_they_never_counted() {
+        BlockRefs::default().remove(100, 10);
     }
 }
