@@ -201,13 +201,31 @@ fn join(
 type Placement = SmallVec<[(u64, u64); 2]>;
 
 impl Fs {
-    /// The file state of a regular file, or EISDIR / EINVAL for anything else.
-    fn file_of(inode: &Inode) -> Result<&parking_lot::Mutex<FileState>> {
-        match (&inode.file, &inode.dir) {
-            (Some(file), _) => Ok(file),
-            (None, Some(_)) => Err(Errno::EISDIR.into()),
-            (None, None) => Err(Errno::EINVAL.into()),
+    /// The data state of a regular file, made from its primary pinode on first use; EISDIR /
+    /// EINVAL for anything else, ENOENT once the file is gone. The caller must not hold the
+    /// inode lock: making the state takes it, so a concurrent utimens cannot slip between the
+    /// pinode read here and the state's publication.
+    fn file_of<'a>(&self, inode: &'a Inode) -> Result<&'a parking_lot::Mutex<FileState>> {
+        if let Some(state) = inode.file_state() {
+            return Ok(state);
         }
+        if !inode.is_file() {
+            let errno = if inode.dir.is_some() {
+                Errno::EISDIR
+            } else {
+                Errno::EINVAL
+            };
+            return Err(errno.into());
+        }
+        let _locked = inode.data.lock();
+        if inode.removed.load(Ordering::Acquire) {
+            return Err(Errno::ENOENT.into());
+        }
+        let p = self.primary_pinode(inode)?;
+        Ok(inode.file_state_or_make(|| {
+            // No state yet means no extents: the pinode's size and mtime are the whole file.
+            FileState::from_media(p.size.get(), p.mtime_ns.get(), &[])
+        }))
     }
 
     /// Reads up to `buf.len()` bytes at `offset` of regular file `ino`; returns the bytes read
@@ -217,7 +235,7 @@ impl Fs {
             return Err(Errno::EINVAL.into());
         }
         let inode = self.inode(ino)?;
-        let state = Self::file_of(&inode)?.lock();
+        let state = self.file_of(&inode)?.lock();
         Ok(self.read_locked(&state, offset, buf))
     }
 
@@ -261,7 +279,7 @@ impl Fs {
     }
 
     fn write_at(&self, inode: &Inode, offset: Option<u64>, data: &[u8]) -> Result<u64> {
-        let file = Self::file_of(inode)?;
+        let file = self.file_of(inode)?;
         let mut state = file.lock();
         if state.released {
             return Err(Errno::ENOENT.into());
@@ -425,7 +443,7 @@ impl Fs {
     /// open, the file outlives its last name. Other types need no bookkeeping: Ok.
     pub fn open(&self, ino: u64) -> Result<()> {
         let inode = self.inode(ino)?;
-        if inode.file.is_some() {
+        if inode.is_file() {
             inode.open_count.fetch_add(1, Ordering::AcqRel);
         }
         Ok(())
@@ -435,7 +453,7 @@ impl Fs {
     /// lost its last name frees it: one commit (REMOVE_DATA of the orphan), then its space.
     pub fn close(&self, ino: u64) -> Result<()> {
         let inode = self.inode(ino)?;
-        if inode.file.is_none() {
+        if !inode.is_file() {
             return Ok(());
         }
         let _locked = inode.data.lock();
@@ -461,8 +479,9 @@ impl Fs {
         self.inodes.remove(ino);
         self.release(&[slot], &[p.long_name.get()]);
         data.iter().for_each(|&(eno, _, _)| self.extents.free(eno));
-        let file = inode.file.as_ref().expect("a regular file");
-        self.release_file_space(&mut file.lock());
+        if let Some(file) = inode.file_state() {
+            self.release_file_space(&mut file.lock());
+        }
         Ok(())
     }
 
@@ -470,7 +489,7 @@ impl Fs {
     /// fragmented it is.
     pub fn file_pieces(&self, ino: u64) -> Result<usize> {
         let inode = self.inode(ino)?;
-        let pieces = Self::file_of(&inode)?.lock().piece_count();
+        let pieces = self.file_of(&inode)?.lock().piece_count();
         Ok(pieces)
     }
 
@@ -478,9 +497,6 @@ impl Fs {
     /// other type has nothing pending: Ok.
     pub fn fsync(&self, ino: u64) -> Result<()> {
         let inode = self.inode(ino)?;
-        if inode.file.is_none() {
-            return Ok(());
-        }
         self.fsync_inode(&inode)
     }
 
@@ -489,7 +505,10 @@ impl Fs {
         if inode.removed.load(Ordering::Acquire) {
             return Ok(());
         }
-        let file = inode.file.as_ref().expect("a regular file");
+        // A file without state has nothing pending; other types never have any.
+        let Some(file) = inode.file_state() else {
+            return Ok(());
+        };
         self.commit_file(inode, &mut file.lock())
     }
 
@@ -498,7 +517,7 @@ impl Fs {
     pub fn sync_all(&self) -> Result<()> {
         let mut first_error = Ok(());
         for inode in self.inodes.all() {
-            if inode.file.is_some() {
+            if inode.file_state().is_some() {
                 let result = self.fsync_inode(&inode);
                 if first_error.is_ok() {
                     first_error = result;
@@ -515,7 +534,7 @@ impl Fs {
             return Err(Errno::EFBIG.into());
         }
         let inode = self.inode(ino)?;
-        let file = Self::file_of(&inode)?;
+        let file = self.file_of(&inode)?;
         let _locked = inode.data.lock();
         if inode.removed.load(Ordering::Acquire) {
             return Err(Errno::ENOENT.into());

@@ -408,3 +408,45 @@ fn a_rename_over_an_open_file_orphans_it() {
     h.remount(true); // fsck accepts the orphan; mount frees it
     assert_eq!(h.fs().mount_report().orphans_freed, 1);
 }
+
+#[test]
+fn a_file_without_extents_takes_size_and_times_from_its_pinode() {
+    let mut h = fresh(None);
+    let f = new_file(&h, b"sparse");
+    h.fs().truncate(f, 5000).unwrap();
+    h.remount(true);
+    // Mount makes no data state for a file without extents; its first use makes it from the
+    // pinode, so the size a truncate committed and a utimens made before that use both hold.
+    let mtime_ns = 1_234_567_890_123;
+    let change = SetAttr {
+        mtime_ns: Some(mtime_ns),
+        ..SetAttr::default()
+    };
+    h.fs().setattr(f, &change).unwrap();
+    assert_eq!(h.fs().getattr(f).unwrap().size, 5000);
+    assert_eq!(h.fs().getattr(f).unwrap().mtime_ns, mtime_ns);
+    assert_eq!(read_all(h.fs(), f), vec![0; 5000]);
+    assert_eq!(
+        h.fs().getattr(f).unwrap().mtime_ns,
+        mtime_ns,
+        "a read keeps mtime"
+    );
+    h.fs().write(f, 6000, b"x").unwrap();
+    assert_eq!(h.fs().getattr(f).unwrap().size, 6001);
+    h.fs().fsync(f).unwrap();
+    h.remount(false);
+    let mut want = vec![0; 6001];
+    want[6000] = b'x';
+    assert_eq!(read_all(h.fs(), f), want);
+}
+
+#[test]
+fn a_removed_file_without_state_refuses_writes() {
+    let h = fresh(None);
+    let f = new_file(&h, b"gone");
+    let free = h.fs().free_data_blocks();
+    h.fs().unlink(ROOT_INO, b"gone").unwrap();
+    assert_eq!(errno(h.fs().write(f, 0, b"late")), Errno::ENOENT);
+    assert_eq!(errno(h.fs().truncate(f, 10)), Errno::ENOENT);
+    assert_eq!(free, h.fs().free_data_blocks(), "nothing allocated");
+}

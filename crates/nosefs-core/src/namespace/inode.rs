@@ -4,10 +4,12 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use parking_lot::{Mutex, RwLock};
 use smallvec::SmallVec;
+
+use crate::format::pinode::{S_IFDIR, S_IFREG};
 
 /// Cookies 1 and 2 are "." and ".."; entries start after them.
 pub const FIRST_ENTRY_SEQ: u64 = 3;
@@ -102,16 +104,34 @@ pub struct Inode {
     pub orphaned: AtomicBool,
     /// Names and counts, changed by operations that hold it.
     pub data: Arc<Mutex<InodeData>>,
-    /// The listing, for directories.
-    pub dir: Option<DirState>,
-    /// The data map, for regular files. Locked after the inode lock when both are taken.
-    pub file: Option<Mutex<super::file::FileState>>,
+    /// The listing, for directories (boxed: most inodes are not directories).
+    pub dir: Option<Box<DirState>>,
+    /// Whether the inode is a regular file.
+    is_file: bool,
+    /// The data map of a regular file, made on first use ([`Inode::file_state`]): until then the
+    /// file has no extents and nothing pending, and its primary pinode alone describes it. Most
+    /// files a create makes are never written by the process that made them, and the state is the
+    /// largest part of an inode, so creates do not pay for it. Locked after the inode lock when
+    /// both are taken.
+    file: OnceLock<Box<Mutex<super::file::FileState>>>,
 }
 
 impl Inode {
-    /// A new inode whose primary pinode is at `slot`: a directory gets an empty listing, a
-    /// regular file `file` (its data as mount found it, or empty).
-    pub fn new(ino: u64, slot: u32, is_dir: bool, file: Option<super::file::FileState>) -> Inode {
+    /// A new inode whose primary pinode is at `slot`, of type `file_type` (the `S_IFMT` bits of
+    /// its mode): a directory gets an empty listing; a regular file gets `file`, its data as
+    /// mount found it, or no state yet when it has no extents.
+    pub fn new(ino: u64, slot: u32, file_type: u32, file: Option<super::file::FileState>) -> Inode {
+        let is_file = file_type == S_IFREG;
+        assert!(
+            is_file || file.is_none(),
+            "only regular files have data state"
+        );
+        let state = OnceLock::new();
+        if let Some(file) = file {
+            state
+                .set(Box::new(Mutex::new(file)))
+                .expect("a new OnceLock is empty");
+        }
         Inode {
             ino,
             primary: AtomicU32::new(slot),
@@ -122,9 +142,31 @@ impl Inode {
                 names: smallvec::smallvec![slot],
                 subdirs: 0,
             })),
-            dir: is_dir.then(DirState::new),
-            file: file.map(Mutex::new),
+            dir: (file_type == S_IFDIR).then(|| Box::new(DirState::new())),
+            is_file,
+            file: state,
         }
+    }
+
+    /// Whether the inode is a regular file.
+    pub fn is_file(&self) -> bool {
+        self.is_file
+    }
+
+    /// The regular file's data state, if a file operation has made it. `None` means no extents
+    /// and nothing pending.
+    pub fn file_state(&self) -> Option<&Mutex<super::file::FileState>> {
+        self.file.get().map(|state| &**state)
+    }
+
+    /// The regular file's data state, made by `make` if it does not exist yet. The caller holds
+    /// the inode lock, so the pinode `make` reads cannot change under it.
+    pub fn file_state_or_make(
+        &self,
+        make: impl FnOnce() -> super::file::FileState,
+    ) -> &Mutex<super::file::FileState> {
+        assert!(self.is_file, "only regular files have data state");
+        self.file.get_or_init(|| Box::new(Mutex::new(make())))
     }
 
     /// Slot of the primary pinode.
@@ -135,10 +177,16 @@ impl Inode {
 
 const SHARDS: usize = 64;
 
-/// Inode numbers are dense integers: a multiplicative mix is hash enough, and far cheaper than
-/// the default SipHash on this hot path.
+/// Inode numbers are dense integers handed out in order, so the hash keeps their order where
+/// the table looks first: the low bits (the home bucket) are the number's position within its
+/// shard, so consecutive creates fill consecutive buckets and a lookup of a recent inode finds
+/// its line in cache. The top seven bits (the tag the table compares before keys) come from a
+/// multiplicative mix, so tags stay spread.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct InoHasher(u64);
+
+/// Bits below the table's 7-bit tag.
+const BELOW_TAG: u64 = (1 << 57) - 1;
 
 impl std::hash::Hasher for InoHasher {
     fn finish(&self) -> u64 {
@@ -150,7 +198,8 @@ impl std::hash::Hasher for InoHasher {
         }
     }
     fn write_u64(&mut self, n: u64) {
-        self.0 = n.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let mixed = n.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        self.0 = ((n / SHARDS as u64) & BELOW_TAG) | (mixed & !BELOW_TAG);
     }
 }
 

@@ -11,8 +11,41 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use parking_lot::{RwLock, RwLockWriteGuard};
 use smallvec::SmallVec;
 
-/// Entries kept inline in a bucket before it spills to the heap.
-type Entries = SmallVec<[MirrorEntry; 2]>;
+/// Entries kept inline in a bucket before it spills to the heap: two, so the whole bucket is
+/// one cache line (asserted below) and a lookup in a bucket of up to two names touches one line.
+type Entries = SmallVec<[Stored; 2]>;
+
+/// One name as a bucket stores it: 16 bytes. The tag is the hash's high half; its low bits chose
+/// the bucket, so they say nothing within it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stored {
+    tag: u32,
+    slot: u32,
+    seq: u64,
+}
+
+fn tag_of(hash: u64) -> u32 {
+    (hash >> 32) as u32
+}
+
+impl Stored {
+    fn new(entry: MirrorEntry) -> Stored {
+        Stored {
+            tag: tag_of(entry.hash),
+            slot: entry.slot,
+            seq: entry.seq,
+        }
+    }
+
+    /// The entry, given the full hash of the name that matched it.
+    fn with_hash(self, hash: u64) -> MirrorEntry {
+        MirrorEntry {
+            hash,
+            slot: self.slot,
+            seq: self.seq,
+        }
+    }
+}
 
 /// One name in the mirror.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,12 +58,16 @@ pub struct MirrorEntry {
     pub seq: u64,
 }
 
-/// One bucket of the mirror.
+/// One bucket of the mirror, aligned to a cache line: buckets are reached at random, so each
+/// lookup costs one miss, not two.
 #[derive(Debug, Default)]
+#[repr(align(64))]
 pub struct MirrorBucket {
     seq: AtomicU64,
     entries: RwLock<Entries>,
 }
+
+const _: () = assert!(std::mem::size_of::<MirrorBucket>() == 64);
 
 impl MirrorBucket {
     /// Entries whose hash equals `hash`, read under the bucket's shared lock.
@@ -39,8 +76,13 @@ impl MirrorBucket {
         hash: u64,
         mut found: impl FnMut(&MirrorEntry) -> bool,
     ) -> Option<MirrorEntry> {
+        let tag = tag_of(hash);
         let entries = self.entries.read();
-        entries.iter().find(|e| e.hash == hash && found(e)).copied()
+        entries
+            .iter()
+            .filter(|stored| stored.tag == tag)
+            .map(|stored| stored.with_hash(hash))
+            .find(|e| found(e))
     }
 
     /// The bucket's sequence number (odd while a writer is changing it).
@@ -60,7 +102,7 @@ impl MirrorBucket {
 
     /// Adds an entry at mount, without the sequence dance.
     pub fn push_unlocked(&self, entry: MirrorEntry) {
-        self.entries.write().push(entry);
+        self.entries.write().push(Stored::new(entry));
     }
 }
 
@@ -78,25 +120,38 @@ impl BucketGuard<'_> {
         hash: u64,
         mut matches: impl FnMut(&MirrorEntry) -> bool,
     ) -> Option<MirrorEntry> {
+        let tag = tag_of(hash);
         self.entries
             .iter()
-            .find(|e| e.hash == hash && matches(e))
-            .copied()
+            .filter(|stored| stored.tag == tag)
+            .map(|stored| stored.with_hash(hash))
+            .find(|e| matches(e))
     }
 
     /// Adds an entry.
     pub fn insert(&mut self, entry: MirrorEntry) {
-        self.entries.push(entry);
+        self.entries.push(Stored::new(entry));
+    }
+
+    fn position(&self, slot: u32) -> usize {
+        self.entries
+            .iter()
+            .position(|e| e.slot == slot)
+            .expect("the mirror holds the slot")
     }
 
     /// Removes the entry for `slot`; it must be present.
-    pub fn remove(&mut self, slot: u32) -> MirrorEntry {
-        let at = self
-            .entries
-            .iter()
-            .position(|e| e.slot == slot)
-            .expect("removing a slot the mirror does not hold");
-        self.entries.swap_remove(at)
+    pub fn remove(&mut self, slot: u32) {
+        let at = self.position(slot);
+        self.entries.swap_remove(at);
+    }
+
+    /// Points the entry for `slot` (which must be present) at `new_slot`, a new version of the
+    /// same name, and returns its listing cookie.
+    pub fn repoint(&mut self, slot: u32, new_slot: u32) -> u64 {
+        let at = self.position(slot);
+        self.entries[at].slot = new_slot;
+        self.entries[at].seq
     }
 }
 

@@ -272,7 +272,7 @@ impl Fs {
     pub fn getattr(&self, ino: u64) -> Result<Attr> {
         let inode = self.inode(ino)?;
         let mut attr = Attr::from_pinode(&self.primary_pinode(&inode)?);
-        if let Some(file) = &inode.file {
+        if let Some(file) = inode.file_state() {
             // Writes since the last commit live in DRAM until fsync; stat sees them.
             let (size, mtime_ns) = file.lock().size_and_mtime();
             attr.size = size;
@@ -419,6 +419,20 @@ impl Fs {
     /// Allocates a pinode slot, or ENOSPC.
     fn alloc_pinode(&self) -> Result<u32> {
         self.pinodes.alloc().ok_or(Errno::ENOSPC.into())
+    }
+
+    /// Starts fetching NVM bucket `bucket`, which the commit reads (its head) and writes: the
+    /// miss then overlaps the mirror bucket's.
+    fn prefetch_nvm_bucket(&self, bucket: u64) {
+        let offset = self.image.geometry().bucket_offset(bucket);
+        self.image.region().prefetch(offset);
+    }
+
+    /// Starts fetching both cache lines of pinode `slot`, about to be written.
+    fn prefetch_pinode(&self, slot: u32) {
+        let offset = self.image.geometry().pinode_offset(u64::from(slot));
+        self.image.region().prefetch(offset);
+        self.image.region().prefetch(offset + 64);
     }
 
     fn new_ino(&self) -> u64 {

@@ -163,6 +163,7 @@ impl Fs {
     pub(super) fn lock_free_name(&self, parent: u64, name: &[u8]) -> Result<NewName<'_>> {
         let hash = self.hash(parent, name);
         let bucket = self.bucket_index(hash);
+        self.prefetch_nvm_bucket(bucket);
         let mut guards = self.lock_buckets(&[bucket]);
         if self
             .find_locked(guard_of(&mut guards, bucket), parent, name)
@@ -253,6 +254,7 @@ impl Fs {
         let is_dir = mode & pinode::S_IFMT == pinode::S_IFDIR;
         let mut new = self.lock_free_name(parent, name)?;
         let slot = self.alloc_pinode()?;
+        self.prefetch_pinode(slot);
         let now = now_ns();
         let ino = self.new_ino();
         let mut p = Pinode::zeroed();
@@ -287,10 +289,9 @@ impl Fs {
             data.subdirs += 1;
         }
         // The inode before its name, so whoever finds the name finds the inode.
-        let is_file = mode & pinode::S_IFMT == pinode::S_IFREG;
-        let file = is_file.then(|| super::file::FileState::new(now));
+        // A new file's data state is made by its first write (see Inode::file_state).
         self.inodes
-            .insert(Arc::new(Inode::new(ino, slot, is_dir, file)));
+            .insert(Arc::new(Inode::new(ino, slot, mode & pinode::S_IFMT, None)));
         self.list_name(&dir, &mut new, slot);
         Ok(Attr::from_pinode(&self.image.pinode(u64::from(slot))))
     }
@@ -459,7 +460,7 @@ impl Fs {
         new.mtime_ns = change.mtime_ns.map_or(old.mtime_ns, I64::new);
         new.ctime_ns = I64::new(now_ns());
         self.replace_version(&inode, &mut locked[0].1, old_slot, new)?;
-        if let (Some(file), Some(mtime_ns)) = (&inode.file, change.mtime_ns) {
+        if let (Some(file), Some(mtime_ns)) = (inode.file_state(), change.mtime_ns) {
             file.lock().set_mtime(mtime_ns);
         }
         drop(locked);
@@ -486,9 +487,8 @@ impl Fs {
         };
         self.commit(&[bucket], &mut txn);
         let guard = guard_of(&mut guards, bucket);
-        let entry = guard.remove(old_slot);
-        guard.insert(MirrorEntry { slot, ..entry });
-        self.relist(slot, entry.seq);
+        let seq = guard.repoint(old_slot, slot);
+        self.relist(slot, seq);
         if inode.primary_slot() == old_slot {
             inode.primary.store(slot, Ordering::Release);
         }
@@ -627,12 +627,8 @@ impl Fs {
         if let Some((heir, new_slot)) = plan.promoted {
             let heir_bucket = plan.buckets[1];
             let guard = guard_of(guards, heir_bucket);
-            let heir_entry = guard.remove(heir);
-            guard.insert(MirrorEntry {
-                slot: new_slot,
-                ..heir_entry
-            });
-            self.relist(new_slot, heir_entry.seq);
+            let heir_seq = guard.repoint(heir, new_slot);
+            self.relist(new_slot, heir_seq);
             data.names
                 .iter_mut()
                 .filter(|s| **s == heir)
@@ -653,7 +649,7 @@ impl Fs {
             self.inodes.remove(target.ino);
         }
         self.release(&freed, &[long]);
-        match (plan.last, target.file.as_ref()) {
+        match (plan.last, target.file_state()) {
             (true, Some(file)) => {
                 plan.data
                     .iter()

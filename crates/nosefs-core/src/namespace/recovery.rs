@@ -254,7 +254,8 @@ fn load_data(image: &Image, scan: &Scan) -> Result<Data> {
             let (first, end) = (addr / BLOCK_SIZE, (addr + len).div_ceil(BLOCK_SIZE));
             (first..end).for_each(|b| bitmap::set(&mut covered, b, true));
         }
-        if ft == pinode::S_IFREG {
+        // A file without extents gets its state on first use, from its pinode.
+        if ft == pinode::S_IFREG && !extents.is_empty() {
             let state = FileState::from_media(p.size.get(), p.mtime_ns.get(), &extents);
             files.insert(p.ino.get(), state);
         }
@@ -336,7 +337,12 @@ fn build_tree(fs: &Fs, scan: &Scan, files: &mut HashMap<u64, FileState>) -> Resu
                 primaries.len()
             )));
         };
-        let inode = Inode::new(*ino, *primary, p.is_dir(), files.remove(ino));
+        let inode = Inode::new(
+            *ino,
+            *primary,
+            p.mode.get() & pinode::S_IFMT,
+            files.remove(ino),
+        );
         inode.data.lock().names = SmallVec::from_slice(slots);
         fs.inodes.insert(Arc::new(inode));
     }

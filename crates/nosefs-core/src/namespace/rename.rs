@@ -57,6 +57,9 @@ impl Fs {
         }
         let from = self.dir_inode(p1)?;
         let to = self.dir_inode(p2)?;
+        for (parent, name) in [(p1, n1), (p2, n2)] {
+            self.prefetch_nvm_bucket(self.bucket_index(self.hash(parent, name)));
+        }
         loop {
             let src = self.find(p1, n1).ok_or(Errno::ENOENT)?;
             let Some(src_inode) = self
@@ -168,6 +171,7 @@ impl Fs {
             drop_plan,
             locked,
             (from_delta, to_delta),
+            (n1, n2),
             &mut guards,
         );
         Ok(())
@@ -224,6 +228,7 @@ impl Fs {
             p.ctime_ns = I64::new(now);
         }
         let new_slot = self.alloc_pinode()?;
+        self.prefetch_pinode(new_slot);
         let long = self
             .name_pinode(&mut p, name)
             .inspect_err(|_| self.release(&[new_slot], &[]))?;
@@ -284,6 +289,7 @@ impl Fs {
         drop_plan: Option<DropPlan>,
         locked: &mut [(u64, DataGuard)],
         deltas: (i64, i64),
+        names: (&[u8], &[u8]),
         guards: &mut [(u64, super::mirror::BucketGuard<'_>)],
     ) {
         let old_src = self.image.pinode(u64::from(s.src.slot));
@@ -292,6 +298,7 @@ impl Fs {
         self.move_entry(
             s.src,
             txn.inserts[0].0,
+            names.1,
             &s.from,
             &s.to,
             &s.src_inode,
@@ -305,6 +312,7 @@ impl Fs {
                 self.move_entry(
                     *dst,
                     txn.inserts[1].0,
+                    names.0,
                     &s.to,
                     &s.from,
                     d_inode,
@@ -340,15 +348,14 @@ impl Fs {
         &self,
         old: MirrorEntry,
         new_slot: u32,
+        name: &[u8],
         from: &Inode,
         to: &Inode,
         inode: &Inode,
         locked: &mut [(u64, DataGuard)],
         guards: &mut [(u64, super::mirror::BucketGuard<'_>)],
     ) {
-        let p = self.image.pinode(u64::from(new_slot));
-        let name = super::txn::full_name(&self.image, &p);
-        let hash = self.hash(to.ino, &name);
+        let hash = self.hash(to.ino, name);
         guard_of(guards, self.bucket_index(old.hash)).remove(old.slot);
         from.dir
             .as_ref()

@@ -67,7 +67,7 @@ impl Fs {
         };
         self.commit(&[new.bucket], &mut txn);
         self.inodes
-            .insert(Arc::new(Inode::new(ino, slot, false, None)));
+            .insert(Arc::new(Inode::new(ino, slot, pinode::S_IFLNK, None)));
         self.list_name(&dir, &mut new, slot);
         Ok(Attr::from_pinode(&self.image.pinode(u64::from(slot))))
     }

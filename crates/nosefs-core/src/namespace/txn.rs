@@ -153,8 +153,9 @@ pub fn commit(image: &Image, log: u64, txn: &mut Txn) {
     if !fault::active(fault::Fault::SkipCommitFence) {
         region.fence();
     }
-    // 4. Apply, idempotently, as recovery would, and the derived in-place fields.
-    apply(image, entries);
+    // 4. Apply, as recovery would (but knowing the inserted slots are in no chain yet), and the
+    //    derived in-place fields.
+    apply_as(image, entries, Applying::Fresh);
     for field in &txn.in_place {
         let bytes = field.value.to_le_bytes();
         region.write_bytes(field.offset, &bytes[..usize::from(field.len)]);
@@ -235,14 +236,35 @@ fn link_inserts_ahead(image: &Image, txn: &mut Txn) {
 fn head_after_removes(image: &Image, bucket: u64, removed: &[u32]) -> u32 {
     let mut slot = image.bucket(bucket).head.get();
     while slot != 0 && removed.contains(&slot) {
-        slot = image.pinode(u64::from(slot)).hash_next.get();
+        slot = hash_next(image, slot);
     }
     slot
 }
 
-/// The apply step for committed entries: removes first, then inserts, each idempotent. Flushes
-/// what it stores; the caller fences.
+/// The `hash_next` link of the pinode at `slot`: a chain walk reads this word, not the record.
+fn hash_next(image: &Image, slot: u32) -> u32 {
+    let offset = image.geometry().pinode_offset(u64::from(slot)) + HASH_NEXT_OFFSET;
+    image.region().read::<U32>(offset).get()
+}
+
+/// What the apply step may assume about the media.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Applying {
+    /// Right after the commit, under the locks that made it: an inserted slot was written
+    /// invalid and is in no chain yet.
+    Fresh,
+    /// At mount: an earlier apply of these entries may have stopped anywhere, so each step first
+    /// checks whether it is already done.
+    Again,
+}
+
+/// The apply step for committed entries, as recovery runs it: removes first, then inserts,
+/// each idempotent. Flushes what it stores; the caller fences.
 pub fn apply(image: &Image, entries: &[u64]) {
+    apply_as(image, entries, Applying::Again);
+}
+
+fn apply_as(image: &Image, entries: &[u64], applying: Applying) {
     let decoded = || {
         entries
             .iter()
@@ -262,7 +284,7 @@ pub fn apply(image: &Image, entries: &[u64]) {
             }
             continue;
         }
-        apply_insert(image, e.slot);
+        apply_insert(image, e.slot, applying);
         if e.moves_data() {
             set_data(image, e.slot, true);
         }
@@ -359,7 +381,7 @@ fn apply_remove(image: &Image, slot: u32) {
     let mut at = image.bucket(bucket).head.get();
     while at != 0 && at != slot {
         prev = Some(at);
-        at = image.pinode(u64::from(at)).hash_next.get();
+        at = hash_next(image, at);
     }
     if at == slot {
         match prev {
@@ -378,17 +400,28 @@ fn apply_remove(image: &Image, slot: u32) {
 
 /// Links `slot` at the head of its bucket if it is not in the chain yet, and sets its valid bit.
 /// Its `hash_next` was made durable before the commit, pointing at the head it goes in front of.
-fn apply_insert(image: &Image, slot: u32) {
+/// A fresh insert skips the walk that looks for the slot in the chain.
+fn apply_insert(image: &Image, slot: u32, applying: Applying) {
     let p = image.pinode(u64::from(slot));
     let bucket = bucket_of_pinode(image, &p);
-    let mut at = image.bucket(bucket).head.get();
-    while at != 0 && at != slot {
-        at = image.pinode(u64::from(at)).hash_next.get();
-    }
+    let in_chain = |image: &Image| {
+        let mut at = image.bucket(bucket).head.get();
+        while at != 0 && at != slot {
+            at = hash_next(image, at);
+        }
+        at == slot
+    };
+    let linked = match applying {
+        Applying::Fresh => {
+            debug_assert!(!in_chain(image), "a fresh insert {slot} is already linked");
+            false
+        }
+        Applying::Again => in_chain(image),
+    };
     if p.flags.get() & FLAG_VALID == 0 {
         set_flags(image, slot, p.flags.get() | FLAG_VALID);
     }
-    if at != slot {
+    if !linked {
         set_head(image, bucket, slot);
     }
 }
