@@ -249,3 +249,29 @@ impl InodeTable {
             .collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_inode_without_data_state_stays_small() {
+        // Every name created costs one of these (plus the Arc's two counters); a create's time
+        // is largely the memory it touches, so growth here should be a decision, not an accident.
+        assert!(
+            std::mem::size_of::<Inode>() <= 64,
+            "Inode is {} bytes",
+            std::mem::size_of::<Inode>()
+        );
+    }
+
+    #[test]
+    fn only_regular_files_get_data_state() {
+        let file = Inode::new(5, 9, S_IFREG, None);
+        assert!(file.is_file() && file.file_state().is_none() && file.dir.is_none());
+        let state = file.file_state_or_make(|| super::super::file::FileState::new(0));
+        assert!(std::ptr::eq(state, file.file_state().unwrap()), "made once");
+        let dir = Inode::new(6, 10, S_IFDIR, None);
+        assert!(!dir.is_file() && dir.file_state().is_none() && dir.dir.is_some());
+    }
+}
