@@ -303,6 +303,7 @@ impl Fs {
         dir: &Arc<Inode>,
         name: &[u8],
     ) -> Result<(MirrorEntry, Arc<Inode>, Locked)> {
+        self.prefetch_nvm_bucket(self.bucket_index(self.hash(dir.ino, name)));
         loop {
             let entry = self.find(dir.ino, name).ok_or(Errno::ENOENT)?;
             let ino = self.image.pinode(u64::from(entry.slot)).ino.get();

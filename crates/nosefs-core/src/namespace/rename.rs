@@ -57,8 +57,11 @@ impl Fs {
         }
         let from = self.dir_inode(p1)?;
         let to = self.dir_inode(p2)?;
+        // Both names' buckets, DRAM and NVM, start missing at once instead of one after another.
         for (parent, name) in [(p1, n1), (p2, n2)] {
-            self.prefetch_nvm_bucket(self.bucket_index(self.hash(parent, name)));
+            let bucket = self.bucket_index(self.hash(parent, name));
+            self.prefetch_nvm_bucket(bucket);
+            std::hint::black_box(self.mirror[bucket as usize].sequence());
         }
         loop {
             let src = self.find(p1, n1).ok_or(Errno::ENOENT)?;
