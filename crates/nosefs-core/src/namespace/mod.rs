@@ -221,7 +221,12 @@ impl Fs {
 
     /// The mirror entry of (parent, name), without locking anything but its bucket, shared.
     fn find(&self, parent: u64, name: &[u8]) -> Option<MirrorEntry> {
-        let hash = self.hash(parent, name);
+        self.find_hashed(parent, name, self.hash(parent, name))
+    }
+
+    /// [`Fs::find`] with the name's hash already computed, for callers that look a name up
+    /// several times (a lookup, then the check under locks that it still holds).
+    fn find_hashed(&self, parent: u64, name: &[u8], hash: u64) -> Option<MirrorEntry> {
         self.mirror[self.bucket_index(hash) as usize]
             .candidates(hash, |e| self.name_matches(e.slot, parent, name))
     }

@@ -303,15 +303,16 @@ impl Fs {
         dir: &Arc<Inode>,
         name: &[u8],
     ) -> Result<(MirrorEntry, Arc<Inode>, Locked)> {
-        self.prefetch_nvm_bucket(self.bucket_index(self.hash(dir.ino, name)));
+        let hash = self.hash(dir.ino, name);
+        self.prefetch_nvm_bucket(self.bucket_index(hash));
         loop {
-            let entry = self.find(dir.ino, name).ok_or(Errno::ENOENT)?;
+            let entry = self.find_hashed(dir.ino, name, hash).ok_or(Errno::ENOENT)?;
             let ino = self.image.pinode(u64::from(entry.slot)).ino.get();
             let Some(target) = self.inodes.get(ino) else {
                 continue;
             };
             let locked = self.lock_inodes(&[dir, &target]);
-            let still = self.find(dir.ino, name);
+            let still = self.find_hashed(dir.ino, name, hash);
             if still == Some(entry)
                 && locked
                     .iter()

@@ -57,21 +57,22 @@ impl Fs {
         }
         let from = self.dir_inode(p1)?;
         let to = self.dir_inode(p2)?;
+        let (h1, h2) = (self.hash(p1, n1), self.hash(p2, n2));
         // Both names' buckets, DRAM and NVM, start missing at once instead of one after another.
-        for (parent, name) in [(p1, n1), (p2, n2)] {
-            let bucket = self.bucket_index(self.hash(parent, name));
+        for hash in [h1, h2] {
+            let bucket = self.bucket_index(hash);
             self.prefetch_nvm_bucket(bucket);
             std::hint::black_box(self.mirror[bucket as usize].sequence());
         }
         loop {
-            let src = self.find(p1, n1).ok_or(Errno::ENOENT)?;
+            let src = self.find_hashed(p1, n1, h1).ok_or(Errno::ENOENT)?;
             let Some(src_inode) = self
                 .inodes
                 .get(self.image.pinode(u64::from(src.slot)).ino.get())
             else {
                 continue;
             };
-            let dst = match self.find(p2, n2) {
+            let dst = match self.find_hashed(p2, n2, h2) {
                 Some(e) => match self
                     .inodes
                     .get(self.image.pinode(u64::from(e.slot)).ino.get())
@@ -92,7 +93,8 @@ impl Fs {
                 all.push(d);
             }
             let mut locked = self.lock_inodes(&all);
-            if self.find(p1, n1) != Some(src) || self.find(p2, n2) != dst.as_ref().map(|(e, _)| *e)
+            if self.find_hashed(p1, n1, h1) != Some(src)
+                || self.find_hashed(p2, n2, h2) != dst.as_ref().map(|(e, _)| *e)
             {
                 continue;
             }
