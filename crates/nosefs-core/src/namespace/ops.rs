@@ -526,6 +526,9 @@ pub(super) struct DropPlan {
     pub data: Vec<(u32, u64, u64)>,
     /// The slot of the orphan version, when the last name goes while the file is open.
     pub orphan: Option<u32>,
+    /// The removed name's long-name record (0: none), read before the commit: reading the
+    /// pinode again after the commit wrote it back costs a stall.
+    pub long_name: u32,
 }
 
 impl Fs {
@@ -539,8 +542,10 @@ impl Fs {
         now: i64,
     ) -> Result<DropPlan> {
         let data = held(locked, target.ino);
-        let bucket = super::txn::bucket_of_pinode(&self.image, &self.image.pinode(u64::from(slot)));
+        let removed = self.image.pinode(u64::from(slot));
+        let bucket = super::txn::bucket_of_pinode(&self.image, &removed);
         let mut plan = DropPlan {
+            long_name: removed.long_name.get(),
             txn: Txn {
                 removes: smallvec![slot],
                 ..Txn::default()
@@ -617,7 +622,7 @@ impl Fs {
         plan: &DropPlan,
         guards: &mut [(u64, super::mirror::BucketGuard<'_>)],
     ) {
-        let long = self.image.pinode(u64::from(entry.slot)).long_name.get();
+        let long = plan.long_name;
         guard_of(guards, self.bucket_index(entry.hash)).remove(entry.slot);
         dir.dir
             .as_ref()

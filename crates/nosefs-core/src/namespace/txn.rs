@@ -59,6 +59,9 @@ pub struct Txn {
     pub orphan_inserts: SmallVec<[u32; 1]>,
 }
 
+/// The NVM bucket of each insert of a transaction, in `inserts` order (`None` for an orphan).
+type InsertBuckets = SmallVec<[Option<u64>; 2]>;
+
 impl Txn {
     fn entry_count(&self) -> usize {
         self.removes.len() + self.inserts.len()
@@ -93,9 +96,9 @@ pub fn bucket_of_pinode(image: &Image, p: &Pinode) -> u64 {
 /// Steps (seed 001, section III-E, with a checksummed commit record):
 /// 1. write the new pinodes with their valid bit clear, and their long-name records; flush;
 ///    (new data, such as a symlink's extent and target, was written the same way by the caller);
-/// 2. write one log entry per slot (operation and slot: the address, never the contents); flush;
+/// 2. write one log entry per slot (operation and slot: the address, never the contents);
 /// 3. commit: store the entry count and the CRC-32C of the entries and new records in the log's
-///    tail (one atomic 8-byte store); flush, fence;
+///    tail (one atomic 8-byte store); flush entries and tail together, fence;
 /// 4. apply: unlink removed slots and clear their valid bits, link inserted slots and set theirs,
 ///    store the derived in-place fields; flush, fence;
 /// 5. clear the tail (one atomic 8-byte store); flush, fence.
@@ -116,7 +119,7 @@ pub fn commit(image: &Image, log: u64, txn: &mut Txn) {
 
     // 1. New records, invalid until applied. Each insert's hash_next is the head its bucket will
     //    have once this transaction's removes and earlier inserts are applied.
-    link_inserts_ahead(image, txn);
+    let buckets = link_inserts_ahead(image, txn);
     for (slot, record) in &txn.long_names {
         let offset = g.long_name_offset(u64::from(*slot));
         region.write(offset, record);
@@ -133,7 +136,6 @@ pub fn commit(image: &Image, log: u64, txn: &mut Txn) {
     fill_log_entries(txn, &mut entries);
     let entries = &entries[..n];
     region.write_bytes(log_offset + 8, entries.as_bytes());
-    region.flush(log_offset + 8, 8 * n as u64);
     // 3. The commit point: the count and a checksum of the entries and of every record above,
     //    in one atomic word. One fence makes records, entries and tail durable together; if a
     //    crash tears them, the checksum fails at mount and the commit is discarded, which is safe
@@ -147,15 +149,24 @@ pub fn commit(image: &Image, log: u64, txn: &mut Txn) {
             })),
         "in-place stores never touch this transaction's new pinodes (the checksum covers them)"
     );
-    let checksum = commit_checksum(image, entries);
+    // The checksum comes from the records this transaction holds, not from the media: reading
+    // back a line whose write-back is still in flight stalls until it completes.
+    let checksum = txn_checksum(image, txn, entries);
     region.store_u64(log_offset, tail_word(n as u64, checksum));
-    region.flush(log_offset, 8);
+    // Entries and tail share the log's first line (up to 7 entries): one write-back for both,
+    // in either order, since the checksum rejects a tail that persisted without its entries.
+    region.flush(log_offset, 8 + 8 * n as u64);
     if !fault::active(fault::Fault::SkipCommitFence) {
         region.fence();
     }
-    // 4. Apply, as recovery would (but knowing the inserted slots are in no chain yet), and the
-    //    derived in-place fields.
-    apply_as(image, entries, Applying::Fresh);
+    debug_assert_eq!(
+        checksum,
+        commit_checksum(image, entries),
+        "the checksum of the records held equals what recovery computes from the media"
+    );
+    // 4. Apply, as recovery would (but from the records held, knowing the inserted slots are in
+    //    no chain yet), and the derived in-place fields.
+    apply_fresh(image, txn, &buckets, entries);
     for field in &txn.in_place {
         let bytes = field.value.to_le_bytes();
         region.write_bytes(field.offset, &bytes[..usize::from(field.len)]);
@@ -196,15 +207,18 @@ fn fill_log_entries(txn: &Txn, out: &mut [u64; DIR_LOG_ENTRIES]) {
     }
 }
 
-/// Sets each inserted pinode's `hash_next` to the head its bucket will have when it is linked.
-fn link_inserts_ahead(image: &Image, txn: &mut Txn) {
+/// Sets each inserted pinode's `hash_next` to the head its bucket will have when it is linked;
+/// returns the inserts' buckets.
+fn link_inserts_ahead(image: &Image, txn: &mut Txn) -> InsertBuckets {
     let g = image.geometry();
     // (bucket, head after this transaction's changes so far); a transaction touches few buckets.
     let mut heads: SmallVec<[(u64, u32); 4]> = SmallVec::new();
+    let mut buckets = InsertBuckets::new();
     for i in 0..txn.inserts.len() {
         let (slot, p) = &txn.inserts[i];
         if txn.orphan_inserts.contains(slot) {
             txn.inserts[i].1.hash_next = U32::new(0); // in no chain
+            buckets.push(None);
             continue;
         }
         // A new record comes with the transaction; a kept one (a new version of the same name)
@@ -224,12 +238,14 @@ fn link_inserts_ahead(image: &Image, txn: &mut Txn) {
             None => head_after_removes(image, bucket, &txn.removes),
         };
         let slot = *slot;
+        buckets.push(Some(bucket));
         txn.inserts[i].1.hash_next = U32::new(head);
         match heads.iter_mut().find(|(b, _)| *b == bucket) {
             Some(entry) => entry.1 = slot,
             None => heads.push((bucket, slot)),
         }
     }
+    buckets
 }
 
 /// The first slot of `bucket`'s chain that is not among `removed`.
@@ -247,48 +263,75 @@ fn hash_next(image: &Image, slot: u32) -> u32 {
     image.region().read::<U32>(offset).get()
 }
 
-/// What the apply step may assume about the media.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Applying {
-    /// Right after the commit, under the locks that made it: an inserted slot was written
-    /// invalid and is in no chain yet.
-    Fresh,
-    /// At mount: an earlier apply of these entries may have stopped anywhere, so each step first
-    /// checks whether it is already done.
-    Again,
-}
-
 /// The apply step for committed entries, as recovery runs it: removes first, then inserts,
-/// each idempotent. Flushes what it stores; the caller fences.
+/// each idempotent (an earlier apply of these entries may have stopped anywhere, so each step
+/// first checks whether it is already done). Flushes what it stores; the caller fences.
 pub fn apply(image: &Image, entries: &[u64]) {
-    apply_as(image, entries, Applying::Again);
-}
-
-fn apply_as(image: &Image, entries: &[u64], applying: Applying) {
     let decoded = || {
         entries
             .iter()
             .map(|&w| DirEntry::decode(w).expect("committed entries were validated"))
     };
-    for e in decoded().filter(|e| !e.is_insert()) {
-        apply_remove(image, e.slot);
-        if e.moves_data() {
-            set_data(image, e.slot, false);
-        }
-    }
+    apply_removes(image, decoded().filter(|e| !e.is_insert()));
     for e in decoded().filter(|e| e.is_insert()) {
+        let p = image.pinode(u64::from(e.slot));
+        if p.flags.get() & FLAG_VALID == 0 {
+            set_flags(image, e.slot, p.flags.get() | FLAG_VALID);
+        }
         if e.op == DIR_OP_ORPHAN {
-            let p = image.pinode(u64::from(e.slot));
-            if p.flags.get() & FLAG_VALID == 0 {
-                set_flags(image, e.slot, p.flags.get() | FLAG_VALID);
-            }
             continue;
         }
-        apply_insert(image, e.slot, applying);
+        let bucket = bucket_of_pinode(image, &p);
+        if !in_chain(image, bucket, e.slot) {
+            set_head(image, bucket, e.slot);
+        }
         if e.moves_data() {
-            set_data(image, e.slot, true);
+            set_data(image, p.extent_head.get(), true);
         }
     }
+}
+
+/// The apply step right after [`commit`]'s commit point, under the locks that made it: the same
+/// stores as [`apply`], but inserts come from the records the transaction holds (their lines were
+/// just written back, and reading them again would stall) and are known to be in no chain yet.
+fn apply_fresh(image: &Image, txn: &Txn, buckets: &InsertBuckets, entries: &[u64]) {
+    let removes = entries
+        .iter()
+        .map(|&w| DirEntry::decode(w).expect("entries this commit wrote"))
+        .filter(|e| !e.is_insert());
+    apply_removes(image, removes);
+    for ((slot, p), bucket) in txn.inserts.iter().zip(buckets) {
+        set_flags(image, *slot, p.flags.get() | FLAG_VALID);
+        let Some(bucket) = *bucket else {
+            continue; // an orphan, in no chain
+        };
+        debug_assert!(
+            !in_chain(image, bucket, *slot),
+            "a fresh insert {slot} is already linked"
+        );
+        set_head(image, bucket, *slot);
+        if txn.data_inserts.contains(slot) {
+            set_data(image, p.extent_head.get(), true);
+        }
+    }
+}
+
+fn apply_removes(image: &Image, removes: impl Iterator<Item = DirEntry>) {
+    for e in removes {
+        let extent_head = apply_remove(image, e.slot);
+        if e.moves_data() {
+            set_data(image, extent_head, false);
+        }
+    }
+}
+
+/// Whether `slot` is in `bucket`'s chain.
+fn in_chain(image: &Image, bucket: u64, slot: u32) -> bool {
+    let mut at = image.bucket(bucket).head.get();
+    while at != 0 && at != slot {
+        at = hash_next(image, at);
+    }
+    at == slot
 }
 
 /// Frees an orphan (unlinked while open, then a crash): its data and its slot. Flushes; the
@@ -296,16 +339,17 @@ fn apply_as(image: &Image, entries: &[u64], applying: Applying) {
 pub fn free_orphan(image: &Image, slot: u32) {
     let p = image.pinode(u64::from(slot));
     if p.is_primary() {
-        set_data(image, slot, false);
+        set_data(image, p.extent_head.get(), false);
     }
     set_flags(image, slot, p.flags.get() & !FLAG_VALID);
 }
 
-/// Sets (or clears) the valid bits of the extents in a pinode's list and their blocks' bits in
-/// the bitmap. Idempotent. The walk is bounded and range-checked, as the list is media content.
-fn set_data(image: &Image, slot: u32, valid: bool) {
+/// Sets (or clears) the valid bits of the extents in the list starting at `extent_head` (a
+/// pinode's) and their blocks' bits in the bitmap. Idempotent. The walk is bounded and
+/// range-checked, as the list is media content.
+fn set_data(image: &Image, extent_head: u32, valid: bool) {
     let g = image.geometry();
-    let mut eno = u64::from(image.pinode(u64::from(slot)).extent_head.get());
+    let mut eno = u64::from(extent_head);
     let mut steps = 0;
     while eno != 0 && eno < g.extent_count() && steps < g.extent_count() {
         let e = image.extent(eno);
@@ -372,8 +416,9 @@ fn set_head(image: &Image, bucket: u64, head: u32) {
     image.region().flush(offset, 8);
 }
 
-/// Unlinks `slot` from its bucket's chain if it is there, and clears its valid bit.
-fn apply_remove(image: &Image, slot: u32) {
+/// Unlinks `slot` from its bucket's chain if it is there, and clears its valid bit. Returns the
+/// pinode's extent list head.
+fn apply_remove(image: &Image, slot: u32) -> u32 {
     let p = image.pinode(u64::from(slot));
     let bucket = bucket_of_pinode(image, &p);
     let next = p.hash_next.get();
@@ -396,34 +441,7 @@ fn apply_remove(image: &Image, slot: u32) {
     if p.flags.get() & FLAG_VALID != 0 {
         set_flags(image, slot, p.flags.get() & !FLAG_VALID);
     }
-}
-
-/// Links `slot` at the head of its bucket if it is not in the chain yet, and sets its valid bit.
-/// Its `hash_next` was made durable before the commit, pointing at the head it goes in front of.
-/// A fresh insert skips the walk that looks for the slot in the chain.
-fn apply_insert(image: &Image, slot: u32, applying: Applying) {
-    let p = image.pinode(u64::from(slot));
-    let bucket = bucket_of_pinode(image, &p);
-    let in_chain = |image: &Image| {
-        let mut at = image.bucket(bucket).head.get();
-        while at != 0 && at != slot {
-            at = hash_next(image, at);
-        }
-        at == slot
-    };
-    let linked = match applying {
-        Applying::Fresh => {
-            debug_assert!(!in_chain(image), "a fresh insert {slot} is already linked");
-            false
-        }
-        Applying::Again => in_chain(image),
-    };
-    if p.flags.get() & FLAG_VALID == 0 {
-        set_flags(image, slot, p.flags.get() | FLAG_VALID);
-    }
-    if !linked {
-        set_head(image, bucket, slot);
-    }
+    p.extent_head.get()
 }
 
 /// Faults the crash checker injects into the commit protocol, to show that it notices them.
@@ -498,6 +516,28 @@ pub fn commit_checksum(image: &Image, entries: &[u64]) -> u32 {
         }
         if e.moves_data() {
             crc = checksum_data(image, &p, crc);
+        }
+    }
+    crc
+}
+
+/// [`commit_checksum`] for a transaction about to commit, from the records it holds: the same
+/// bytes in the same order (entries, then per insert its pinode, long name and data), without
+/// reading back lines just written. Only data (a symlink's target) is read from the media.
+fn txn_checksum(image: &Image, txn: &Txn, entries: &[u64]) -> u32 {
+    let mut crc = crc32c::crc32c(entries.as_bytes());
+    for (slot, p) in &txn.inserts {
+        debug_assert!(!p.is_valid(), "new versions are held invalid");
+        crc = crc32c::crc32c_append(crc, p.as_bytes());
+        if p.flags.get() & crate::format::pinode::FLAG_LONG_NAME != 0 {
+            let record = p.long_name.get();
+            crc = match txn.long_names.iter().find(|(r, _)| *r == record) {
+                Some((_, fresh)) => crc32c::crc32c_append(crc, fresh.as_bytes()),
+                None => crc32c::crc32c_append(crc, image.long_name(u64::from(record)).as_bytes()),
+            };
+        }
+        if txn.data_inserts.contains(slot) && !txn.orphan_inserts.contains(slot) {
+            crc = checksum_data(image, p, crc);
         }
     }
     crc
