@@ -90,9 +90,10 @@ impl FileCommit<'_> {
 /// 1. write the new extents with their valid bit clear, and flush them (the data itself was
 ///    written and flushed by `write`); with `data_fenced`, fence, so data and records are durable;
 /// 2. write the log header (ino, size, time, slot, head, last, flags, overflow link) and the
-///    entries (old and new extent numbers: addresses, never contents); flush;
+///    entries (old and new extent numbers: addresses, never contents); flush overflow blocks;
 /// 3. commit: store the entry count and the CRC-32C of header, entries, new records and (unless
-///    fenced) new data in `tail`, one atomic 8-byte store; flush, fence;
+///    fenced) new data in `tail`, one atomic 8-byte store; flush header, entries and tail
+///    together, fence;
 /// 4. apply: validate and link the new extents, point the pinode at the list, retire the removed
 ///    extents and clear the bitmap bits of blocks no extent of the file holds any more, store size
 ///    and times in the pinode; flush, fence;
@@ -131,24 +132,30 @@ pub fn commit(
         region.fence();
     }
     // 2. Header and entries.
-    write_header_and_entries(image, log, overflow, c);
-    // 3. The commit point. The entries are the ones just written; the header is read back once,
-    //    as the checksum and the apply step both want it as the media holds it.
+    let (header, log_bytes) = write_header_and_entries(image, log, overflow, c);
+    // 3. The commit point. The checksum comes from the header, entries and records in hand, not
+    //    read back from lines whose write-back is in flight (that stalls); only new data is read.
+    //    Header, entries and tail share the log's lines, written back once, in any order: the
+    //    checksum rejects a tail that persisted without them.
     let entries: Vec<FileEntry> = (0..n).map(|i| c.entry(i)).collect();
-    let header = image.file_log(log);
-    let checksum = checksum_of(image, &header, &entries).expect("records just written");
+    let checksum = checksum_of(image, &header, &entries, Some(c.new)).expect("records in hand");
     region.store_u64(log_offset, n as u64 | (u64::from(checksum) << 32));
-    region.flush(log_offset, 8);
+    region.flush(log_offset, log_bytes);
     if !fault::active(fault::Fault::SkipCommitFence) {
         region.fence();
     }
+    debug_assert_eq!(
+        Some(checksum),
+        commit_checksum(image, log, n as u64),
+        "the checksum of the records in hand equals what recovery computes from the media"
+    );
     // 4. Apply.
     debug_assert_eq!(
         read_entries(image, log, n as u64).as_deref(),
         Ok(&entries[..])
     );
-    apply_links(image, &header, &entries);
-    apply_retire(image, &entries, still_used);
+    apply_links(image, &header, &entries, Some(c.new));
+    apply_retire(image, &entries, Some(c.new), still_used);
     if !fault::active(fault::Fault::SkipApplyFence) {
         region.fence();
     }
@@ -170,7 +177,14 @@ pub fn commit(
     );
 }
 
-fn write_header_and_entries(image: &Image, log: u64, overflow: &[u64], c: &FileCommit<'_>) {
+/// Writes the log header and entries (the overflow blocks' entries flushed); returns the header
+/// and how many bytes of the log (from its start) the commit must write back with its tail.
+fn write_header_and_entries(
+    image: &Image,
+    log: u64,
+    overflow: &[u64],
+    c: &FileCommit<'_>,
+) -> (FileLog, u64) {
     let region = image.region();
     let g = image.geometry();
     let log_offset = g.file_log_offset(log);
@@ -194,7 +208,6 @@ fn write_header_and_entries(image: &Image, log: u64, overflow: &[u64], c: &FileC
     let here = n.min(FILE_LOG_ENTRIES) as u64;
     let bytes = &header.as_bytes()[8..(ENTRIES_OFFSET + 8 * here) as usize];
     region.write_bytes(log_offset + 8, bytes);
-    region.flush(log_offset + 8, bytes.len() as u64);
     for (k, &block) in overflow.iter().enumerate() {
         let first = FILE_LOG_ENTRIES + k * FILE_OVERFLOW_ENTRIES;
         let last = (first + FILE_OVERFLOW_ENTRIES).min(n);
@@ -205,6 +218,8 @@ fn write_header_and_entries(image: &Image, log: u64, overflow: &[u64], c: &FileC
         region.write(base + OVERFLOW_NEXT_OFFSET, &U64::new(next));
         region.flush(base, BLOCK_SIZE);
     }
+    let log_bytes = ENTRIES_OFFSET + 8 * here;
+    (header, log_bytes)
 }
 
 /// The `count` entries of file log `log`, following its overflow chain, or why they cannot be
@@ -250,11 +265,31 @@ fn data_range(image: &Image, e: &Extent) -> Option<(u64, u64)> {
 /// be read (a torn commit's garbage). Runs on media content at mount, so everything is checked.
 pub fn commit_checksum(image: &Image, log: u64, count: u64) -> Option<u32> {
     let entries = read_entries(image, log, count).ok()?;
-    checksum_of(image, &image.file_log(log), &entries)
+    checksum_of(image, &image.file_log(log), &entries, None)
 }
 
+/// The new extent record of entry `i`: from `fresh` (the commit's records in hand, entry `i`'s
+/// new extent being `fresh[i]`) when given, else from the media.
+fn new_record(image: &Image, entries: &[FileEntry], i: usize, fresh: Fresh<'_>) -> Extent {
+    match fresh {
+        Some(records) => {
+            debug_assert_eq!(records[i].0, entries[i].new);
+            records[i].1.clone()
+        }
+        None => image.extent(u64::from(entries[i].new)),
+    }
+}
+
+/// The new extent records of a commit in hand, in entry order; `None` at recovery.
+type Fresh<'a> = Option<&'a [(u32, Extent)]>;
+
 /// [`commit_checksum`] of a header and entries already in hand.
-fn checksum_of(image: &Image, header: &FileLog, entries: &[FileEntry]) -> Option<u32> {
+fn checksum_of(
+    image: &Image,
+    header: &FileLog,
+    entries: &[FileEntry],
+    fresh: Fresh<'_>,
+) -> Option<u32> {
     let g = image.geometry();
     let mut crc = crc32c::crc32c(&header.as_bytes()[8..ENTRIES_OFFSET as usize]);
     for e in entries {
@@ -269,8 +304,8 @@ fn checksum_of(image: &Image, header: &FileLog, entries: &[FileEntry]) -> Option
     old.sort_unstable();
     let fenced = header.flags.get() & FILE_LOG_DATA_FENCED != 0;
     let mut data_bytes = 0u64;
-    for e in entries.iter().filter(|e| in_table(e.new)) {
-        let mut record = image.extent(u64::from(e.new));
+    for (i, _) in entries.iter().enumerate().filter(|(_, e)| in_table(e.new)) {
+        let mut record = new_record(image, entries, i, fresh);
         record.flags = U32::new(record.flags.get() & !EXTENT_VALID);
         crc = crc32c::crc32c_append(crc, record.as_bytes());
         if fenced {
@@ -323,14 +358,24 @@ pub(super) fn subtract(addr: u64, len: u64, sorted: &[(u64, u64)]) -> SmallVec<[
 
 /// The block runs `[start, start + count)` of the extents on one side of the entries (old or
 /// new), sorted, for subtracting one side's blocks from the other's.
-fn block_runs(image: &Image, entries: &[FileEntry], old: bool) -> Vec<(u64, u64)> {
+fn block_runs(
+    image: &Image,
+    entries: &[FileEntry],
+    old: bool,
+    fresh: Fresh<'_>,
+) -> Vec<(u64, u64)> {
     let g = image.geometry();
     let mut runs: Vec<(u64, u64)> = entries
         .iter()
-        .map(|e| if old { e.old } else { e.new })
-        .filter(|&eno| eno != 0 && u64::from(eno) < g.extent_count())
-        .map(|eno| {
-            let x = image.extent(u64::from(eno));
+        .enumerate()
+        .map(|(i, e)| (i, if old { e.old } else { e.new }))
+        .filter(|&(_, eno)| eno != 0 && u64::from(eno) < g.extent_count())
+        .map(|(i, eno)| {
+            let x = if old {
+                image.extent(u64::from(eno))
+            } else {
+                new_record(image, entries, i, fresh)
+            };
             (
                 u64::from(x.start_block.get()),
                 u64::from(x.block_count.get()),
@@ -358,12 +403,12 @@ fn store_u32_if(image: &Image, offset: u64, value: u32) {
 /// are set already (the removed extents were committed) and stay set, since apply_retire never
 /// clears a block a new extent holds. So an append merged into a long extent costs O(1), not
 /// O(file).
-pub fn apply_links(image: &Image, header: &FileLog, entries: &[FileEntry]) {
+pub fn apply_links(image: &Image, header: &FileLog, entries: &[FileEntry], fresh: Fresh<'_>) {
     let g = image.geometry();
-    let old_runs = block_runs(image, entries, true);
-    for e in entries.iter().filter(|e| e.new != 0) {
+    let old_runs = block_runs(image, entries, true, None);
+    for (i, e) in entries.iter().enumerate().filter(|(_, e)| e.new != 0) {
         let eno = u64::from(e.new);
-        let record = image.extent(eno);
+        let record = new_record(image, entries, i, fresh);
         let base = g.extent_offset(eno);
         store_u32_if(
             image,
@@ -414,9 +459,14 @@ pub fn apply_links(image: &Image, header: &FileLog, entries: &[FileEntry]) {
 /// bits of their blocks that `still_used` says no extent of the file holds any more. Idempotent;
 /// flushes; the caller fences.
 /// Blocks a new extent covers are kept without asking `still_used`.
-pub fn apply_retire(image: &Image, entries: &[FileEntry], still_used: &dyn Fn(u64) -> bool) {
+pub fn apply_retire(
+    image: &Image,
+    entries: &[FileEntry],
+    fresh: Fresh<'_>,
+    still_used: &dyn Fn(u64) -> bool,
+) {
     let g = image.geometry();
-    let new_runs = block_runs(image, entries, false);
+    let new_runs = block_runs(image, entries, false, fresh);
     for e in entries.iter().filter(|e| e.old != 0) {
         let eno = u64::from(e.old);
         let record = image.extent(eno);
@@ -521,12 +571,12 @@ pub fn replay(image: &Image) -> FileReplayReport {
             let header = image.file_log(log);
             let count = header.tail.get() & TAIL_COUNT_MASK;
             let entries = read_entries(image, log, count).expect("validated");
-            apply_links(image, &header, &entries);
+            apply_links(image, &header, &entries, None);
             let mut kept = list_blocks(image, header.head.get());
             kept.sort_unstable();
             // A file's extents share at most their boundary blocks, so the last run starting at
             // or before a block is the only one that can hold it.
-            apply_retire(image, &entries, &|b| {
+            apply_retire(image, &entries, None, &|b| {
                 let i = kept.partition_point(|&(s, _)| s <= b);
                 i > 0 && kept[i - 1].0 + kept[i - 1].1 > b
             });
