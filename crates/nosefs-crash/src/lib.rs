@@ -5,8 +5,11 @@
 //! crash model). Each image is mounted (recovery), checked with fsck, and compared with an
 //! oracle: the tree must equal the state before the operation or after it. The recovered file
 //! system must then stay usable. Crashes during recovery itself are enumerated too, for images
-//! whose recovery had work to do. After every operation, nothing it stored may be left in
-//! flight: a call that returns has made its effects durable.
+//! whose recovery had work to do. A call that returns has made its effects durable: at the point
+//! after its last fence, every crash image must recover to the state after it (a plain write,
+//! which promises nothing before fsync, excepted). Stores still in flight when an operation
+//! returns (a write's data, a directory log's lazily stored clear) stay in flight into the next
+//! one's crash states ([`states::Carry`]).
 
 #![forbid(unsafe_code)]
 
@@ -24,7 +27,7 @@ use nosefs_core::image::Image;
 use nosefs_core::namespace::{Fs, MountOptions, Owner, ROOT_INO};
 use nosefs_core::pmem::Region;
 
-use states::{image_key, CrashPoint, Enumerator};
+use states::{image_key, Carry, CrashPoint, Enumerator};
 use tree::{durable_tree_of, file_data, tree_of, FileData, Tree};
 use workload::Op;
 
@@ -122,6 +125,8 @@ pub struct Checker {
 struct Oracle<'a> {
     before: &'a Tree,
     after: &'a Tree,
+    /// Whether the operation promised its effects durable on return.
+    durable_on_return: bool,
 }
 
 impl Checker {
@@ -152,6 +157,7 @@ impl Checker {
         for op in workload::setup() {
             workload::run(&fs, &op).expect("setup succeeds");
         }
+        fs.sync_all().expect("sync");
         fs
     }
 
@@ -161,10 +167,8 @@ impl Checker {
         self.report.workloads += 1;
         // Files with writes since their last commit, with the state a crash must show for them.
         let mut pending: HashMap<u64, FileData> = HashMap::new();
-        // Writes return with their data in flight. Until a fence makes it durable, the next
-        // operation's crash states start from the image before those writes and include their
-        // stores, so a commit that trusted unfenced data would be caught.
-        let mut carried: Option<(Vec<u8>, Vec<nosefs_core::pmem::Event>)> = None;
+        // What the media holds between operations: durable bytes and stores still in flight.
+        let mut carry = Carry::durable(fs.image().region().snapshot());
         for (index, op) in ops.iter().enumerate() {
             let before_tree = durable_tree_of(&fs, &pending);
             if let Some(ino) = op.writes_to().and_then(|p| workload::ino_of(&fs, p).ok()) {
@@ -172,7 +176,6 @@ impl Checker {
                     pending.entry(ino).or_insert_with(|| file_data(&fs, ino));
                 }
             }
-            let before = fs.image().region().snapshot();
             fs.image()
                 .region()
                 .recorder()
@@ -190,64 +193,14 @@ impl Checker {
             }
             let after_tree = durable_tree_of(&fs, &pending);
             self.report.operations += 1;
-            // Lines this operation stored to that are not durable. (An earlier write's data may
-            // still be in flight if this operation failed before any fence; that is not its own.)
-            let stored: HashSet<u64> = events
-                .iter()
-                .filter_map(|e| match e {
-                    nosefs_core::pmem::Event::Store { offset, bytes, .. }
-                    | nosefs_core::pmem::Event::StoreNt { offset, bytes, .. } => Some(
-                        (offset / 64..(offset + bytes.len() as u64).div_ceil(64)).map(|l| l * 64),
-                    ),
-                    _ => None,
-                })
-                .flatten()
-                .collect();
-            let in_flight = fs
-                .image()
-                .region()
-                .recorder()
-                .expect("recording")
-                .unpersisted_lines();
-            let left: Vec<u64> = in_flight
-                .iter()
-                .copied()
-                .filter(|l| stored.contains(l))
-                .collect();
             let seed = self.config.seed ^ (index as u64).wrapping_mul(0x9e37_79b9);
-            // A plain write promises nothing until fsync: its data may stay in flight.
-            if !left.is_empty() && op.writes_to().is_none() {
-                let point = CrashPoint {
-                    fence: usize::MAX,
-                    prefix: Vec::new(),
-                };
-                let reason =
-                    format!("the operation returned with stores in flight at lines {left:?}");
-                self.fail(
-                    label,
-                    index,
-                    op,
-                    point,
-                    seed,
-                    reason,
-                    fs.image().region().snapshot(),
-                );
-            }
             let oracle = Oracle {
                 before: &before_tree,
                 after: &after_tree,
+                // A plain write promises nothing until fsync: its data may stay in flight.
+                durable_on_return: op.writes_to().is_none(),
             };
-            let (base, all_events) = match carried.take() {
-                Some((base, mut earlier)) => {
-                    earlier.extend(events);
-                    (base, earlier)
-                }
-                None => (before, events),
-            };
-            self.explore(label, index, op, base.clone(), &all_events, &oracle, seed);
-            if !in_flight.is_empty() {
-                carried = Some((base, all_events));
-            }
+            carry = self.explore(label, index, op, carry, &events, &oracle, seed);
         }
     }
 
@@ -257,14 +210,15 @@ impl Checker {
         label: &str,
         index: usize,
         op: &Op,
-        before: Vec<u8>,
+        carry: Carry,
         events: &[nosefs_core::pmem::Event],
         oracle: &Oracle<'_>,
         seed: u64,
-    ) {
-        let mut enumerator = Enumerator::new(before, events);
+    ) -> Carry {
+        let mut enumerator = Enumerator::resume(carry, events);
         let mut recovery_budget = self.config.recovery_crashes;
         while let Some(point) = enumerator.advance() {
+            let returned = enumerator.at_end();
             let images = enumerator.images(
                 point,
                 self.config.exhaustive_limit,
@@ -279,7 +233,7 @@ impl Checker {
                 self.report.unique_images += 1;
                 let usability = self.report.unique_images % self.config.usability_every == 0;
                 let outcome = catch_unwind(AssertUnwindSafe(|| {
-                    self.check_image(&image, oracle, usability, &mut recovery_budget)
+                    self.check_image(&image, oracle, returned, usability, &mut recovery_budget)
                 }));
                 let reason = match outcome {
                     Ok(Ok(recovery_images)) => {
@@ -291,8 +245,12 @@ impl Checker {
                 };
                 self.fail(label, index, op, crash, seed, reason, image);
             }
+            if returned {
+                break;
+            }
             enumerator.pass_fence();
         }
+        enumerator.into_carry()
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -317,11 +275,13 @@ impl Checker {
         });
     }
 
-    /// Mount, oracle, fsck, optionally a crash during this recovery, and usability.
+    /// Mount, oracle, fsck, optionally a crash during this recovery, and usability. `returned`:
+    /// the crash came after the operation returned.
     fn check_image(
         &self,
         image: &[u8],
         oracle: &Oracle<'_>,
+        returned: bool,
         usability: bool,
         recovery_budget: &mut usize,
     ) -> Result<u64, String> {
@@ -330,6 +290,12 @@ impl Checker {
         if tree != *oracle.before && tree != *oracle.after {
             return Err(format!(
                 "recovered tree is neither the state before nor after the operation: {}",
+                diff(&tree, oracle)
+            ));
+        }
+        if returned && oracle.durable_on_return && tree != *oracle.after {
+            return Err(format!(
+                "the operation returned before its effects were durable: {}",
                 diff(&tree, oracle)
             ));
         }

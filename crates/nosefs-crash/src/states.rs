@@ -4,6 +4,10 @@
 //! Between fences, any subset of the stores in flight may have reached the media, torn at 8-byte
 //! boundaries, except that within one cache line they persist in program order: a crash keeps a
 //! prefix of each line's in-flight stores. Non-temporal stores are durable at the next fence.
+//!
+//! Stores an operation leaves in flight when it returns (a plain write's data, a directory log's
+//! lazily stored clear) stay in flight into the next operation: [`Carry`] takes them along, and
+//! a crash during the next operation may keep or lose each of them.
 
 use std::collections::BTreeMap;
 
@@ -15,6 +19,40 @@ struct Chunk {
     offset: u64,
     bytes: Vec<u8>,
     flushed: bool,
+    /// Stored by an earlier operation.
+    carried: bool,
+}
+
+/// Cache lines (by offset) with the indexes of their chunks in flight, in program order.
+type Lines = Vec<(u64, Vec<usize>)>;
+
+/// The media state between two operations: what is durable, and the stores still in flight.
+#[derive(Debug, Clone)]
+pub struct Carry {
+    durable: Vec<u8>,
+    in_flight: Vec<Chunk>,
+}
+
+impl Carry {
+    /// An image with nothing in flight.
+    pub fn durable(image: Vec<u8>) -> Carry {
+        Carry {
+            durable: image,
+            in_flight: Vec::new(),
+        }
+    }
+
+    /// Cache lines with stores in flight.
+    pub fn lines_in_flight(&self) -> usize {
+        let mut lines: Vec<u64> = self
+            .in_flight
+            .iter()
+            .map(|c| c.offset / CACHE_LINE)
+            .collect();
+        lines.sort_unstable();
+        lines.dedup();
+        lines.len()
+    }
 }
 
 /// A crash point: the fence it precedes (or the end of the operation), and what persisted.
@@ -50,6 +88,7 @@ fn chunks(offset: u64, bytes: &[u8], flushed: bool) -> impl Iterator<Item = Chun
             offset: at,
             bytes: piece.to_vec(),
             flushed,
+            carried: false,
         };
         at = stop;
         Some(chunk)
@@ -57,14 +96,36 @@ fn chunks(offset: u64, bytes: &[u8], flushed: bool) -> impl Iterator<Item = Chun
 }
 
 impl<'a> Enumerator<'a> {
-    /// Starts from the image as it was before the operation.
+    /// Starts from the image as it was before the operation, nothing in flight.
     pub fn new(before: Vec<u8>, events: &'a [Event]) -> Enumerator<'a> {
+        Enumerator::resume(Carry::durable(before), events)
+    }
+
+    /// Starts from the state an earlier operation left.
+    pub fn resume(carry: Carry, events: &'a [Event]) -> Enumerator<'a> {
+        let mut in_flight = carry.in_flight;
+        in_flight.iter_mut().for_each(|c| c.carried = true);
         Enumerator {
-            durable: before,
-            in_flight: Vec::new(),
+            durable: carry.durable,
+            in_flight,
             events,
             next_event: 0,
             fence: 0,
+        }
+    }
+
+    /// Whether the point `advance` last returned is the end of the events (after the last
+    /// fence), not a fence.
+    pub fn at_end(&self) -> bool {
+        self.next_event > self.events.len()
+    }
+
+    /// The state at the end, for the next operation. Call once [`Enumerator::at_end`].
+    pub fn into_carry(self) -> Carry {
+        assert!(self.at_end(), "the carry is taken at the end of the events");
+        Carry {
+            durable: self.durable,
+            in_flight: self.in_flight,
         }
     }
 
@@ -106,8 +167,10 @@ impl<'a> Enumerator<'a> {
         self.in_flight.len()
     }
 
-    /// The crash images at the current point: every prefix combination when there are at most
-    /// `limit`, else `samples` random ones (seeded) plus none and all.
+    /// The crash images at the current point: every prefix combination of the lines this
+    /// operation stored to when there are at most `limit`, else `samples` random ones (seeded)
+    /// plus none and all. Lines only earlier operations left in flight are combined with each of
+    /// those three ways: none of them persisted, all, or a random choice.
     pub fn images(
         &self,
         point: usize,
@@ -115,21 +178,38 @@ impl<'a> Enumerator<'a> {
         samples: usize,
         seed: u64,
     ) -> Vec<(CrashPoint, Vec<u8>)> {
-        let mut lines: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
+        let mut by_line: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
         for (i, c) in self.in_flight.iter().enumerate() {
-            lines
+            by_line
                 .entry(c.offset / CACHE_LINE * CACHE_LINE)
                 .or_default()
                 .push(i);
         }
-        let lines: Vec<(u64, Vec<usize>)> = lines.into_iter().collect();
+        let (carried, lines): (Lines, Lines) = by_line
+            .into_iter()
+            .partition(|(_, members)| members.iter().all(|&i| self.in_flight[i].carried));
         let total = lines
             .iter()
             .try_fold(1usize, |acc, (_, c)| acc.checked_mul(c.len() + 1));
-        let prefixes: Vec<Vec<usize>> = match total {
+        let own: Vec<Vec<usize>> = match total {
             Some(n) if n <= limit => (0..n).map(|k| mixed_radix(k, &lines)).collect(),
             _ => sampled(&lines, samples, seed),
         };
+        let variants: Vec<Vec<usize>> = if carried.is_empty() {
+            vec![Vec::new()]
+        } else {
+            let mut v = sampled(&carried, 1, seed ^ 0xca77);
+            v.dedup();
+            v
+        };
+        let lines: Lines = lines.into_iter().chain(carried).collect();
+        let prefixes = own.into_iter().flat_map(|prefix| {
+            variants.iter().map(move |variant| {
+                let mut full = prefix.clone();
+                full.extend_from_slice(variant);
+                full
+            })
+        });
         prefixes
             .into_iter()
             .map(|prefix| {

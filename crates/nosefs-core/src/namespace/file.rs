@@ -360,7 +360,9 @@ impl Fs {
         let mut need = len;
         while need > 0 {
             let want = need.div_ceil(BLOCK_SIZE).min(extent::MAX_BLOCKS);
-            let Some((start, count)) = self.blocks.alloc_upto(state.goal, want) else {
+            let goal = state.goal;
+            let Some((start, count)) = self.alloc_or_settle(|| self.blocks.alloc_upto(goal, want))
+            else {
                 runs.iter().for_each(|&(s, n)| self.blocks.free(s, n));
                 return Err(Errno::ENOSPC.into());
             };
@@ -406,23 +408,15 @@ impl Fs {
     }
 
     /// Frees a list of blocks (in any order, possibly repeated) as runs.
-    fn free_blocks(&self, mut blocks: SmallVec<[u64; 8]>) {
-        blocks.sort_unstable();
-        blocks.dedup();
-        let mut i = 0;
-        while i < blocks.len() {
-            let start = blocks[i];
-            let mut n = 1;
-            while i + n < blocks.len() && blocks[i + n] == start + n as u64 {
-                n += 1;
-            }
-            self.blocks.free(start, n as u64);
-            i += n;
-        }
+    fn free_blocks(&self, blocks: SmallVec<[u64; 8]>) {
+        runs_of(blocks)
+            .into_iter()
+            .for_each(|(start, n)| self.blocks.free(start, n));
     }
 
-    /// Returns all space of a file that lost its last name (its committed extents' numbers are
-    /// freed by the caller, which read them from the media).
+    /// Returns all space of a file that lost its last name, once the directory commit that took
+    /// it is settled (its committed extents' numbers are held back by the caller, which read
+    /// them from the media).
     pub(super) fn release_file_space(&self, state: &mut FileState) {
         // Every block the file holds: its pieces' (which include the committed extents still
         // in the map), the extents that left the map since the last commit, the blocks set aside
@@ -434,7 +428,7 @@ impl Fs {
         }
         blocks.extend(state.deferred.iter().copied());
         blocks.extend(state.tail_block());
-        self.free_blocks(blocks);
+        self.hold_back(|limbo| limbo.blocks.extend(runs_of(blocks)));
         *state = FileState::new(state.mtime_ns);
         state.released = true;
     }
@@ -478,7 +472,7 @@ impl Fs {
         inode.removed.store(true, Ordering::Release);
         self.inodes.remove(ino);
         self.release(&[slot], &[p.long_name.get()]);
-        data.iter().for_each(|&(eno, _, _)| self.extents.free(eno));
+        self.hold_back(|limbo| limbo.extents.extend(data.iter().map(|d| d.0)));
         if let Some(file) = inode.file_state() {
             self.release_file_space(&mut file.lock());
         }
@@ -512,8 +506,8 @@ impl Fs {
         self.commit_file(inode, &mut file.lock())
     }
 
-    /// Commits the pending writes of every file (syncfs). Returns the first error, after trying
-    /// every file.
+    /// Commits the pending writes of every file (syncfs) and settles the directory logs, so a
+    /// crash now replays nothing. Returns the first error, after trying every file.
     pub fn sync_all(&self) -> Result<()> {
         let mut first_error = Ok(());
         for inode in self.inodes.all() {
@@ -524,6 +518,7 @@ impl Fs {
                 }
             }
         }
+        self.settle_all();
         first_error
     }
 
@@ -625,7 +620,7 @@ impl Fs {
     fn alloc_extents(&self, count: usize) -> Result<Vec<u32>> {
         let mut enos = Vec::with_capacity(count);
         for _ in 0..count {
-            match self.extents.alloc() {
+            match self.alloc_or_settle(|| self.extents.alloc()) {
                 Some(eno) => enos.push(eno),
                 None => {
                     enos.iter().for_each(|&e| self.extents.free(e));
@@ -639,7 +634,7 @@ impl Fs {
     fn alloc_overflow(&self, count: usize) -> Option<Vec<u64>> {
         let mut blocks = Vec::with_capacity(count);
         for _ in 0..count {
-            match self.blocks.alloc(1) {
+            match self.alloc_or_settle(|| self.blocks.alloc(1)) {
                 Some(b) => blocks.push(b),
                 None => {
                     blocks.iter().for_each(|&b| self.blocks.free(b, 1));
@@ -738,4 +733,22 @@ impl Fs {
             state.dirty_bytes += to - from;
         }
     }
+}
+
+/// Blocks (in any order, possibly repeated) as sorted runs (start, count).
+fn runs_of(mut blocks: SmallVec<[u64; 8]>) -> Vec<(u64, u64)> {
+    blocks.sort_unstable();
+    blocks.dedup();
+    let mut runs = Vec::new();
+    let mut i = 0;
+    while i < blocks.len() {
+        let start = blocks[i];
+        let mut n = 1;
+        while i + n < blocks.len() && blocks[i + n] == start + n as u64 {
+            n += 1;
+        }
+        runs.push((start, n as u64));
+        i += n;
+    }
+    runs
 }

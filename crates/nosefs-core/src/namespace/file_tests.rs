@@ -248,12 +248,13 @@ fn enospc_leaves_a_clean_image_and_deleting_gives_the_space_back() {
 fn stores_of(fs: &Fs, op: impl FnOnce(&Fs)) -> Vec<(u64, Vec<u8>)> {
     fs.image().region().recorder().unwrap().take_events();
     op(fs);
-    let region = fs.image().region();
-    let mut recorder = region.recorder().unwrap();
-    assert!(
-        recorder.unpersisted_lines().is_empty(),
+    assert_eq!(
+        super::tests::in_flight_besides_clears(fs),
+        Vec::<u64>::new(),
         "stores left in flight"
     );
+    let region = fs.image().region();
+    let mut recorder = region.recorder().unwrap();
     recorder
         .take_events()
         .into_iter()

@@ -65,6 +65,10 @@ pub struct MirrorEntry {
 pub struct MirrorBucket {
     seq: AtomicU64,
     entries: RwLock<Entries>,
+    /// The last commit that touched this bucket, as [`super::settle::Settler::cleared_lazily`]
+    /// named it (0: none since mount). Read and written only under the bucket's write lock;
+    /// atomic only to keep the type `Sync`.
+    last_commit: AtomicU64,
 }
 
 const _: () = assert!(std::mem::size_of::<MirrorBucket>() == 64);
@@ -98,6 +102,18 @@ impl MirrorBucket {
             bucket: self,
             entries,
         }
+    }
+
+    /// The last commit that touched this bucket (0: none since mount). The caller holds the
+    /// bucket's write lock.
+    pub fn last_commit(&self) -> u64 {
+        self.last_commit.load(Ordering::Relaxed)
+    }
+
+    /// Records the commit that touched this bucket last. The caller holds the bucket's write
+    /// lock.
+    pub fn set_last_commit(&self, commit: u64) {
+        self.last_commit.store(commit, Ordering::Relaxed);
     }
 
     /// Adds an entry at mount, without the sequence dance.

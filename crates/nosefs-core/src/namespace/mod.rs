@@ -22,6 +22,7 @@ mod ops;
 mod pool;
 mod recovery;
 mod rename;
+mod settle;
 mod symlink;
 pub mod txn;
 
@@ -157,6 +158,8 @@ pub struct Fs {
     extents: SlotPools,
     blocks: crate::alloc::BlockAllocator,
     logs: Vec<Mutex<()>>,
+    /// Which directory logs may hold a replayable record, and what is held back meanwhile.
+    settler: settle::Settler,
     file_logs: SlotPools,
     sync_writes: bool,
     next_ino: AtomicU64,
@@ -184,7 +187,7 @@ impl Fs {
     /// Commits every file's pending writes, marks the image cleanly unmounted and gives it back.
     /// A file whose commit fails (no space for its extents) keeps its last committed state.
     pub fn unmount(self) -> Image {
-        let _ = self.sync_all();
+        let _ = self.sync_all(); // settles the directory logs too
         let count = self.image.superblock().mount_count() + 1;
         self.image.set_state(true, count);
         self.image
@@ -423,7 +426,48 @@ impl Fs {
 
     /// Allocates a pinode slot, or ENOSPC.
     fn alloc_pinode(&self) -> Result<u32> {
-        self.pinodes.alloc().ok_or(Errno::ENOSPC.into())
+        self.alloc_or_settle(|| self.pinodes.alloc())
+            .ok_or(Errno::ENOSPC.into())
+    }
+
+    /// Runs `alloc`; when it finds nothing and directory commits hold freed resources back,
+    /// settles the directory logs, returns those resources, and runs it again.
+    fn alloc_or_settle<T>(&self, alloc: impl Fn() -> Option<T>) -> Option<T> {
+        alloc().or_else(|| if self.settle_all() { alloc() } else { None })
+    }
+
+    /// Settles every directory log and returns what directory commits held back to the pools
+    /// ([`settle`]). Returns whether anything was held back.
+    fn settle_all(&self) -> bool {
+        let released = self.settler.settle_all(&self.image);
+        self.return_to_pools(&released);
+        !released.is_empty()
+    }
+
+    /// Holds back resources a directory commit freed until the logs are settled ([`settle`]).
+    fn hold_back(&self, hold: impl FnOnce(&mut settle::Limbo)) {
+        if txn::fault::active(txn::fault::Fault::SkipLimbo) {
+            let mut limbo = settle::Limbo::default();
+            hold(&mut limbo);
+            self.return_to_pools(&limbo);
+            return;
+        }
+        if self.settler.hold(hold) {
+            self.settle_all();
+        }
+    }
+
+    fn return_to_pools(&self, released: &settle::Limbo) {
+        released.pinodes.iter().for_each(|&s| self.pinodes.free(s));
+        released
+            .long_names
+            .iter()
+            .for_each(|&r| self.long_names.free(r));
+        released.extents.iter().for_each(|&e| self.extents.free(e));
+        released
+            .blocks
+            .iter()
+            .for_each(|&(s, n)| self.blocks.free(s, n));
     }
 
     /// Starts fetching NVM bucket `bucket`, which the commit reads (its head) and writes: the
@@ -446,6 +490,9 @@ impl Fs {
 
     /// Commits `txn`, whose pinodes live in `buckets` (held locked by the caller), through the
     /// highest-numbered of their directory logs, holding all of their logs in ascending order.
+    /// The log is left unsettled ([`settle`]); the log of the last commit that touched one of the
+    /// buckets, if that commit is still unsettled, is settled first, so it can never be replayed
+    /// over this one.
     fn commit(&self, buckets: &[u64], txn: &mut txn::Txn) {
         let log_count = self.image.geometry().dir_log_count();
         let mut logs: SmallVec<[u64; 6]> =
@@ -455,7 +502,22 @@ impl Fs {
         let _held: SmallVec<[MutexGuard<'_, ()>; 6]> =
             logs.iter().map(|&l| self.logs[l as usize].lock()).collect();
         let target = *logs.last().expect("a transaction touches a bucket");
+        let marked: SmallVec<[u64; 6]> = buckets
+            .iter()
+            .filter_map(|&b| {
+                let last = self.mirror[b as usize].last_commit();
+                self.settler.unsettled_log_of(last)
+            })
+            .filter(|&log| log != target)
+            .collect();
+        if !marked.is_empty() && !txn::fault::active(txn::fault::Fault::SkipSettle) {
+            self.settler.settle(&self.image, &marked);
+        }
         txn::commit(&self.image, target, txn);
+        let commit = self.settler.cleared_lazily(target);
+        for &b in buckets {
+            self.mirror[b as usize].set_last_commit(commit);
+        }
     }
 
     /// Locks mirror buckets in ascending order, once each.
@@ -471,14 +533,16 @@ impl Fs {
 
     /// Free data blocks, as the allocator sees them (blocks files reserve as their partly used
     /// tail block are not free).
+    /// Blocks held back by directory commits count as free: an allocation that needs them gets
+    /// them.
     pub fn free_data_blocks(&self) -> u64 {
-        self.blocks.free_blocks()
+        self.blocks.free_blocks() + self.settler.held_blocks()
     }
 
     /// Counts for `nosefs info`-like reports and tests: (pinodes in use, free pinode slots).
     pub fn pinode_usage(&self) -> (u64, u64) {
         let total = self.image.geometry().pinode_count() - 1;
-        let free = self.pinodes.free_count() as u64;
+        let free = (self.pinodes.free_count() + self.settler.held_pinodes()) as u64;
         (total - free, free)
     }
 }

@@ -113,18 +113,22 @@ impl Fs {
             p.long_name = U32::new(0);
             return Ok(None);
         }
-        let record = self.long_names.alloc().ok_or(Errno::ENOSPC)?;
+        let record = self
+            .alloc_or_settle(|| self.long_names.alloc())
+            .ok_or(Errno::ENOSPC)?;
         p.long_name = U32::new(record);
         Ok(Some((record, LongName::new(name))))
     }
 
-    /// Returns slots and long-name records that a committed transaction released.
+    /// Returns slots and long-name records that a committed transaction released, once no
+    /// unsettled log can name them ([`super::settle`]).
     pub(super) fn release(&self, pinodes: &[u32], long_names: &[u32]) {
-        pinodes.iter().for_each(|&s| self.pinodes.free(s));
-        long_names
-            .iter()
-            .filter(|&&r| r != 0)
-            .for_each(|&r| self.long_names.free(r));
+        self.hold_back(|limbo| {
+            limbo.pinodes.extend_from_slice(pinodes);
+            limbo
+                .long_names
+                .extend(long_names.iter().filter(|&&r| r != 0));
+        });
     }
 
     /// In-place stores that set a pinode's mtime and ctime to `now`.
@@ -658,9 +662,7 @@ impl Fs {
         self.release(&freed, &[long]);
         match (plan.last, target.file_state()) {
             (true, Some(file)) => {
-                plan.data
-                    .iter()
-                    .for_each(|&(eno, _, _)| self.extents.free(eno));
+                self.hold_back(|limbo| limbo.extents.extend(plan.data.iter().map(|d| d.0)));
                 self.release_file_space(&mut file.lock());
             }
             _ => self.release_data(&plan.data),

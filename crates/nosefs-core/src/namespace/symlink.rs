@@ -75,8 +75,10 @@ impl Fs {
     /// Writes the target into a fresh block and its extent (valid bit clear), both flushed or
     /// written non-temporally, so the commit's first fence makes them durable.
     fn write_link_data(&self, ino: u64, target: &[u8]) -> Result<LinkData> {
-        let eno = self.extents.alloc().ok_or(Errno::ENOSPC)?;
-        let Some(block) = self.blocks.alloc(1) else {
+        let eno = self
+            .alloc_or_settle(|| self.extents.alloc())
+            .ok_or(Errno::ENOSPC)?;
+        let Some(block) = self.alloc_or_settle(|| self.blocks.alloc(1)) else {
             self.extents.free(eno);
             return Err(Errno::ENOSPC.into());
         };
@@ -168,11 +170,14 @@ impl Fs {
         out
     }
 
-    /// Returns extent slots and block runs to their pools once a commit has released them.
+    /// Returns extent slots and block runs to their pools once a commit has released them and
+    /// no unsettled log can name them ([`super::settle`]).
     pub(super) fn release_data(&self, data: &[(u32, u64, u64)]) {
-        for &(eno, start, count) in data {
-            self.extents.free(eno);
-            self.blocks.free(start, count);
-        }
+        self.hold_back(|limbo| {
+            for &(eno, start, count) in data {
+                limbo.extents.push(eno);
+                limbo.blocks.push((start, count));
+            }
+        });
     }
 }

@@ -539,6 +539,21 @@ fn threads_in_one_and_in_separate_directories() {
     assert_eq!(h.tree(), tree);
 }
 
+/// Lines left in flight, other than directory-log tails cleared lazily ([`super::settle`]): a
+/// call that returns has made everything else durable.
+pub(super) fn in_flight_besides_clears(fs: &Fs) -> Vec<u64> {
+    let g = fs.image().geometry();
+    let region = fs.image().region();
+    let lines = region.recorder().unwrap().unpersisted_lines();
+    lines
+        .into_iter()
+        .filter(|&line| {
+            let is_tail = (1..g.dir_log_count()).any(|log| g.dir_log_offset(log) == line);
+            !(is_tail && region.load_u64(line) == 0)
+        })
+        .collect()
+}
+
 /// Mounts the image a crash would leave after every prefix of one operation's stores: each must
 /// recover to a clean image holding the state before or after the operation.
 fn crash_at_every_store(setup: impl Fn(&Fs), op: impl Fn(&Fs), name: &[u8]) {
@@ -550,14 +565,9 @@ fn crash_at_every_store(setup: impl Fn(&Fs), op: impl Fn(&Fs), name: &[u8]) {
     op(h.fs());
     let after = h.fs().lookup(ROOT_INO, name).ok().map(|a| a.mode);
     let events = h.fs().image().region().recorder().unwrap().take_events();
-    assert!(
-        h.fs()
-            .image()
-            .region()
-            .recorder()
-            .unwrap()
-            .unpersisted_lines()
-            .is_empty(),
+    assert_eq!(
+        in_flight_besides_clears(h.fs()),
+        Vec::<u64>::new(),
         "the operation left stores in flight"
     );
     let stores: Vec<(u64, Vec<u8>)> = events
@@ -656,8 +666,8 @@ fn fences_per_operation_are_few() {
         .unwrap();
     let spent = crate::pmem::counters().since(before);
     assert_eq!(
-        spent.fences, 3,
-        "commit, apply, clear: the three ordering points of the protocol"
+        spent.fences, 2,
+        "commit and apply: the ordering points of the protocol (the clear is settled lazily)"
     );
 }
 
@@ -718,7 +728,7 @@ fn symlinks_hold_their_target_as_data() {
     assert_eq!(fs.readlink(l.ino).unwrap(), b"d/f");
     h.remount(true);
     let fs = h.fs();
-    let before = fs.blocks.free_blocks();
+    let before = fs.free_data_blocks();
     fs.unlink(ROOT_INO, b"l3").unwrap();
     fs.rename(
         ROOT_INO,
@@ -729,7 +739,7 @@ fn symlinks_hold_their_target_as_data() {
     )
     .unwrap();
     assert_eq!(
-        fs.blocks.free_blocks(),
+        fs.free_data_blocks(),
         before + 2,
         "the unlinked and the replaced link's blocks"
     );

@@ -92,7 +92,8 @@ pub fn bucket_of_pinode(image: &Image, p: &Pinode) -> u64 {
 }
 
 /// Commits `txn` through directory log `log`, which the caller holds locked together with the
-/// mirror buckets of every pinode involved. Fences: 3.
+/// mirror buckets of every pinode involved, and which must be settled or the caller's own to
+/// overwrite (`namespace::settle`). Fences: 2.
 ///
 /// Steps (seed 001, section III-E, with a checksummed commit record):
 /// 1. write the new pinodes with their valid bit clear, and their long-name records; flush;
@@ -102,7 +103,8 @@ pub fn bucket_of_pinode(image: &Image, p: &Pinode) -> u64 {
 ///    tail (one atomic 8-byte store); flush entries and tail together, fence;
 /// 4. apply: unlink removed slots and clear their valid bits, link inserted slots and set theirs,
 ///    store the derived in-place fields; flush, fence;
-/// 5. clear the tail (one atomic 8-byte store); flush, fence.
+/// 5. clear the tail (one atomic 8-byte store), left in the cache: the log is *unsettled* until a
+///    later commit through it, or a settle, writes the line back (`namespace::settle`).
 pub fn commit(image: &Image, log: u64, txn: &mut Txn) {
     let region = image.region();
     let g = image.geometry();
@@ -172,8 +174,9 @@ pub fn commit(image: &Image, log: u64, txn: &mut Txn) {
     if !fault::active(fault::Fault::SkipApplyFence) {
         region.fence();
     }
-    // 5. Clear the log.
-    region.store_u64_persist(log_offset, 0);
+    // 5. Clear the log, in the cache only: the caller records the log as unsettled
+    //    (`namespace::settle` says when the clear must be durable, and makes it so).
+    region.store_u64(log_offset, 0);
 
     debug_assert!(txn
         .removes
@@ -471,6 +474,12 @@ pub mod fault {
         SkipCommitFence = 1,
         /// Leave out the fence after the apply step.
         SkipApplyFence = 2,
+        /// Commit without first settling a log that last touched one of the buckets
+        /// (`namespace::settle`, rule 1).
+        SkipSettle = 3,
+        /// Return what a directory commit freed to the pools at once, not after the logs are
+        /// settled (`namespace::settle`, rule 2).
+        SkipLimbo = 4,
     }
 
     #[cfg(feature = "fault-injection")]
