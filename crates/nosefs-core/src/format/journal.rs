@@ -29,10 +29,11 @@
 //! their valid bit clear; entries naming their *slots* (never their contents) are written; one
 //! aligned 8-byte store of the tail commits, carrying the entry count and a CRC-32C of the entries
 //! and the new records, so one fence makes records, entries and tail durable together; the apply
-//! step sets valid bits and links; a second 8-byte store of zero clears the log. At mount every log
-//! with a nonzero tail whose checksum matches is replayed (replay is idempotent, so a crash during
-//! replay is replayed again); one whose checksum fails was torn by a crash and is discarded. The
-//! full protocol and the checksum's coverage are in docs/format.md and `namespace::txn::commit`.
+//! step sets valid bits and links; a second 8-byte store of zero clears the log (a directory log's
+//! clear is left in the cache and settled lazily, see docs/format.md). At mount every log with a
+//! nonzero tail whose checksum matches is replayed (replay is idempotent, so a crash during replay
+//! is replayed again); one whose checksum fails was torn by a crash and is discarded. The full
+//! protocol and the checksum's coverage are in docs/format.md and `namespace::txn::commit`.
 //!
 //! Invariants: a directory log's entry count is 1 to 63 when its tail is nonzero, and each of its
 //! entries has a known op and a slot in the pinode table; a file log's committed count is at most
