@@ -355,7 +355,24 @@ fn compare(fs: &Fs, thread: usize, model: &Model) {
 }
 
 fn mount_bytes(bytes: &[u8]) -> Fs {
-    fsck_and_mount(bytes, THREADS)
+    track_durable(fsck_and_mount(bytes, THREADS))
+}
+
+/// Starts tracking what a power loss would keep, so that a crash remount mounts exactly that:
+/// every store not yet written back and fenced by its thread is lost (lazily cleared directory
+/// logs among them, whose records are then replayed).
+fn track_durable(fs: Fs) -> Fs {
+    let region = fs.image().region();
+    let now = region.snapshot();
+    region.recorder().unwrap().track_durable(now);
+    fs
+}
+
+/// The image a power loss would leave now.
+fn crash_image(fs: &Fs) -> Vec<u8> {
+    let region = fs.image().region();
+    let image = region.recorder().unwrap().durable_image();
+    image.expect("durable tracking is on")
 }
 
 fn fresh_fs() -> Fs {
@@ -367,11 +384,13 @@ fn fresh_fs() -> Fs {
     g.hash_seed = 99;
     let region = Region::recording(params.image_bytes).unwrap();
     nosefs_core::mkfs::format_region(&region, &g, (0, 0)).unwrap();
-    let fs = Fs::mount_image(
-        Image::from_region(region).unwrap(),
-        &MountOptions::default(),
-    )
-    .unwrap();
+    let fs = track_durable(
+        Fs::mount_image(
+            Image::from_region(region).unwrap(),
+            &MountOptions::default(),
+        )
+        .unwrap(),
+    );
     for t in 0..THREADS {
         fs.mkdir(ROOT_INO, format!("t{t}").as_bytes(), 0o755, OWNER)
             .unwrap();
@@ -411,7 +430,7 @@ proptest! {
             for (t, model) in models.iter().enumerate() {
                 compare(&fs, t, model);
             }
-            let bytes = if clean { fs.unmount().into_region().snapshot() } else { fs.image().region().snapshot() };
+            let bytes = if clean { fs.unmount().into_region().snapshot() } else { crash_image(&fs) };
             fs = mount_bytes(&bytes);
             for (t, model) in models.iter().enumerate() {
                 compare(&fs, t, model);

@@ -22,9 +22,10 @@
 //!    something else by then.
 //!
 //! Settling everything costs one write-back per unsettled log and one fence. It runs when the
-//! limbo passes [`LIMBO_MAX_ITEMS`], when an allocation finds nothing, and at unmount (so a clean
-//! image has every tail durably zero). Recovery replays every intact committed log, in any order:
-//! by the rules above, at most one of them (the commit a crash interrupted) changes anything.
+//! limbo passes [`LIMBO_MAX_ITEMS`], when an allocation finds nothing, at syncfs and at unmount
+//! (so a clean image has every tail durably zero). Recovery replays every intact committed log,
+//! in any order: by the rules above, only the commits a crash interrupted change anything, and
+//! those touch disjoint buckets and slots (each held its buckets' locks and its own new slots).
 //!
 //! File logs are not affected: [`super::fjournal::commit`] still clears its log durably.
 

@@ -1,9 +1,14 @@
 //! The recording backend's log: every store, flush and fence, in program order.
 //!
 //! It also tracks which cache lines are not yet durable, so that any test can assert that an
-//! operation which promised durability left nothing in flight ([`Recorder::unpersisted_lines`]).
+//! operation which promised durability left nothing in flight ([`Recorder::unpersisted_lines`]),
+//! and, on request, the image a power loss would leave right now if nothing in flight persisted
+//! ([`Recorder::track_durable`]). That image follows the crash model per thread: a store is
+//! durable once a thread that wrote its line back (or the thread that stored it non-temporally)
+//! has fenced since.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
+use std::thread::ThreadId;
 
 use super::CACHE_LINE;
 
@@ -51,6 +56,54 @@ pub struct Recorder {
     dirty: BTreeSet<u64>,
     /// Lines flushed (or written non-temporally) and not yet fenced.
     unfenced: BTreeSet<u64>,
+    /// The durable image and the stores in flight, when tracked.
+    durable: Option<Durable>,
+}
+
+/// What a power loss would keep: the durable bytes, and the stores not yet durable.
+#[derive(Debug)]
+struct Durable {
+    image: Vec<u8>,
+    in_flight: Vec<InFlight>,
+    /// Bit per thread that has touched the region, in order of first use.
+    threads: HashMap<ThreadId, u32>,
+}
+
+/// A store not yet durable.
+#[derive(Debug)]
+struct InFlight {
+    offset: u64,
+    bytes: Vec<u8>,
+    /// Threads whose next fence makes it durable.
+    fenced_by: u64,
+}
+
+impl Durable {
+    /// Records a store in flight, one piece per cache line (each line is written back alone).
+    fn push(&mut self, offset: u64, bytes: &[u8], fenced_by: u64) {
+        let mut at = 0usize;
+        while at < bytes.len() {
+            let start = offset + at as u64;
+            let line_end = (start / CACHE_LINE + 1) * CACHE_LINE;
+            let n = ((line_end - start) as usize).min(bytes.len() - at);
+            self.in_flight.push(InFlight {
+                offset: start,
+                bytes: bytes[at..at + n].to_vec(),
+                fenced_by,
+            });
+            at += n;
+        }
+    }
+
+    fn thread_bit(&mut self) -> u64 {
+        let next = self.threads.len() as u32;
+        let index = *self
+            .threads
+            .entry(std::thread::current().id())
+            .or_insert(next);
+        assert!(index < 64, "durable tracking models at most 64 threads");
+        1 << index
+    }
 }
 
 fn lines(offset: u64, len: u64) -> impl Iterator<Item = u64> {
@@ -65,6 +118,22 @@ fn lines(offset: u64, len: u64) -> impl Iterator<Item = u64> {
 }
 
 impl Recorder {
+    /// Starts tracking the durable image, from `image`, the region's content now with nothing in
+    /// flight.
+    pub fn track_durable(&mut self, image: Vec<u8>) {
+        self.durable = Some(Durable {
+            image,
+            in_flight: Vec::new(),
+            threads: HashMap::new(),
+        });
+    }
+
+    /// The image a power loss would leave now if nothing in flight persisted; `None` unless
+    /// [`Recorder::track_durable`] was called.
+    pub fn durable_image(&self) -> Option<Vec<u8>> {
+        self.durable.as_ref().map(|d| d.image.clone())
+    }
+
     /// Tags the events that follow with operation number `op`.
     pub fn set_op(&mut self, op: u32) {
         self.op = op;
@@ -91,6 +160,9 @@ impl Recorder {
             self.unfenced.remove(&line);
             self.dirty.insert(line);
         }
+        if let Some(d) = &mut self.durable {
+            d.push(offset, bytes, 0);
+        }
         self.events.push(Event::Store {
             offset,
             bytes: bytes.to_vec(),
@@ -102,6 +174,10 @@ impl Recorder {
         for line in lines(offset, bytes.len() as u64) {
             self.dirty.remove(&line);
             self.unfenced.insert(line);
+        }
+        if let Some(d) = &mut self.durable {
+            let bit = d.thread_bit();
+            d.push(offset, bytes, bit);
         }
         self.events.push(Event::StoreNt {
             offset,
@@ -115,11 +191,31 @@ impl Recorder {
         if self.dirty.remove(&line) {
             self.unfenced.insert(line);
         }
+        if let Some(d) = &mut self.durable {
+            let bit = d.thread_bit();
+            for s in &mut d.in_flight {
+                if s.offset / CACHE_LINE * CACHE_LINE == line {
+                    s.fenced_by |= bit;
+                }
+            }
+        }
         self.events.push(Event::Flush { line, op: self.op });
     }
 
     pub(super) fn fence(&mut self) {
         self.unfenced.clear();
+        if let Some(d) = &mut self.durable {
+            let bit = d.thread_bit();
+            let image = &mut d.image;
+            d.in_flight.retain(|s| {
+                if s.fenced_by & bit == 0 {
+                    return true;
+                }
+                let at = s.offset as usize;
+                image[at..at + s.bytes.len()].copy_from_slice(&s.bytes);
+                false
+            });
+        }
         self.events.push(Event::Fence { op: self.op });
     }
 }

@@ -226,3 +226,32 @@ fn flush_kind_parses_and_prints() {
     assert!("wbinvd".parse::<FlushKind>().is_err());
     assert!(FlushKind::detect().is_supported());
 }
+
+#[test]
+fn the_durable_image_keeps_what_the_storing_threads_fenced() {
+    let region = Region::recording(4096).unwrap();
+    region.recorder().unwrap().track_durable(vec![0; 4096]);
+    region.write_bytes(0, &[1; 8]);
+    region.write_bytes(64, &[2; 8]);
+    region.flush(0, 8);
+    // Another thread's fence does not make this thread's write-back durable.
+    std::thread::scope(|s| {
+        s.spawn(|| region.fence());
+    });
+    let image = region.recorder().unwrap().durable_image().unwrap();
+    assert_eq!(image[0], 0, "flushed, but only another thread fenced");
+    region.fence();
+    let image = region.recorder().unwrap().durable_image().unwrap();
+    assert_eq!(
+        image[0], 1,
+        "flushed and fenced by the thread that wrote it back"
+    );
+    assert_eq!(image[64], 0, "stored, never written back");
+    // A line stored again after its write-back keeps only what was written back.
+    region.write_bytes(128, &[3; 8]);
+    region.flush(128, 8);
+    region.write_bytes(128, &[4; 8]);
+    region.fence();
+    let image = region.recorder().unwrap().durable_image().unwrap();
+    assert_eq!(image[128], 3);
+}
