@@ -136,7 +136,23 @@ fn compare(fs: &Fs, inos: &[u64], files: &[ModelFile]) {
 fn mount_bytes(bytes: &[u8]) -> Fs {
     let fs = fsck_and_mount(bytes, THREADS);
     assert_eq!(fs.mount_report().bitmap_mismatches, 0);
+    track_durable(fs)
+}
+
+/// Starts tracking what a power loss would keep, so that a crash remount mounts exactly that:
+/// every store not yet written back and fenced by its thread is lost.
+fn track_durable(fs: Fs) -> Fs {
+    let region = fs.image().region();
+    let now = region.snapshot();
+    region.recorder().unwrap().track_durable(now);
     fs
+}
+
+/// The image a power loss would leave now.
+fn crash_image(fs: &Fs) -> Vec<u8> {
+    let region = fs.image().region();
+    let image = region.recorder().unwrap().durable_image();
+    image.expect("durable tracking is on")
 }
 
 fn fresh_fs() -> (Fs, Vec<Vec<u64>>) {
@@ -148,11 +164,13 @@ fn fresh_fs() -> (Fs, Vec<Vec<u64>>) {
     g.hash_seed = 7;
     let region = Region::recording(params.image_bytes).unwrap();
     nosefs_core::mkfs::format_region(&region, &g, (0, 0)).unwrap();
-    let fs = Fs::mount_image(
-        Image::from_region(region).unwrap(),
-        &MountOptions::default(),
-    )
-    .unwrap();
+    let fs = track_durable(
+        Fs::mount_image(
+            Image::from_region(region).unwrap(),
+            &MountOptions::default(),
+        )
+        .unwrap(),
+    );
     let inos = (0..THREADS)
         .map(|t| {
             (0..FILES_PER_THREAD)
@@ -199,7 +217,7 @@ proptest! {
                 let free = fs.free_data_blocks();
                 (fs.unmount().into_region().snapshot(), Some(free))
             } else {
-                (fs.image().region().snapshot(), None)
+                (crash_image(&fs), None)
             };
             for files in &mut models {
                 for f in files.iter_mut() {
