@@ -122,6 +122,9 @@ pub fn commit(
         .iter()
         .all(|&o| image.extent(u64::from(o)).is_valid()));
 
+    // The header and entries are composed first; the records' write-backs then run while the
+    // rest of the commit is prepared.
+    let header = compose_header(c, overflow);
     // 1. New extents, invalid until applied.
     for (eno, record) in c.new {
         let offset = g.extent_offset(u64::from(*eno));
@@ -132,7 +135,7 @@ pub fn commit(
         region.fence();
     }
     // 2. Header and entries.
-    let (header, log_bytes) = write_header_and_entries(image, log, overflow, c);
+    let log_bytes = write_header_and_entries(image, log, overflow, c, &header);
     // 3. The commit point. The checksum comes from the header, entries and records in hand, not
     //    read back from lines whose write-back is in flight (that stalls); only new data is read.
     //    Header, entries and tail share the log's lines, written back once, in any order: the
@@ -177,17 +180,8 @@ pub fn commit(
     );
 }
 
-/// Writes the log header and entries (the overflow blocks' entries flushed); returns the header
-/// and how many bytes of the log (from its start) the commit must write back with its tail.
-fn write_header_and_entries(
-    image: &Image,
-    log: u64,
-    overflow: &[u64],
-    c: &FileCommit<'_>,
-) -> (FileLog, u64) {
-    let region = image.region();
-    let g = image.geometry();
-    let log_offset = g.file_log_offset(log);
+/// The log header of commit `c` (tail zero), with the entries that fit in the log itself.
+fn compose_header(c: &FileCommit<'_>, overflow: &[u64]) -> FileLog {
     let n = c.entry_count();
     let mut header = FileLog::new_zeroed();
     header.ino = U64::new(c.ino);
@@ -205,6 +199,22 @@ fn write_header_and_entries(
     for (i, word) in header.entries.iter_mut().enumerate().take(n) {
         *word = U64::new(c.entry(i).encode());
     }
+    header
+}
+
+/// Writes the log header and entries of `c` (the overflow blocks' entries flushed); returns how
+/// many bytes of the log (from its start) the commit must write back with its tail.
+fn write_header_and_entries(
+    image: &Image,
+    log: u64,
+    overflow: &[u64],
+    c: &FileCommit<'_>,
+    header: &FileLog,
+) -> u64 {
+    let region = image.region();
+    let g = image.geometry();
+    let log_offset = g.file_log_offset(log);
+    let n = c.entry_count();
     let here = n.min(FILE_LOG_ENTRIES) as u64;
     let bytes = &header.as_bytes()[8..(ENTRIES_OFFSET + 8 * here) as usize];
     region.write_bytes(log_offset + 8, bytes);
@@ -218,8 +228,7 @@ fn write_header_and_entries(
         region.write(base + OVERFLOW_NEXT_OFFSET, &U64::new(next));
         region.flush(base, BLOCK_SIZE);
     }
-    let log_bytes = ENTRIES_OFFSET + 8 * here;
-    (header, log_bytes)
+    ENTRIES_OFFSET + 8 * here
 }
 
 /// The `count` entries of file log `log`, following its overflow chain, or why they cannot be
@@ -317,15 +326,7 @@ fn checksum_of(
             if data_bytes > CHECKSUM_DATA_LIMIT_BYTES {
                 return None;
             }
-            let mut chunk = [0u8; 4096];
-            let mut done = 0;
-            while done < l {
-                let n = (l - done).min(chunk.len() as u64) as usize;
-                let at = g.block_offset(0) + a + done;
-                image.region().read_bytes(at, &mut chunk[..n]);
-                crc = crc32c::crc32c_append(crc, &chunk[..n]);
-                done += n as u64;
-            }
+            crc = image.region().crc32c_append(crc, g.block_offset(0) + a, l);
         }
     }
     Some(crc)

@@ -120,6 +120,11 @@ pub fn commit(image: &Image, log: u64, txn: &mut Txn) {
         "directory log {log} is not empty"
     );
 
+    // The entries (slots only) are composed first; the records' write-backs then run while the
+    // rest of the commit is prepared.
+    let mut entries = [0u64; DIR_LOG_ENTRIES];
+    fill_log_entries(txn, &mut entries);
+    let entries = &entries[..n];
     // 1. New records, invalid until applied. Each insert's hash_next is the head its bucket will
     //    have once this transaction's removes and earlier inserts are applied.
     let buckets = link_inserts_ahead(image, txn);
@@ -135,9 +140,6 @@ pub fn commit(image: &Image, log: u64, txn: &mut Txn) {
         region.flush(offset, PINODE_BYTES);
     }
     // 2. The entries.
-    let mut entries = [0u64; DIR_LOG_ENTRIES];
-    fill_log_entries(txn, &mut entries);
-    let entries = &entries[..n];
     region.write_bytes(log_offset + 8, entries.as_bytes());
     // 3. The commit point: the count and a checksum of the entries and of every record above,
     //    in one atomic word. One fence makes records, entries and tail durable together; if a
@@ -578,11 +580,8 @@ fn checksum_data(image: &Image, p: &Pinode, mut crc: u32) -> u32 {
         let (offset, length) = (u64::from(e.block_offset.get()), u64::from(e.length.get()));
         let blocks = (offset + length).div_ceil(crate::format::BLOCK_SIZE);
         if start + blocks <= g.data_block_count() && length <= crate::format::BLOCK_SIZE * 16 {
-            let mut bytes = vec![0u8; length as usize];
-            image
-                .region()
-                .read_bytes(g.block_offset(start) + offset, &mut bytes);
-            crc = crc32c::crc32c_append(crc, &bytes);
+            let at = g.block_offset(start) + offset;
+            crc = image.region().crc32c_append(crc, at, length);
         }
         eno = u64::from(e.next.get());
         steps += 1;

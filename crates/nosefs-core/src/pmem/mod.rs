@@ -238,6 +238,16 @@ impl Region {
         unsafe { std::ptr::copy_nonoverlapping(ptr, out.as_mut_ptr(), out.len()) };
     }
 
+    /// Continues CRC-32C `crc` over the `len` bytes at `offset`, read in place rather than
+    /// copied out first.
+    pub fn crc32c_append(&self, crc: u32, offset: u64, len: u64) -> u32 {
+        let ptr = self.check(offset, len);
+        // SAFETY: in bounds (checked) and only read; as for `read_bytes`, writers to these bytes
+        // are kept apart by the caller's locks.
+        let bytes = unsafe { std::slice::from_raw_parts(ptr.cast_const(), len as usize) };
+        crc32c::crc32c_append(crc, bytes)
+    }
+
     /// Loads an aligned 8-byte word atomically (the counterpart of [`Region::store_u64_persist`]).
     #[inline]
     pub fn load_u64(&self, offset: u64) -> u64 {
