@@ -55,7 +55,7 @@ pub(super) fn mount(image: Image, options: &MountOptions) -> Result<Fs> {
         extents: SlotPools::new(cpus, free_extents(&image)),
         blocks: crate::alloc::BlockAllocator::from_bitmap(&data.used, g.data_block_count(), cpus),
         logs: (0..g.dir_log_count()).map(|_| Mutex::new(())).collect(),
-        settler: super::settle::Settler::new(g.dir_log_count()),
+        settler: super::settle::Settler::new(g.dir_log_count(), cpus),
         file_logs: SlotPools::new(cpus, 1..g.file_log_count() as u32),
         sync_writes: options.sync,
         next_ino: AtomicU64::new(scan.max_ino + 1),

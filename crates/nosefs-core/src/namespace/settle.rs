@@ -36,7 +36,8 @@ use smallvec::SmallVec;
 
 use crate::image::Image;
 
-/// Items (slots, records, extents, block runs) the limbo holds before it settles everything.
+/// Items (slots, records, extents, block runs) one CPU's part of the limbo holds before it
+/// settles everything.
 pub const LIMBO_MAX_ITEMS: usize = 1024;
 
 /// What directory commits freed, held until every log is settled.
@@ -53,6 +54,13 @@ pub struct Limbo {
 }
 
 impl Limbo {
+    fn append(&mut self, other: &mut Limbo) {
+        self.pinodes.append(&mut other.pinodes);
+        self.long_names.append(&mut other.long_names);
+        self.extents.append(&mut other.extents);
+        self.blocks.append(&mut other.blocks);
+    }
+
     fn items(&self) -> usize {
         self.pinodes.len() + self.long_names.len() + self.extents.len() + self.blocks.len()
     }
@@ -76,19 +84,20 @@ pub struct Settler {
     /// Per log: the number of its unsettled record, or 0 when its tail is durably zero (or
     /// durably replaced by a later commit's).
     unsettled: Vec<AtomicU64>,
-    limbo: Mutex<Limbo>,
+    /// Per CPU, like the slot pools, so that removals on different CPUs never share a lock.
+    limbo: Vec<Mutex<Limbo>>,
 }
 
 /// Bits of a commit's name ([`Settler::cleared_lazily`]) that hold its number in its log.
 const NUMBER_BITS: u32 = 48;
 
 impl Settler {
-    /// Every one of `logs` settled (as after recovery), nothing held back.
-    pub fn new(logs: u64) -> Settler {
+    /// Every one of `logs` settled (as after recovery), nothing held back; limbo parts for `cpus`.
+    pub fn new(logs: u64, cpus: usize) -> Settler {
         Settler {
             commits: (0..logs).map(|_| AtomicU64::new(0)).collect(),
             unsettled: (0..logs).map(|_| AtomicU64::new(0)).collect(),
-            limbo: Mutex::new(Limbo::default()),
+            limbo: (0..cpus.max(1)).map(|_| Mutex::default()).collect(),
         }
     }
 
@@ -147,7 +156,8 @@ impl Settler {
     /// Holds back what `hold` adds to the limbo. Returns whether the limbo is now full, and the
     /// caller should [`Settler::settle_all`].
     pub fn hold(&self, hold: impl FnOnce(&mut Limbo)) -> bool {
-        let mut limbo = self.limbo.lock();
+        let cpu = rustix::thread::sched_getcpu() % self.limbo.len();
+        let mut limbo = self.limbo[cpu].lock();
         hold(&mut limbo);
         limbo.items() >= LIMBO_MAX_ITEMS
     }
@@ -157,7 +167,10 @@ impl Settler {
     /// its commit stored its clear, so the write-backs below cover that clear (or a later
     /// commit's record on the same line).
     pub fn settle_all(&self, image: &Image) -> Limbo {
-        let released = std::mem::take(&mut *self.limbo.lock());
+        let mut released = Limbo::default();
+        for part in &self.limbo {
+            released.append(&mut part.lock());
+        }
         let logs: Vec<u64> = (0..self.unsettled.len() as u64)
             .filter(|&log| self.is_unsettled(log))
             .collect();
@@ -167,11 +180,17 @@ impl Settler {
 
     /// Blocks held back now (they are free as far as space accounting goes).
     pub fn held_blocks(&self) -> u64 {
-        self.limbo.lock().block_count()
+        self.limbo
+            .iter()
+            .map(|part| part.lock().block_count())
+            .sum()
     }
 
     /// Pinode slots held back now.
     pub fn held_pinodes(&self) -> usize {
-        self.limbo.lock().pinodes.len()
+        self.limbo
+            .iter()
+            .map(|part| part.lock().pinodes.len())
+            .sum()
     }
 }
