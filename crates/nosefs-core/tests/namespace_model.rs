@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 
 mod common;
 
-use common::{fsck_and_mount, model_cases};
+use common::{crash_image, fsck_and_mount, model_cases, track_durable};
 use nosefs_core::format::layout::{Geometry, MkfsParams};
 use nosefs_core::image::Image;
 use nosefs_core::namespace::{Fs, MountOptions, Owner, RenameFlags, SetAttr, ROOT_INO};
@@ -356,23 +356,6 @@ fn compare(fs: &Fs, thread: usize, model: &Model) {
 
 fn mount_bytes(bytes: &[u8]) -> Fs {
     track_durable(fsck_and_mount(bytes, THREADS))
-}
-
-/// Starts tracking what a power loss would keep, so that a crash remount mounts exactly that:
-/// every store not yet written back and fenced by its thread is lost (lazily cleared directory
-/// logs among them, whose records are then replayed).
-fn track_durable(fs: Fs) -> Fs {
-    let region = fs.image().region();
-    let now = region.snapshot();
-    region.recorder().unwrap().track_durable(now);
-    fs
-}
-
-/// The image a power loss would leave now.
-fn crash_image(fs: &Fs) -> Vec<u8> {
-    let region = fs.image().region();
-    let image = region.recorder().unwrap().durable_image();
-    image.expect("durable tracking is on")
 }
 
 fn fresh_fs() -> Fs {

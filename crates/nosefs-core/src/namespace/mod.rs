@@ -430,18 +430,21 @@ impl Fs {
             .ok_or(Errno::ENOSPC.into())
     }
 
-    /// Runs `alloc`; when it finds nothing and directory commits hold freed resources back,
-    /// settles the directory logs, returns those resources, and runs it again.
+    /// Runs `alloc`; when it finds nothing, settles the directory logs, returns what directory
+    /// commits held back, and runs it again (also when this settle found nothing: a concurrent
+    /// one may just have returned what it took, and `settle_all` waits for it).
     fn alloc_or_settle<T>(&self, alloc: impl Fn() -> Option<T>) -> Option<T> {
-        alloc().or_else(|| if self.settle_all() { alloc() } else { None })
+        alloc().or_else(|| {
+            self.settle_all();
+            alloc()
+        })
     }
 
     /// Settles every directory log and returns what directory commits held back to the pools
     /// ([`settle`]). Returns whether anything was held back.
     fn settle_all(&self) -> bool {
-        let released = self.settler.settle_all(&self.image);
-        self.return_to_pools(&released);
-        !released.is_empty()
+        self.settler
+            .settle_all(&self.image, |released| self.return_to_pools(released))
     }
 
     /// Holds back resources a directory commit freed until the logs are settled ([`settle`]).

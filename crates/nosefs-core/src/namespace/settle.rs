@@ -86,6 +86,9 @@ pub struct Settler {
     unsettled: Vec<AtomicU64>,
     /// Per CPU, like the slot pools, so that removals on different CPUs never share a lock.
     limbo: Vec<Mutex<Limbo>>,
+    /// Held by [`Settler::settle_all`] until what it released is back in the pools, so that an
+    /// allocation that settles after finding nothing also sees what a concurrent settle took.
+    settling: Mutex<()>,
 }
 
 /// Bits of a commit's name ([`Settler::cleared_lazily`]) that hold its number in its log.
@@ -98,6 +101,7 @@ impl Settler {
             commits: (0..logs).map(|_| AtomicU64::new(0)).collect(),
             unsettled: (0..logs).map(|_| AtomicU64::new(0)).collect(),
             limbo: (0..cpus.max(1)).map(|_| Mutex::default()).collect(),
+            settling: Mutex::new(()),
         }
     }
 
@@ -162,11 +166,13 @@ impl Settler {
         limbo.items() >= LIMBO_MAX_ITEMS
     }
 
-    /// Settles every log and hands back everything held until now, for the caller to return to
-    /// its pools. The limbo is taken *before* the write-backs: everything in it was freed after
-    /// its commit stored its clear, so the write-backs below cover that clear (or a later
-    /// commit's record on the same line).
-    pub fn settle_all(&self, image: &Image) -> Limbo {
+    /// Settles every log and hands everything held until now to `give_back` (which returns it
+    /// to the pools) before another settle can start. Returns whether anything was held. The
+    /// limbo is taken *before* the write-backs: everything in it was freed after its commit
+    /// stored its clear, so the write-backs below cover that clear (or a later commit's record
+    /// on the same line).
+    pub fn settle_all(&self, image: &Image, give_back: impl FnOnce(&Limbo)) -> bool {
+        let _one_at_a_time = self.settling.lock();
         let mut released = Limbo::default();
         for part in &self.limbo {
             released.append(&mut part.lock());
@@ -175,7 +181,8 @@ impl Settler {
             .filter(|&log| self.is_unsettled(log))
             .collect();
         self.settle(image, &logs);
-        released
+        give_back(&released);
+        !released.is_empty()
     }
 
     /// Blocks held back now (they are free as far as space accounting goes).

@@ -188,3 +188,20 @@ pub fn fsck_and_mount(bytes: &[u8], cpus: usize) -> nosefs_core::namespace::Fs {
     };
     Fs::mount_image(image, &options).unwrap()
 }
+
+/// Starts tracking what a power loss would keep, so that a crash remount mounts exactly that:
+/// every store not yet written back and fenced by its thread is lost (a lazily cleared directory
+/// log's clear among them, whose record is then replayed; a write not yet fsynced).
+pub fn track_durable(fs: nosefs_core::namespace::Fs) -> nosefs_core::namespace::Fs {
+    let region = fs.image().region();
+    let now = region.snapshot();
+    region.recorder().unwrap().track_durable(now);
+    fs
+}
+
+/// The image a power loss would leave now ([`track_durable`] must be on).
+pub fn crash_image(fs: &nosefs_core::namespace::Fs) -> Vec<u8> {
+    let region = fs.image().region();
+    let image = region.recorder().unwrap().durable_image();
+    image.expect("durable tracking is on")
+}
