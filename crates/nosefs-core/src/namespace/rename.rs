@@ -64,7 +64,14 @@ impl Fs {
             self.prefetch_nvm_bucket(bucket);
             std::hint::black_box(self.mirror[bucket as usize].sequence());
         }
+        let (b1, b2) = (
+            self.bucket_index(h1) as usize,
+            self.bucket_index(h2) as usize,
+        );
         loop {
+            // The buckets' sequences before the lookups: unchanged and even after the inodes are
+            // locked, they say that neither name changed in between, without looking again.
+            let seqs = (self.mirror[b1].sequence(), self.mirror[b2].sequence());
             let src = self.find_hashed(p1, n1, h1).ok_or(Errno::ENOENT)?;
             let Some(src_inode) = self
                 .inodes
@@ -88,13 +95,19 @@ impl Fs {
                     .as_ref()
                     .is_some_and(|(_, d)| flags.exchange && moves_dir(d)))
             .then(|| self.topology.lock());
-            let mut all: Vec<&Arc<Inode>> = vec![&from, &to, &src_inode];
-            if let Some((_, d)) = &dst {
-                all.push(d);
-            }
-            let mut locked = self.lock_inodes(&all);
-            if self.find_hashed(p1, n1, h1) != Some(src)
-                || self.find_hashed(p2, n2, h2) != dst.as_ref().map(|(e, _)| *e)
+            let mut locked = {
+                let mut all: SmallVec<[&Arc<Inode>; 4]> = smallvec![&from, &to, &src_inode];
+                if let Some((_, d)) = &dst {
+                    all.push(d);
+                }
+                self.lock_inodes(&all)
+            };
+            let unchanged = seqs.0 % 2 == 0
+                && seqs.1 % 2 == 0
+                && (self.mirror[b1].sequence(), self.mirror[b2].sequence()) == seqs;
+            if !unchanged
+                && (self.find_hashed(p1, n1, h1) != Some(src)
+                    || self.find_hashed(p2, n2, h2) != dst.as_ref().map(|(e, _)| *e))
             {
                 continue;
             }
