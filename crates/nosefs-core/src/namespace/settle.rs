@@ -201,3 +201,53 @@ impl Settler {
             .sum()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::namespace::tests::fresh;
+
+    #[test]
+    fn a_mark_names_its_record_until_the_log_moves_on_or_settles() {
+        let h = fresh(None);
+        let image = h.fs().image();
+        let settler = Settler::new(image.geometry().dir_log_count(), 2);
+        let first = settler.cleared_lazily(5);
+        assert_eq!(settler.unsettled_log_of(first), Some(5));
+        assert_eq!(settler.unsettled_log_of(0), None, "no commit since mount");
+        // A later commit through the same log replaced the record on the media.
+        let second = settler.cleared_lazily(5);
+        assert_eq!(settler.unsettled_log_of(first), None);
+        assert_eq!(settler.unsettled_log_of(second), Some(5));
+        // Settling writes the tail line back and fences it.
+        let tail = image.geometry().dir_log_offset(5);
+        image.region().store_u64(tail, 0);
+        settler.settle(image, &[5]);
+        assert_eq!(settler.unsettled_log_of(second), None);
+        assert!(!settler.is_unsettled(5));
+        let in_flight = image.region().recorder().unwrap().unpersisted_lines();
+        assert!(!in_flight.contains(&tail), "the settled tail is durable");
+    }
+
+    #[test]
+    fn the_limbo_fills_per_cpu_and_settling_hands_everything_back_once() {
+        let h = fresh(None);
+        let image = h.fs().image();
+        let settler = Settler::new(image.geometry().dir_log_count(), 1);
+        settler.cleared_lazily(3);
+        for slot in 1..LIMBO_MAX_ITEMS as u32 {
+            assert!(!settler.hold(|limbo| limbo.pinodes.push(slot)));
+        }
+        assert!(settler.hold(|limbo| limbo.blocks.push((100, 4))), "full");
+        assert_eq!(settler.held_blocks(), 4);
+        let mut returned = 0;
+        assert!(settler.settle_all(image, |limbo| returned = limbo.items()));
+        assert_eq!(returned, LIMBO_MAX_ITEMS);
+        assert!(
+            !settler.is_unsettled(3),
+            "settling everything settles every log"
+        );
+        assert!(!settler.settle_all(image, |limbo| assert!(limbo.is_empty())));
+        assert_eq!((settler.held_blocks(), settler.held_pinodes()), (0, 0));
+    }
+}
