@@ -8,6 +8,8 @@
 //! has fenced since.
 
 use std::collections::{BTreeSet, HashMap};
+
+use smallvec::SmallVec;
 use std::thread::ThreadId;
 
 use super::CACHE_LINE;
@@ -205,17 +207,55 @@ impl Recorder {
     pub(super) fn fence(&mut self) {
         self.unfenced.clear();
         if let Some(d) = &mut self.durable {
-            let bit = d.thread_bit();
-            let image = &mut d.image;
-            d.in_flight.retain(|s| {
-                if s.fenced_by & bit == 0 {
-                    return true;
-                }
-                let at = s.offset as usize;
-                image[at..at + s.bytes.len()].copy_from_slice(&s.bytes);
-                false
-            });
+            d.fence();
         }
         self.events.push(Event::Fence { op: self.op });
+    }
+}
+
+impl Durable {
+    /// The calling thread's fence: its stores become durable, in program order. An older store
+    /// of another thread to the same bytes can no longer reach the media after them (the line's
+    /// later write-back, or the non-temporal store, supersedes it), so its overlap is dropped.
+    fn fence(&mut self) {
+        let bit = self.thread_bit();
+        let mut kept: Vec<InFlight> = Vec::with_capacity(self.in_flight.len());
+        for s in std::mem::take(&mut self.in_flight) {
+            if s.fenced_by & bit == 0 {
+                kept.push(s);
+                continue;
+            }
+            let at = s.offset as usize;
+            self.image[at..at + s.bytes.len()].copy_from_slice(&s.bytes);
+            let (start, end) = (s.offset, s.offset + s.bytes.len() as u64);
+            kept = kept
+                .into_iter()
+                .flat_map(|older| older.without(start, end))
+                .collect();
+        }
+        self.in_flight = kept;
+    }
+}
+
+impl InFlight {
+    /// What is left of this store outside `[start, end)`: nothing, itself, or one or two parts.
+    fn without(self, start: u64, end: u64) -> SmallVec<[InFlight; 2]> {
+        let (s, e) = (self.offset, self.offset + self.bytes.len() as u64);
+        if end <= s || e <= start {
+            return smallvec::smallvec![self];
+        }
+        let part = |from: u64, to: u64| InFlight {
+            offset: from,
+            bytes: self.bytes[(from - s) as usize..(to - s) as usize].to_vec(),
+            fenced_by: self.fenced_by,
+        };
+        let mut parts = SmallVec::new();
+        if s < start {
+            parts.push(part(s, start));
+        }
+        if end < e {
+            parts.push(part(end, e));
+        }
+        parts
     }
 }

@@ -254,4 +254,19 @@ fn the_durable_image_keeps_what_the_storing_threads_fenced() {
     region.fence();
     let image = region.recorder().unwrap().durable_image().unwrap();
     assert_eq!(image[128], 3);
+    // A newer non-temporal store by another thread wins over an older write-back fenced later.
+    region.write_bytes(192, &[5; 8]);
+    region.flush(192, 8);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            region.copy_nt(192, &[6; 8]);
+            region.fence();
+        });
+    });
+    region.fence();
+    let image = region.recorder().unwrap().durable_image().unwrap();
+    assert_eq!(
+        image[192], 6,
+        "the older store may not land after the newer one"
+    );
 }
