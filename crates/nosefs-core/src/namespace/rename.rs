@@ -58,16 +58,14 @@ impl Fs {
         let from = self.dir_inode(p1)?;
         let to = self.dir_inode(p2)?;
         let (h1, h2) = (self.hash(p1, n1), self.hash(p2, n2));
-        // Both names' buckets, DRAM and NVM, start missing at once instead of one after another.
-        for hash in [h1, h2] {
-            let bucket = self.bucket_index(hash);
-            self.prefetch_nvm_bucket(bucket);
-            std::hint::black_box(self.mirror[bucket as usize].sequence());
-        }
         let (b1, b2) = (
             self.bucket_index(h1) as usize,
             self.bucket_index(h2) as usize,
         );
+        // Both names' NVM buckets start missing now; reading both mirror buckets' sequences
+        // below does the same for the DRAM side, so the four misses overlap.
+        self.prefetch_nvm_bucket(b1 as u64);
+        self.prefetch_nvm_bucket(b2 as u64);
         loop {
             // The buckets' sequences before the lookups: unchanged and even after the inodes are
             // locked, they say that neither name changed in between, without looking again.
