@@ -20,6 +20,8 @@
 //!   insert, and [`FileMap::pending`] sorts out the stale entries once per commit.
 
 use std::collections::{BTreeMap, HashMap};
+
+use super::chunkmap::ChunkMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
 use smallvec::SmallVec;
@@ -166,7 +168,7 @@ pub struct Punched {
 /// A file's pieces.
 #[derive(Debug, Default, Clone)]
 pub struct FileMap {
-    pieces: BTreeMap<u64, Piece>,
+    pieces: ChunkMap<Piece>,
     refs: BlockRefs,
     pending: Vec<u64>,
     pending_count: usize,
@@ -203,7 +205,7 @@ impl FileMap {
 
     /// Removes the piece at exactly `offset` and returns it.
     pub fn remove(&mut self, offset: u64) -> Piece {
-        let piece = self.pieces.remove(&offset).expect("a piece at the offset");
+        let piece = self.pieces.remove(offset).expect("a piece at the offset");
         self.refs.remove(piece.addr, piece.len);
         if piece.eno == 0 {
             self.forget_pending();
@@ -251,7 +253,7 @@ impl FileMap {
 
     /// Cuts the piece at `offset` down to its first `len` bytes, as a pending piece.
     fn shrink(&mut self, offset: u64, len: u64) {
-        let piece = self.pieces.get_mut(&offset).expect("a piece at the offset");
+        let piece = self.pieces.get_mut(offset).expect("a piece at the offset");
         assert!(
             len > 0 && len < piece.len,
             "shrinking to {len} of {}",
@@ -272,40 +274,29 @@ impl FileMap {
     pub fn overlapping(&self, start: u64, end: u64) -> impl Iterator<Item = (u64, Piece)> + '_ {
         let before = self
             .pieces
-            .range(..start)
-            .next_back()
-            .filter(|(&o, p)| o + p.len > start);
-        before
-            .into_iter()
-            .chain(self.pieces.range(start..end))
-            .map(|(&o, &p)| (o, p))
+            .before(start)
+            .filter(|&(o, p)| o + p.len > start);
+        before.into_iter().chain(self.pieces.range(start, end))
     }
 
     /// The piece before file offset `offset` (starting strictly before it).
     pub fn before(&self, offset: u64) -> Option<(u64, Piece)> {
-        self.pieces
-            .range(..offset)
-            .next_back()
-            .map(|(&o, &p)| (o, p))
+        self.pieces.before(offset)
     }
 
     /// The piece after file offset `offset` (starting strictly after it).
     pub fn after(&self, offset: u64) -> Option<(u64, Piece)> {
-        use std::ops::Bound::{Excluded, Unbounded};
-        self.pieces
-            .range((Excluded(offset), Unbounded))
-            .next()
-            .map(|(&o, &p)| (o, p))
+        self.pieces.after(offset)
     }
 
     /// The piece at exactly `offset`.
     pub fn get(&self, offset: u64) -> Option<Piece> {
-        self.pieces.get(&offset).copied()
+        self.pieces.get(offset)
     }
 
     /// Sets the extent number of the piece at `offset` (a pending piece being committed, or back).
     pub fn set_eno(&mut self, offset: u64, eno: u32) {
-        let piece = self.pieces.get_mut(&offset).expect("a piece at the offset");
+        let piece = self.pieces.get_mut(offset).expect("a piece at the offset");
         let was_pending = piece.eno == 0;
         piece.eno = eno;
         if eno != 0 {
@@ -328,7 +319,7 @@ impl FileMap {
             let pieces = &self.pieces;
             self.pending.dedup();
             self.pending
-                .retain(|offset| pieces.get(offset).is_some_and(|p| p.eno == 0));
+                .retain(|&offset| pieces.get(offset).is_some_and(|p| p.eno == 0));
         }
         debug_assert_eq!(self.pending.len(), self.pending_count);
         self.pending.clone()
@@ -341,12 +332,12 @@ impl FileMap {
 
     /// All pieces in file order.
     pub fn iter(&self) -> impl Iterator<Item = (u64, Piece)> + '_ {
-        self.pieces.iter().map(|(&o, &p)| (o, p))
+        self.pieces.iter()
     }
 
     /// The last piece.
     pub fn last(&self) -> Option<(u64, Piece)> {
-        self.pieces.iter().next_back().map(|(&o, &p)| (o, p))
+        self.pieces.last()
     }
 
     /// Number of pieces.
@@ -370,7 +361,8 @@ impl FileMap {
         let mut end = 0;
         let mut space = Space::default();
         let mut refs = BlockRefs::default();
-        for (&offset, piece) in &self.pieces {
+        self.pieces.check();
+        for (offset, piece) in self.pieces.iter() {
             assert!(piece.len > 0, "empty piece at {offset}");
             assert!(offset >= end, "piece at {offset} overlaps the previous");
             assert!(
@@ -394,7 +386,7 @@ impl FileMap {
         assert_eq!(refs, self.refs, "block counts out of step");
         assert_eq!(
             self.pending_count,
-            self.pieces.values().filter(|p| p.eno == 0).count()
+            self.pieces.iter().filter(|(_, p)| p.eno == 0).count()
         );
     }
 }

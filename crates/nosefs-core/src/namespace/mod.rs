@@ -13,6 +13,7 @@
 //! place with atomic stores after the commit, and mount recomputes link counts from the tree, so a
 //! crash between the commit and those stores is repaired.
 
+mod chunkmap;
 mod file;
 mod filemap;
 pub mod fjournal;
