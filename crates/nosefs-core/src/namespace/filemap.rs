@@ -272,11 +272,10 @@ impl FileMap {
 
     /// Pieces overlapping file bytes `[start, end)`, in file order.
     pub fn overlapping(&self, start: u64, end: u64) -> impl Iterator<Item = (u64, Piece)> + '_ {
-        let before = self
-            .pieces
-            .before(start)
-            .filter(|&(o, p)| o + p.len > start);
-        before.into_iter().chain(self.pieces.range(start, end))
+        self.pieces
+            .range_from_before(start)
+            .skip_while(move |&(o, p)| o < start && o + p.len <= start)
+            .take_while(move |&(o, _)| o < end)
     }
 
     /// The piece before file offset `offset` (starting strictly before it).
