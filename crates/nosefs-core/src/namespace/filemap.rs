@@ -1,5 +1,5 @@
-//! A file's data in DRAM: its pieces by file offset (the paper's per-file index tree), and the
-//! blocks of the data zone they share (to decide when a block is free).
+//! A file's data in DRAM: its pieces by file offset (the paper's per-file index tree, kept as a
+//! [`ChunkMap`]), and the blocks of the data zone they share (to decide when a block is free).
 //!
 //! A *piece* is `len` bytes of the file at some file offset, stored at data-zone byte address
 //! `addr` (block × 4096 + offset in the block). A committed piece is exactly one extent on the
@@ -20,12 +20,11 @@
 //!   insert, and [`FileMap::pending`] sorts out the stale entries once per commit.
 
 use std::collections::{BTreeMap, HashMap};
-
-use super::chunkmap::ChunkMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
 use smallvec::SmallVec;
 
+use super::chunkmap::ChunkMap;
 use crate::format::BLOCK_SIZE;
 
 /// One contiguous piece of file data.
