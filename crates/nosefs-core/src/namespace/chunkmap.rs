@@ -195,12 +195,7 @@ impl<V: Copy> ChunkMap<V> {
 
     /// The entry with the largest key `< key`.
     pub fn before(&self, key: u64) -> Option<(u64, V)> {
-        if self.is_empty() {
-            return None;
-        }
-        let c = self.firsts.partition_point(|&f| f < key).checked_sub(1)?;
-        let i = self.chunks[c].keys.partition_point(|&k| k < key);
-        Some(self.at((c, i - 1)))
+        self.range_from_before(key).next().filter(|&(k, _)| k < key)
     }
 
     /// The entry with the smallest key `> key`.
