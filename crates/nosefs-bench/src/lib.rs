@@ -9,6 +9,7 @@
 //! not absolute times, carry the result.
 //!
 //! Code map: [`target`] (what runs: the native library or system calls on a directory),
+//! [`floor`] (the native library's persistence work alone, recorded and replayed),
 //! [`scratch`] (private tmpfs and ramdisk mounts), [`cleanup`] (undo on drop and on Ctrl-C),
 //! [`runner`] (threads, pinning, timed phases), [`workload`] (the micro-benchmarks), [`suite`]
 //! (a whole run), [`report`] and [`plot`] (table, JSON, markdown, SVG), [`matrix`] (the
@@ -17,6 +18,7 @@
 #![forbid(unsafe_code)]
 
 pub mod cleanup;
+pub mod floor;
 pub mod matrix;
 pub mod plot;
 pub mod report;

@@ -166,6 +166,9 @@ enum Prepared {
         place: PathBuf,
         sync: bool,
     },
+    Floor {
+        place: PathBuf,
+    },
     Dir {
         path: PathBuf,
         mount: Option<ScratchMount>,
@@ -180,6 +183,13 @@ fn prepare(spec: &TargetSpec, plan: &Plan) -> Result<Prepared, String> {
                 return Err(format!("{} does not exist", place.display()));
             }
             Ok(Prepared::Native { place, sync: *sync })
+        }
+        TargetSpec::Floor => {
+            let place = plan.image_dir.clone();
+            if !place.is_dir() {
+                return Err(format!("{} is not a directory", place.display()));
+            }
+            Ok(Prepared::Floor { place })
         }
         TargetSpec::Dir(path) => {
             if !path.is_dir() {
@@ -228,6 +238,7 @@ fn run_unit(
                 .map_err(|e| io::Error::other(format!("cannot prepare an image: {e}")))?;
             workload.run_once(&target, threads, sizes)
         }
+        Prepared::Floor { place } => crate::floor::run_once(place, workload, threads, sizes),
         Prepared::Dir { path, mount } => {
             let measured = {
                 let target = Syscalls::new(path)?;

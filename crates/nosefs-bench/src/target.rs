@@ -13,7 +13,8 @@ use std::os::fd::OwnedFd;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use nosefs_core::format::layout::MkfsParams;
+use nosefs_core::format::layout::{Geometry, MkfsParams};
+use nosefs_core::image::Image;
 use nosefs_core::namespace::{Fs, MountOptions, Owner, RenameFlags, ROOT_INO};
 use nosefs_core::pmem::{counters, Counters, Region, RegionOptions};
 use rustix::fs::{AtFlags, Mode, OFlags};
@@ -40,6 +41,9 @@ pub enum TargetSpec {
     Tmpfs,
     /// `ramdisk:KIND`: a loop device over a file in /dev/shm, formatted and mounted by the harness.
     Ramdisk(RamdiskKind),
+    /// `nosefs-floor`: the native library's persistence work alone, recorded and replayed
+    /// ([`crate::floor`]).
+    Floor,
 }
 
 impl TargetSpec {
@@ -56,13 +60,14 @@ impl TargetSpec {
             }),
             ("tmpfs", None) => Ok(TargetSpec::Tmpfs),
             ("nosefs-fuse", None) => Ok(TargetSpec::Fuse),
+            ("nosefs-floor", None) => Ok(TargetSpec::Floor),
             ("dir", Some(path)) if !path.is_empty() => Ok(TargetSpec::Dir(path.into())),
             ("ramdisk", Some(kind)) => RamdiskKind::parse(kind).map(TargetSpec::Ramdisk).ok_or_else(|| {
                 let kinds: Vec<&str> = RamdiskKind::ALL.iter().map(|k| k.name()).collect();
                 format!("unknown ramdisk kind `{kind}` (one of {})", kinds.join(", "))
             }),
             _ => Err(format!(
-                "unknown target `{text}` (nosefs, nosefs-sync, nosefs:PATH, nosefs-fuse, dir:PATH, tmpfs, ramdisk:KIND)"
+                "unknown target `{text}` (nosefs, nosefs-sync, nosefs:PATH, nosefs-fuse, nosefs-floor, dir:PATH, tmpfs, ramdisk:KIND)"
             )),
         }
     }
@@ -79,6 +84,7 @@ impl TargetSpec {
             }
             TargetSpec::Dir(path) => format!("dir:{}", path.display()),
             TargetSpec::Fuse => "nosefs-fuse".into(),
+            TargetSpec::Floor => "nosefs-floor".into(),
             TargetSpec::Tmpfs => "tmpfs".into(),
             TargetSpec::Ramdisk(kind) => format!("ramdisk:{}", kind.name()),
         }
@@ -164,8 +170,8 @@ fn errno(e: nosefs_core::Error) -> io::Error {
 #[derive(Debug)]
 pub struct BenchImage {
     fs: Option<Fs>,
-    path: PathBuf,
-    remove: bool,
+    /// The image file to remove on drop (`None`: a device, or a recording image in memory).
+    remove: Option<PathBuf>,
     _registered: Option<Registered>,
 }
 
@@ -188,9 +194,22 @@ impl BenchImage {
         let fs = Fs::mount(&path, &options)?;
         Ok(BenchImage {
             fs: Some(fs),
-            path,
-            remove: !is_device,
+            remove: (!is_device).then_some(path),
             _registered: registered,
+        })
+    }
+
+    /// Formats an in-memory *recording* image with `params` and mounts it: every store, flush
+    /// and fence is logged ([`nosefs_core::pmem::Recorder`]).
+    pub fn recording(params: &MkfsParams) -> nosefs_core::Result<Self> {
+        let geometry = Geometry::for_mkfs(params)?;
+        let region = Region::recording(params.image_bytes)?;
+        nosefs_core::mkfs::format_region(&region, &geometry, (0, 0))?;
+        let fs = Fs::mount_image(Image::from_region(region)?, &MountOptions::default())?;
+        Ok(BenchImage {
+            fs: Some(fs),
+            remove: None,
+            _registered: None,
         })
     }
 
@@ -205,9 +224,22 @@ impl Drop for BenchImage {
         if let Some(fs) = self.fs.take() {
             drop(fs.unmount());
         }
-        if self.remove {
-            let _ = std::fs::remove_file(&self.path);
+        if let Some(path) = &self.remove {
+            let _ = std::fs::remove_file(path);
         }
+    }
+}
+
+/// Image parameters for a run that keeps `needs` alive, with room to spare.
+fn params_for(needs: Needs) -> MkfsParams {
+    let pinodes = needs.names + 4096;
+    let data = needs.data_bytes + needs.data_bytes / 4 + (32 << 20);
+    let image_bytes = (data + pinodes * 128 * 3 + (32 << 20)).next_multiple_of(1 << 20);
+    MkfsParams {
+        image_bytes,
+        pinodes: Some(pinodes),
+        extents: Some((data / 4096).max(1 << 16)),
+        ..MkfsParams::default()
     }
 }
 
@@ -228,15 +260,7 @@ impl Native {
         } else {
             place.to_path_buf()
         };
-        let pinodes = needs.names + 4096;
-        let data = needs.data_bytes + needs.data_bytes / 4 + (32 << 20);
-        let image_bytes = (data + pinodes * 128 * 3 + (32 << 20)).next_multiple_of(1 << 20);
-        let params = MkfsParams {
-            image_bytes,
-            pinodes: Some(pinodes),
-            extents: Some((data / 4096).max(1 << 16)),
-            ..MkfsParams::default()
-        };
+        let params = params_for(needs);
         let image = BenchImage::create(path, &params, sync)?;
         Ok(Native {
             image,
@@ -244,8 +268,22 @@ impl Native {
         })
     }
 
+    /// The native library on an in-memory recording image sized for `needs` (for
+    /// [`crate::floor`]).
+    pub fn recording(needs: Needs) -> nosefs_core::Result<Native> {
+        Ok(Native {
+            image: BenchImage::recording(&params_for(needs))?,
+            root: ROOT_INO,
+        })
+    }
+
     fn fs(&self) -> &Fs {
         self.image.fs()
+    }
+
+    /// The image's region.
+    pub fn region(&self) -> &Region {
+        self.fs().image().region()
     }
 
     /// Pieces (extents and pending writes) of a file: its fragmentation.

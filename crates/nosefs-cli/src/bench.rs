@@ -15,8 +15,9 @@ pub struct BenchArgs {
     /// A target; repeat for several, measured side by side (the first is the baseline of the
     /// ratio column): `nosefs` (native library, fresh image in --image-dir), `nosefs-sync` (mounted
     /// `sync`), `nosefs:PATH` (image in directory PATH, or device-dax PATH), `nosefs-fuse` (a
-    /// fresh image served through FUSE by the harness), `dir:PATH` (any
-    /// mounted file system), `tmpfs` (a private tmpfs), `ramdisk:KIND` (KIND: ext2, ext3, ext4,
+    /// fresh image served through FUSE by the harness), `nosefs-floor` (the native library's
+    /// stores, write-backs and fences alone, recorded and replayed: the persistence floor; dirops
+    /// and fileops, one thread), `dir:PATH` (any mounted file system), `tmpfs` (a private tmpfs), `ramdisk:KIND` (KIND: ext2, ext3, ext4,
     /// ext4-journal, ext4-nodelalloc, xfs, xfs-ag464, btrfs, f2fs, nilfs2). Default: nosefs,
     /// tmpfs, ramdisk:ext4.
     #[arg(long = "target", value_name = "TARGET")]
@@ -160,6 +161,7 @@ fn list_targets() {
     println!("nosefs-sync       native library mounted with the sync option");
     println!("nosefs:PATH       native library, image in directory PATH or on device-dax PATH");
     println!("nosefs-fuse       a fresh image served through FUSE by the harness");
+    println!("nosefs-floor      the native library's persistence work alone, replayed (dirops, fileops; 1 thread)");
     println!("dir:PATH          any mounted file system, through system calls");
     println!("tmpfs             a private tmpfs (needs root)");
     for kind in nosefs_bench::scratch::RamdiskKind::ALL {

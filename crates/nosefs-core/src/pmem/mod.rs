@@ -35,7 +35,9 @@
 //!   device-dax character device. The image is locked with `flock` while it is open.
 //! - A **recording** region ([`Region::recording`]): anonymous memory that logs every store, flush
 //!   and fence, in order, tagged with the operation that issued it ([`Recorder`]). It has exactly
-//!   the interface of a mapped region, so the same file-system code runs on both.
+//!   the interface of a mapped region, so the same file-system code runs on both. A [`Trace`]
+//!   keeps what it recorded per operation and replays it on a mapped region with nothing else
+//!   around it: the persistence floor the benchmark reports.
 //!
 //! # Counters
 //!
@@ -47,6 +49,7 @@
 mod flush;
 mod mapping;
 mod recorder;
+mod trace;
 
 use std::cell::Cell;
 use std::path::Path;
@@ -58,6 +61,7 @@ use zerocopy::{FromBytes, Immutable, IntoBytes};
 pub use flush::FlushKind;
 pub use mapping::{Access, MapInfo, MappingKind};
 pub use recorder::{Event, Recorder};
+pub use trace::Trace;
 
 use crate::error::Result;
 use mapping::Mapping;
