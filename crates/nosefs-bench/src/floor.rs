@@ -54,10 +54,11 @@ pub fn run_once(
     };
     workload.run_once(&recording, threads, sizes)?;
     let region_bytes = recording.native.region().len();
-    let trace = recording
-        .trace
-        .into_inner()
-        .expect("no recording call panicked");
+    let Recording { native, trace } = recording;
+    // The recorded image (as large as the native one, in anonymous memory) is not needed for the
+    // replay: free it before anything is timed.
+    drop(native);
+    let trace = trace.into_inner().expect("no recording call panicked");
     let floor = Floor::new(place, region_bytes, trace)?;
     let measured = workload.run_once(&floor, threads, sizes)?;
     floor.check_all_replayed()?;
