@@ -91,6 +91,13 @@ struct MkfsArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if !matches!(cli.command, Command::Mount(_)) {
+        // Rust ignores SIGPIPE, so printing a report into a closed pipe (`nosefs bench
+        // --list-targets | head`) panics. Commands that print reports die of SIGPIPE instead,
+        // as other command-line tools do. The FUSE server keeps it ignored: a daemon should see
+        // EPIPE, not die of it.
+        sigpipe::reset();
+    }
     match cli.command {
         Command::Mkfs(args) => report(run_mkfs(args)),
         Command::Info { image } => report(run_info(&image)),

@@ -176,3 +176,25 @@ fn reformatting_keeps_nothing_of_the_old_image() {
         Some(0)
     );
 }
+
+#[test]
+fn a_report_into_a_closed_pipe_ends_quietly_not_in_a_panic() {
+    use std::os::unix::process::ExitStatusExt;
+    // The reader is gone before the command starts, as with `nosefs bench --list-targets | head`
+    // once head has what it wants.
+    let (reader, writer) = rustix::pipe::pipe().unwrap();
+    drop(reader);
+    let out = Command::new(env!("CARGO_BIN_EXE_nosefs"))
+        .args(["bench", "--list-targets"])
+        .stdout(writer)
+        .output()
+        .expect("nosefs runs");
+    assert_no_panic(&out);
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGPIPE),
+        "{:?}: {}",
+        out.status,
+        text(&out)
+    );
+}
