@@ -339,7 +339,7 @@ impl Fs {
             return Err(Errno::EISDIR.into());
         }
         let now = now_ns();
-        let mut plan = self.plan_drop_name(&target, &locked, entry.slot, now)?;
+        let mut plan = self.plan_drop_name(&target, &locked, entry, now)?;
         plan.txn
             .in_place
             .extend(self.touch(dir.primary_slot(), now));
@@ -542,12 +542,15 @@ impl Fs {
         &self,
         target: &Inode,
         locked: &[(u64, DataGuard)],
-        slot: u32,
+        entry: MirrorEntry,
         now: i64,
     ) -> Result<DropPlan> {
         let data = held(locked, target.ino);
+        let slot = entry.slot;
         let removed = self.image.pinode(u64::from(slot));
-        let bucket = super::txn::bucket_of_pinode(&self.image, &removed);
+        // The mirror entry carries the name's hash: no need to hash the name again.
+        let bucket = self.bucket_index(entry.hash);
+        debug_assert_eq!(bucket, super::txn::bucket_of_pinode(&self.image, &removed));
         let mut plan = DropPlan {
             long_name: removed.long_name.get(),
             txn: Txn {

@@ -56,7 +56,12 @@ impl Fs {
             return Err(Errno::EINVAL.into());
         }
         let from = self.dir_inode(p1)?;
-        let to = self.dir_inode(p2)?;
+        // Most renames stay in one directory: look it up once.
+        let to = if p2 == p1 {
+            from.clone()
+        } else {
+            self.dir_inode(p2)?
+        };
         let (h1, h2) = (self.hash(p1, n1), self.hash(p2, n2));
         let (b1, b2) = (
             self.bucket_index(h1) as usize,
@@ -119,17 +124,20 @@ impl Fs {
                 src_inode,
                 dst,
             };
-            let result = self.rename_locked(&sides, n2, n1, flags, &mut locked);
+            let result = self.rename_locked(&sides, (n1, h1), (n2, h2), flags, &mut locked);
             drop(topology);
             return result;
         }
     }
 
+    /// The rename once its names are found and locked; each name comes with its hash (in its
+    /// new directory, the one the other name had: `(p2, n2)` and `(p1, n1)`), so nothing is
+    /// hashed twice.
     fn rename_locked(
         &self,
         s: &Sides,
-        n2: &[u8],
-        n1: &[u8],
+        (n1, h1): (&[u8], u64),
+        (n2, h2): (&[u8], u64),
         flags: RenameFlags,
         locked: &mut [(u64, DataGuard)],
     ) -> Result<()> {
@@ -148,7 +156,11 @@ impl Fs {
         let mut txn = Txn::default();
         let mut buckets: SmallVec<[u64; 6]> = smallvec![self.bucket_index(s.src.hash)];
         let (moved, moved_long) = self.moved_version(s.src.slot, s.to.ino, n2, now)?;
-        buckets.push(bucket_of_pinode_with(self, &moved, n2));
+        debug_assert_eq!(
+            self.bucket_index(h2),
+            bucket_of_pinode_with(self, &moved, n2)
+        );
+        buckets.push(self.bucket_index(h2));
         txn.removes.push(s.src.slot);
         txn.inserts.push(moved);
         txn.long_names.extend(moved_long);
@@ -157,14 +169,18 @@ impl Fs {
             buckets.push(self.bucket_index(dst.hash));
             if flags.exchange {
                 let (back, back_long) = self.moved_version(dst.slot, s.from.ino, n1, now)?;
-                buckets.push(bucket_of_pinode_with(self, &back, n1));
+                debug_assert_eq!(
+                    self.bucket_index(h1),
+                    bucket_of_pinode_with(self, &back, n1)
+                );
+                buckets.push(self.bucket_index(h1));
                 txn.removes.push(dst.slot);
                 txn.inserts.push(back);
                 txn.long_names.extend(back_long);
             } else if d_inode.dir.is_some() {
                 txn.removes.push(dst.slot);
             } else {
-                let plan = self.plan_drop_name(d_inode, locked, dst.slot, now)?;
+                let plan = self.plan_drop_name(d_inode, locked, *dst, now)?;
                 buckets.extend(plan.buckets.iter().copied());
                 txn.removes.extend(plan.txn.removes.iter().copied());
                 txn.data_removes
@@ -187,7 +203,7 @@ impl Fs {
             drop_plan,
             locked,
             (from_delta, to_delta),
-            (n1, n2),
+            (h1, h2),
             &mut guards,
         );
         Ok(())
@@ -296,6 +312,9 @@ impl Fs {
         }
     }
 
+    /// The DRAM side once the rename is committed. `hashes` are those of the names in their new
+    /// directories: the source's old name `n1` in `from` (where an exchanged target goes) and
+    /// the target name `n2` in `to`.
     #[allow(clippy::too_many_arguments)]
     fn finish_rename(
         &self,
@@ -305,7 +324,7 @@ impl Fs {
         drop_plan: Option<DropPlan>,
         locked: &mut [(u64, DataGuard)],
         deltas: (i64, i64),
-        names: (&[u8], &[u8]),
+        hashes: (u64, u64),
         guards: &mut [(u64, super::mirror::BucketGuard<'_>)],
     ) {
         let old_src = self.image.pinode(u64::from(s.src.slot));
@@ -314,7 +333,7 @@ impl Fs {
         self.move_entry(
             s.src,
             txn.inserts[0].0,
-            names.1,
+            hashes.1,
             &s.from,
             &s.to,
             &s.src_inode,
@@ -328,7 +347,7 @@ impl Fs {
                 self.move_entry(
                     *dst,
                     txn.inserts[1].0,
-                    names.0,
+                    hashes.0,
                     &s.to,
                     &s.from,
                     d_inode,
@@ -358,20 +377,20 @@ impl Fs {
         self.release(&freed, &freed_long);
     }
 
-    /// Moves a name's mirror entry and listing entry to its new slot in `to`.
+    /// Moves a name's mirror entry and listing entry to its new slot in `to`, where the name
+    /// hashes to `hash`.
     #[allow(clippy::too_many_arguments)]
     fn move_entry(
         &self,
         old: MirrorEntry,
         new_slot: u32,
-        name: &[u8],
+        hash: u64,
         from: &Inode,
         to: &Inode,
         inode: &Inode,
         locked: &mut [(u64, DataGuard)],
         guards: &mut [(u64, super::mirror::BucketGuard<'_>)],
     ) {
-        let hash = self.hash(to.ino, name);
         guard_of(guards, self.bucket_index(old.hash)).remove(old.slot);
         from.dir
             .as_ref()
