@@ -14,7 +14,7 @@ use zerocopy::little_endian::{I64, U32, U64};
 use super::inode::Inode;
 use super::mirror::MirrorEntry;
 use super::ops::{held, held_mut, DataGuard, DropPlan, NewLongName};
-use super::txn::{bucket_of_pinode, Txn};
+use super::txn::Txn;
 use super::{check_name_len, check_new_name, guard_of, Fs, ROOT_INO};
 use crate::error::{Errno, Result};
 use crate::format::pinode::{self, Pinode};
@@ -130,9 +130,8 @@ impl Fs {
         }
     }
 
-    /// The rename once its names are found and locked; each name comes with its hash (in its
-    /// new directory, the one the other name had: `(p2, n2)` and `(p1, n1)`), so nothing is
-    /// hashed twice.
+    /// The rename once its names are found and locked. Each name comes with the hash the caller
+    /// looked it up by (`h1`: `n1` in `from`; `h2`: `n2` in `to`), so nothing is hashed twice.
     fn rename_locked(
         &self,
         s: &Sides,
@@ -151,15 +150,15 @@ impl Fs {
             }
             _ => {}
         }
+        debug_assert_eq!(
+            (h1, h2),
+            (self.hash(s.from.ino, n1), self.hash(s.to.ino, n2))
+        );
         self.check_rename(s, flags)?;
         let now = now_ns();
         let mut txn = Txn::default();
         let mut buckets: SmallVec<[u64; 6]> = smallvec![self.bucket_index(s.src.hash)];
         let (moved, moved_long) = self.moved_version(s.src.slot, s.to.ino, n2, now)?;
-        debug_assert_eq!(
-            self.bucket_index(h2),
-            bucket_of_pinode_with(self, &moved, n2)
-        );
         buckets.push(self.bucket_index(h2));
         txn.removes.push(s.src.slot);
         txn.inserts.push(moved);
@@ -169,10 +168,6 @@ impl Fs {
             buckets.push(self.bucket_index(dst.hash));
             if flags.exchange {
                 let (back, back_long) = self.moved_version(dst.slot, s.from.ino, n1, now)?;
-                debug_assert_eq!(
-                    self.bucket_index(h1),
-                    bucket_of_pinode_with(self, &back, n1)
-                );
                 buckets.push(self.bucket_index(h1));
                 txn.removes.push(dst.slot);
                 txn.inserts.push(back);
@@ -414,11 +409,4 @@ impl Fs {
             inode.primary.store(new_slot, Ordering::Release);
         }
     }
-}
-
-/// The bucket of a pinode about to be written under `name` (its long-name record is not on the
-/// media yet).
-fn bucket_of_pinode_with(fs: &Fs, entry: &(u32, Pinode), name: &[u8]) -> u64 {
-    let _ = bucket_of_pinode;
-    fs.bucket_index(fs.hash(entry.1.parent.get(), name))
 }
