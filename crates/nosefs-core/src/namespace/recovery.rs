@@ -318,33 +318,40 @@ fn file_extents(
     Ok(out)
 }
 
+/// The names of one inode found by the scan, and which of them claim to be its primary.
+#[derive(Default)]
+struct InodeNames<'a> {
+    slots: SmallVec<[u32; 2]>,
+    primaries: SmallVec<[(u32, &'a Pinode); 1]>,
+}
+
 /// Inodes, names, listings and the mirror, from the valid pinodes.
 fn build_tree(fs: &Fs, scan: &Scan, files: &mut HashMap<u64, FileState>) -> Result<()> {
     let corrupt =
         |detail: String| Error::corrupt("pinode", "parent", format!("{detail}; run nosefs fsck"));
-    let mut names: HashMap<u64, Vec<u32>> = HashMap::new();
+    // One pass groups every name by inode and notes its primary pinode(s): linear in the names.
+    let mut names: HashMap<u64, InodeNames<'_>> = HashMap::with_capacity(scan.valid.len());
     for (slot, p) in &scan.valid {
-        names.entry(p.ino.get()).or_default().push(*slot);
+        let entry = names.entry(p.ino.get()).or_default();
+        entry.slots.push(*slot);
+        if p.is_primary() {
+            entry.primaries.push((*slot, p));
+        }
     }
-    for (ino, slots) in &names {
-        let primaries: Vec<&(u32, Pinode)> = scan
-            .valid
-            .iter()
-            .filter(|(s, p)| slots.contains(s) && p.is_primary())
-            .collect();
-        let [(primary, p)] = primaries.as_slice() else {
+    for (ino, found) in names {
+        let [(primary, p)] = found.primaries.as_slice() else {
             return Err(corrupt(format!(
                 "inode {ino} has {} primary pinodes",
-                primaries.len()
+                found.primaries.len()
             )));
         };
         let inode = Inode::new(
-            *ino,
+            ino,
             *primary,
             p.mode.get() & pinode::S_IFMT,
-            files.remove(ino),
+            files.remove(&ino),
         );
-        inode.data.lock().names = SmallVec::from_slice(slots);
+        inode.data.lock().names = found.slots;
         fs.inodes.insert(Arc::new(inode));
     }
     if fs
