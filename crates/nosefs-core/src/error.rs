@@ -43,6 +43,10 @@ impl Errno {
     pub const EMLINK: Errno = Errno(libc::EMLINK);
     /// File too large.
     pub const EFBIG: Errno = Errno(libc::EFBIG);
+    /// Permission denied (mode bits).
+    pub const EACCES: Errno = Errno(libc::EACCES);
+    /// Bad file descriptor.
+    pub const EBADF: Errno = Errno(libc::EBADF);
 }
 
 impl fmt::Display for Errno {

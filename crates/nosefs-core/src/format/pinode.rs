@@ -112,6 +112,12 @@ pub const LAYOUT: RecordLayout = record_layout!(
     ]
 );
 
+/// Set-user-id bit.
+pub const S_ISUID: u32 = 0o4000;
+/// Set-group-id bit.
+pub const S_ISGID: u32 = 0o2000;
+/// Sticky bit (restricted deletion in a directory).
+pub const S_ISVTX: u32 = 0o1000;
 /// File type bits of `mode`.
 pub const S_IFMT: u32 = 0o170000;
 /// Directory.

@@ -20,6 +20,7 @@ pub mod fjournal;
 mod inode;
 mod mirror;
 mod ops;
+pub mod perm;
 mod pool;
 mod recovery;
 mod rename;

@@ -1,9 +1,14 @@
 //! Mapping an image into memory: regular files, DAX files, device-dax, and anonymous memory.
+//!
+//! Every system call here goes through rustix's raw Linux backend, never through libc: the
+//! LD_PRELOAD shim links this code and exports libc's `open`, `mmap`, `flock`, `fstat`, ..., so a
+//! libc call from here would land in the shim's own hooks.
 
-use std::fs::{File, OpenOptions};
-use std::os::fd::AsRawFd;
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
+
+use rustix::fs::{FileType, FlockOperation, Mode, OFlags};
+use rustix::mm::{MapFlags, MsyncFlags, ProtFlags};
 
 use super::RegionOptions;
 use crate::error::{Error, Result};
@@ -57,17 +62,13 @@ pub struct MapInfo {
     pub zero_filled: bool,
 }
 
-// Linux values; spelled out so that older `libc` releases without them still build.
-const MAP_SHARED_VALIDATE: libc::c_int = 0x03;
-const MAP_SYNC: libc::c_int = 0x80000;
-
 #[derive(Debug)]
 pub(super) struct Mapping {
     base: *mut u8,
     len: u64,
     info: MapInfo,
     // Held for the flock: closing the file releases the lock.
-    _file: Option<File>,
+    _file: Option<OwnedFd>,
 }
 
 impl Mapping {
@@ -91,28 +92,24 @@ impl Mapping {
         let end = (offset + len).min(self.len);
         // SAFETY: `[start, end)` lies inside the mapping this struct owns (start is rounded down
         // to a page boundary inside it); msync only asks the kernel to write pages back.
-        let rc = unsafe {
-            libc::msync(
+        unsafe {
+            rustix::mm::msync(
                 self.base.add(start as usize).cast(),
                 (end - start) as usize,
-                libc::MS_SYNC,
+                MsyncFlags::SYNC,
             )
-        };
-        if rc == 0 {
-            Ok(())
-        } else {
-            Err(std::io::Error::last_os_error())
         }
+        .map_err(std::io::Error::from)
     }
 
     pub(super) fn open(path: &Path, options: &RegionOptions) -> Result<Mapping> {
-        let writable = options.access == Access::ReadWrite;
-        let file = OpenOptions::new()
-            .read(true)
-            .write(writable)
-            .custom_flags(libc::O_CLOEXEC)
-            .open(path)
-            .map_err(|e| Error::io(format!("cannot open image {}", path.display()), e))?;
+        let access = if options.access == Access::ReadWrite {
+            OFlags::RDWR
+        } else {
+            OFlags::RDONLY
+        };
+        let file = rustix::fs::open(path, access | OFlags::CLOEXEC, Mode::empty())
+            .map_err(|e| Error::io(format!("cannot open image {}", path.display()), e.into()))?;
         lock(&file, path, options.access)?;
         let (kind, len) = image_kind_and_size(&file, path)?;
         map_file(file, path, kind, len, options, false)
@@ -123,23 +120,19 @@ impl Mapping {
         size_bytes: Option<u64>,
         options: &RegionOptions,
     ) -> Result<Mapping> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .custom_flags(libc::O_CLOEXEC)
-            .open(path)
-            .map_err(|e| Error::io(format!("cannot create image {}", path.display()), e))?;
+        let flags = OFlags::RDWR | OFlags::CREATE | OFlags::CLOEXEC;
+        let file = rustix::fs::open(path, flags, Mode::from_raw_mode(0o600))
+            .map_err(|e| Error::io(format!("cannot create image {}", path.display()), e.into()))?;
         lock(&file, path, Access::ReadWrite)?;
         let (kind, current_len) = image_kind_and_size(&file, path)?;
         let (len, zero_filled) = match (kind, size_bytes) {
             (MappingKind::File, Some(size)) => {
                 // Dropping every page first makes the whole file read as zero at no cost, so
                 // mkfs needs to write only what it formats.
-                let resize = file.set_len(0).and_then(|()| file.set_len(size));
-                resize.map_err(|e| Error::io(format!("cannot size {}", path.display()), e))?;
+                let resize = rustix::fs::ftruncate(&file, 0)
+                    .and_then(|()| rustix::fs::ftruncate(&file, size));
+                resize
+                    .map_err(|e| Error::io(format!("cannot size {}", path.display()), e.into()))?;
                 (size, true)
             }
             (MappingKind::File, None) if current_len > 0 => (current_len, false),
@@ -168,14 +161,12 @@ impl Mapping {
         if len == 0 {
             return Err(Error::InvalidArgument("empty region".into()));
         }
-        let prot = libc::PROT_READ | libc::PROT_WRITE;
-        let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
+        let prot = ProtFlags::READ | ProtFlags::WRITE;
+        let flags = MapFlags::PRIVATE | MapFlags::NORESERVE;
         // SAFETY: a fresh anonymous mapping; no existing memory is affected.
-        let base = unsafe { libc::mmap(std::ptr::null_mut(), len as usize, prot, flags, -1, 0) };
-        if base == libc::MAP_FAILED {
-            let e = std::io::Error::last_os_error();
-            return Err(Error::io(format!("cannot map {len} bytes of memory"), e));
-        }
+        let base =
+            unsafe { rustix::mm::mmap_anonymous(std::ptr::null_mut(), len as usize, prot, flags) }
+                .map_err(|e| Error::io(format!("cannot map {len} bytes of memory"), e.into()))?;
         Ok(Mapping {
             base: base.cast(),
             len,
@@ -195,42 +186,37 @@ impl Drop for Mapping {
     fn drop(&mut self) {
         // SAFETY: `base` and `len` describe the mapping this struct created and still owns; no
         // reference into it outlives the `Region` that owns this mapping.
-        unsafe { libc::munmap(self.base.cast(), self.len as usize) };
+        let _ = unsafe { rustix::mm::munmap(self.base.cast(), self.len as usize) };
     }
 }
 
-fn lock(file: &File, path: &Path, access: Access) -> Result<()> {
-    let mode = match access {
-        Access::ReadWrite => libc::LOCK_EX,
-        Access::ReadOnly | Access::PrivateCopy => libc::LOCK_SH,
+fn lock(file: &OwnedFd, path: &Path, access: Access) -> Result<()> {
+    let operation = match access {
+        Access::ReadWrite => FlockOperation::NonBlockingLockExclusive,
+        Access::ReadOnly | Access::PrivateCopy => FlockOperation::NonBlockingLockShared,
     };
-    // SAFETY: flock on a file descriptor we own; no memory is involved.
-    let rc = unsafe { libc::flock(file.as_raw_fd(), mode | libc::LOCK_NB) };
-    if rc == 0 {
-        return Ok(());
+    match rustix::fs::flock(file, operation) {
+        Ok(()) => Ok(()),
+        Err(rustix::io::Errno::WOULDBLOCK) => Err(Error::InUse(path.to_path_buf())),
+        Err(e) => Err(Error::io(
+            format!("cannot lock {}", path.display()),
+            e.into(),
+        )),
     }
-    let e = std::io::Error::last_os_error();
-    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
-        return Err(Error::InUse(path.to_path_buf()));
-    }
-    Err(Error::io(format!("cannot lock {}", path.display()), e))
 }
 
-fn image_kind_and_size(file: &File, path: &Path) -> Result<(MappingKind, u64)> {
-    let meta = file
-        .metadata()
-        .map_err(|e| Error::io(format!("cannot stat {}", path.display()), e))?;
-    let ft = meta.file_type();
-    if ft.is_file() {
-        return Ok((MappingKind::File, meta.len()));
+fn image_kind_and_size(file: &OwnedFd, path: &Path) -> Result<(MappingKind, u64)> {
+    let meta = rustix::fs::fstat(file)
+        .map_err(|e| Error::io(format!("cannot stat {}", path.display()), e.into()))?;
+    let ft = FileType::from_raw_mode(meta.st_mode);
+    if ft == FileType::RegularFile {
+        return Ok((MappingKind::File, meta.st_size as u64));
     }
-    if ft.is_char_device() {
-        use std::os::unix::fs::MetadataExt;
-        let rdev = meta.rdev();
-        let (major, minor) = (libc::major(rdev), libc::minor(rdev));
+    if ft == FileType::CharacterDevice {
+        let rdev = meta.st_rdev;
+        let (major, minor) = (rustix::fs::major(rdev), rustix::fs::minor(rdev));
         let sysfs = format!("/sys/dev/char/{major}:{minor}/size");
-        let size = std::fs::read_to_string(&sysfs)
-            .ok()
+        let size = read_small_file(&sysfs)
             .and_then(|s| s.trim().parse::<u64>().ok())
             .ok_or_else(|| {
                 Error::InvalidArgument(format!(
@@ -246,8 +232,16 @@ fn image_kind_and_size(file: &File, path: &Path) -> Result<(MappingKind, u64)> {
     )))
 }
 
+/// A small text file read with raw system calls (see the module documentation).
+fn read_small_file(path: &str) -> Option<String> {
+    let fd = rustix::fs::open(path, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()).ok()?;
+    let mut buf = [0u8; 64];
+    let n = rustix::io::read(&fd, &mut buf).ok()?;
+    String::from_utf8(buf[..n].to_vec()).ok()
+}
+
 fn map_file(
-    file: File,
+    file: OwnedFd,
     path: &Path,
     kind: MappingKind,
     len: u64,
@@ -262,48 +256,44 @@ fn map_file(
         });
     }
     let prot = match options.access {
-        Access::ReadOnly => libc::PROT_READ,
-        Access::ReadWrite | Access::PrivateCopy => libc::PROT_READ | libc::PROT_WRITE,
+        Access::ReadOnly => ProtFlags::READ,
+        Access::ReadWrite | Access::PrivateCopy => ProtFlags::READ | ProtFlags::WRITE,
     };
     let populate = if options.populate {
-        libc::MAP_POPULATE
+        MapFlags::POPULATE
     } else {
-        0
+        MapFlags::empty()
     };
-    let fd = file.as_raw_fd();
-    let map = |flags: libc::c_int| {
+    let map = |flags: MapFlags| {
         // SAFETY: maps `len` bytes of a file we hold open at a kernel-chosen address; no existing
-        // memory is affected. The result is checked against MAP_FAILED by the caller.
+        // memory is affected.
         unsafe {
-            libc::mmap(
+            rustix::mm::mmap(
                 std::ptr::null_mut(),
                 len as usize,
                 prot,
                 flags | populate,
-                fd,
+                &file,
                 0,
             )
         }
     };
+    let mut mapped = Err(rustix::io::Errno::INVAL);
     let mut map_sync = false;
-    let mut base = libc::MAP_FAILED;
     if options.access == Access::ReadWrite {
         // MAP_SYNC succeeds only where stores reach persistent memory directly (DAX); elsewhere
         // the kernel answers EOPNOTSUPP or EINVAL and we fall back to an ordinary shared mapping.
-        base = map(MAP_SHARED_VALIDATE | MAP_SYNC);
-        map_sync = base != libc::MAP_FAILED;
+        mapped = map(MapFlags::SHARED_VALIDATE | MapFlags::SYNC);
+        map_sync = mapped.is_ok();
     }
-    if base == libc::MAP_FAILED {
+    if mapped.is_err() {
         let flags = match options.access {
-            Access::PrivateCopy => libc::MAP_PRIVATE | libc::MAP_NORESERVE,
-            Access::ReadWrite | Access::ReadOnly => libc::MAP_SHARED,
+            Access::PrivateCopy => MapFlags::PRIVATE | MapFlags::NORESERVE,
+            Access::ReadWrite | Access::ReadOnly => MapFlags::SHARED,
         };
-        base = map(flags);
+        mapped = map(flags);
     }
-    if base == libc::MAP_FAILED {
-        let e = std::io::Error::last_os_error();
-        return Err(Error::io(format!("cannot map {}", path.display()), e));
-    }
+    let base = mapped.map_err(|e| Error::io(format!("cannot map {}", path.display()), e.into()))?;
     Ok(Mapping {
         base: base.cast(),
         len,
