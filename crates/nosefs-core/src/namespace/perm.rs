@@ -216,7 +216,7 @@ mod tests {
 
     #[test]
     fn root_passes_all_but_exec_without_an_exec_bit() {
-        let file = attr(pinode::S_IFREG | 0o000, 10, 20);
+        let file = attr(pinode::S_IFREG, 10, 20);
         assert!(check(&file, &Cred::root(), MAY_READ | MAY_WRITE).is_ok());
         assert_eq!(
             check(&file, &Cred::root(), MAY_EXEC).unwrap_err().errno(),
