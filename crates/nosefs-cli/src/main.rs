@@ -5,6 +5,7 @@
 mod bench;
 mod crash;
 mod mount;
+mod run;
 mod size;
 
 use std::path::{Path, PathBuf};
@@ -36,6 +37,9 @@ enum Command {
     /// Serve IMAGE at MOUNTPOINT through FUSE. Returns once the mount is live (or stays in the
     /// foreground with -f). Unmounting, SIGINT or SIGTERM commit every file and mark it clean.
     Mount(mount::MountArgs),
+    /// Run PROGRAM with the preload shim: its calls on paths under --at are served by noseFS in
+    /// its own process, at library speed (embedded mode: one process holds the image at a time).
+    Run(run::RunArgs),
     /// Print the zones of IMAGE and how much of each is in use.
     Info {
         /// The image file or device-dax device.
@@ -108,6 +112,11 @@ fn main() -> ExitCode {
                 ExitCode::from(1)
             }
         },
+        Command::Run(args) => {
+            let Err(e) = run::run(&args);
+            eprintln!("nosefs run: {e}");
+            ExitCode::from(127)
+        }
         Command::Mount(args) => match mount::run(&args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

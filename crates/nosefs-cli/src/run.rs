@@ -1,0 +1,90 @@
+//! `nosefs run`: runs a program with the preload shim, so its calls on paths under `--at` are
+//! served by noseFS in its own process (embedded mode).
+
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+
+/// The shim's file name, as cargo builds it.
+const SHIM_FILE: &str = "libnosefs_preload.so";
+
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// The image to serve (formatted with `nosefs mkfs`).
+    #[arg(long)]
+    image: PathBuf,
+    /// The directory under which paths are noseFS's (created if missing; it stays empty: the
+    /// kernel sees it as an empty directory, so a call the shim cannot serve fails there).
+    #[arg(long)]
+    at: PathBuf,
+    /// Mount options: `sync` (every write durable on return).
+    #[arg(short = 'o', value_delimiter = ',')]
+    options: Vec<String>,
+    /// The program and its arguments.
+    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+    program: Vec<OsString>,
+}
+
+/// The shim library: `NOSEFS_PRELOAD_LIB`, else beside this executable, else `../lib/nosefs/`.
+fn shim_path() -> Result<PathBuf, String> {
+    if let Some(p) = std::env::var_os("NOSEFS_PRELOAD_LIB") {
+        return Ok(PathBuf::from(p));
+    }
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find this executable: {e}"))?;
+    let dir = exe.parent().unwrap_or(Path::new("/"));
+    let candidates = [
+        dir.join(SHIM_FILE),
+        dir.join("../lib/nosefs").join(SHIM_FILE),
+    ];
+    candidates.iter().find(|p| p.is_file()).cloned().ok_or_else(|| {
+        format!(
+            "cannot find {SHIM_FILE} beside {} (build it with `cargo build -p nosefs-preload`, or set NOSEFS_PRELOAD_LIB)",
+            exe.display()
+        )
+    })
+}
+
+/// Execs the program; returns only on failure.
+pub fn run(args: &RunArgs) -> Result<std::convert::Infallible, String> {
+    for o in &args.options {
+        if o != "sync" {
+            return Err(format!("unknown option {o:?} (known: sync)"));
+        }
+    }
+    let shim = shim_path()?
+        .canonicalize()
+        .map_err(|e| format!("shim library: {e}"))?;
+    let image = args
+        .image
+        .canonicalize()
+        .map_err(|e| format!("image {}: {e}", args.image.display()))?;
+    // Refuse what is not a noseFS image now, with the core's message, rather than in the program.
+    nosefs_core::image::Image::open(&image, nosefs_core::pmem::Access::ReadOnly)
+        .map_err(|e| format!("{}: {e}", image.display()))?;
+    if !args.at.exists() {
+        std::fs::create_dir_all(&args.at)
+            .map_err(|e| format!("cannot create {}: {e}", args.at.display()))?;
+    }
+    let at = args
+        .at
+        .canonicalize()
+        .map_err(|e| format!("{}: {e}", args.at.display()))?;
+    if !at.is_dir() || at == Path::new("/") {
+        return Err(format!("{} must be a directory other than /", at.display()));
+    }
+    let mut preload = shim.as_os_str().to_owned();
+    if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|v| !v.as_bytes().is_empty()) {
+        preload.push(":");
+        preload.push(old);
+    }
+    let (program, rest) = args.program.split_first().expect("clap requires a program");
+    let error = std::process::Command::new(program)
+        .args(rest)
+        .env("LD_PRELOAD", preload)
+        .env("NOSEFS_IMAGE", &image)
+        .env("NOSEFS_AT", &at)
+        .env("NOSEFS_OPTIONS", args.options.join(","))
+        .exec();
+    Err(format!("cannot run {}: {error}", program.to_string_lossy()))
+}

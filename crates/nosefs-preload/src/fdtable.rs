@@ -1,0 +1,224 @@
+//! Descriptors: which kernel descriptors are noseFS open file descriptions.
+//!
+//! Every noseFS open file description (OFD) is backed by a placeholder descriptor that the kernel
+//! numbers: a duplicate of one sealed, write-only memfd (the anchor). So the kernel picks the
+//! lowest free number, and dup, dup2, close-on-exec, close_range and inheritance behave as for
+//! any descriptor; a call the shim misses fails loudly on it (reads: EBADF, the file is
+//! write-only; writes: EPERM, it is sealed), never succeeding somewhere else.
+//!
+//! The anchor is shared by all placeholders, so the kernel's file offset is not the OFD's: the
+//! OFD (offset, status flags, directory position) lives here, shared by `Arc` between the
+//! descriptors that dup made. Deciding whether a descriptor is ours is one relaxed load from a
+//! fixed array, no lock, so descriptors that are not ours cost almost nothing and the check is
+//! safe in a signal handler.
+
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use nosefs_core::namespace::Fs;
+use nosefs_core::Errno;
+use parking_lot::{Mutex, RwLock};
+
+/// Descriptors at or above this number are never noseFS's (open returns EMFILE instead).
+pub const MAX_FDS: usize = 1 << 16;
+
+static OURS: [AtomicBool; MAX_FDS] = [const { AtomicBool::new(false) }; MAX_FDS];
+static FILES: RwLock<Vec<Option<Arc<OpenFile>>>> = RwLock::new(Vec::new());
+static COUNT: AtomicUsize = AtomicUsize::new(0);
+static ANCHOR: OnceLock<Result<OwnedFd, Errno>> = OnceLock::new();
+
+/// What an open file description refers to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A regular file.
+    File,
+    /// A directory.
+    Dir,
+    /// Anything opened with O_PATH (or a symlink with O_PATH | O_NOFOLLOW).
+    Path,
+}
+
+/// One noseFS open file description.
+#[derive(Debug)]
+pub struct OpenFile {
+    /// The inode.
+    pub ino: u64,
+    /// What it is.
+    pub kind: Kind,
+    /// Access mode and status flags (O_ACCMODE, O_APPEND, O_NONBLOCK, ...), as F_GETFL reports.
+    pub flags: AtomicI32,
+    /// The file offset (for a directory, the readdir cookie).
+    pub offset: Mutex<u64>,
+    /// The absolute path it was opened by (the working directory after fchdir).
+    pub path: Vec<u8>,
+    /// Whether the core counts this description as an open of the inode (`Fs::open`).
+    counted: AtomicBool,
+}
+
+impl OpenFile {
+    /// A new description, not yet counted as open.
+    pub fn new(ino: u64, kind: Kind, flags: i32, path: Vec<u8>) -> OpenFile {
+        OpenFile {
+            ino,
+            kind,
+            flags: AtomicI32::new(flags),
+            offset: Mutex::new(0),
+            path,
+            counted: AtomicBool::new(false),
+        }
+    }
+
+    /// Counts the open in the core, so the inode outlives its last name while this is open.
+    pub fn count_open(&self, fs: &Fs) {
+        if self.kind == Kind::File
+            && !self.counted.load(Ordering::Relaxed)
+            && fs.open(self.ino).is_ok()
+        {
+            self.counted.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// The image was unmounted: the next mount counts the open again.
+    pub fn forget_open(&self) {
+        self.counted.store(false, Ordering::Relaxed);
+    }
+
+    /// Whether the description was opened for reading.
+    pub fn readable(&self) -> bool {
+        let mode = self.flags.load(Ordering::Relaxed) & libc::O_ACCMODE;
+        self.kind != Kind::Path && (mode == libc::O_RDONLY || mode == libc::O_RDWR)
+    }
+
+    /// Whether the description was opened for writing.
+    pub fn writable(&self) -> bool {
+        let mode = self.flags.load(Ordering::Relaxed) & libc::O_ACCMODE;
+        self.kind != Kind::Path && (mode == libc::O_WRONLY || mode == libc::O_RDWR)
+    }
+}
+
+impl Drop for OpenFile {
+    fn drop(&mut self) {
+        if self.counted.load(Ordering::Relaxed) {
+            let ino = self.ino;
+            let _ = crate::state::with_fs(|fs| fs.close(ino).map_err(|e| e.errno()));
+        }
+    }
+}
+
+/// Whether `fd` is a noseFS descriptor: one relaxed load.
+#[inline]
+pub fn is_ours(fd: RawFd) -> bool {
+    usize::try_from(fd).is_ok_and(|i| i < MAX_FDS && OURS[i].load(Ordering::Relaxed))
+}
+
+/// The open file description behind a noseFS descriptor.
+pub fn get(fd: RawFd) -> Option<Arc<OpenFile>> {
+    if !is_ours(fd) {
+        return None;
+    }
+    FILES.read().get(fd as usize).cloned().flatten()
+}
+
+/// Records that descriptor `fd` refers to `file`. Replaces (and returns) what it referred to.
+pub fn insert(fd: RawFd, file: Arc<OpenFile>) -> Option<Arc<OpenFile>> {
+    let i = fd as usize;
+    assert!(
+        i < MAX_FDS,
+        "descriptor {fd} above the table was checked by the caller"
+    );
+    let mut files = FILES.write();
+    if files.len() <= i {
+        files.resize(i + 1, None);
+    }
+    let old = files[i].replace(file);
+    if old.is_none() {
+        COUNT.fetch_add(1, Ordering::Relaxed);
+    }
+    OURS[i].store(true, Ordering::Release);
+    old
+}
+
+/// Forgets descriptor `fd`; returns its description (dropping it may close the inode).
+pub fn remove(fd: RawFd) -> Option<Arc<OpenFile>> {
+    if !is_ours(fd) {
+        return None;
+    }
+    let i = fd as usize;
+    let mut files = FILES.write();
+    OURS[i].store(false, Ordering::Release);
+    let old = files.get_mut(i).and_then(Option::take);
+    if old.is_some() {
+        COUNT.fetch_sub(1, Ordering::Relaxed);
+    }
+    old
+}
+
+/// How many descriptors are noseFS's.
+pub fn count() -> usize {
+    COUNT.load(Ordering::Relaxed)
+}
+
+/// Every open file description (each once per descriptor).
+pub fn for_each(mut f: impl FnMut(&OpenFile)) {
+    for file in FILES.read().iter().flatten() {
+        f(file);
+    }
+}
+
+/// Every noseFS descriptor with its description.
+pub fn all() -> Vec<(RawFd, Arc<OpenFile>)> {
+    FILES
+        .read()
+        .iter()
+        .enumerate()
+        .filter_map(|(fd, f)| f.clone().map(|f| (fd as RawFd, f)))
+        .collect()
+}
+
+/// The anchor memfd: sealed (no write, grow or shrink) and reopened write-only.
+fn anchor() -> Result<&'static OwnedFd, Errno> {
+    ANCHOR
+        .get_or_init(|| {
+            use rustix::fs::{MemfdFlags, SealFlags};
+            let memfd =
+                rustix::fs::memfd_create("nosefs", MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)
+                    .map_err(|e| Errno(e.raw_os_error()))?;
+            let seals = SealFlags::WRITE | SealFlags::GROW | SealFlags::SHRINK | SealFlags::SEAL;
+            rustix::fs::fcntl_add_seals(&memfd, seals).map_err(|e| Errno(e.raw_os_error()))?;
+            let proc_path = format!("/proc/self/fd/{}", memfd.as_raw_fd());
+            use rustix::fs::{Mode, OFlags};
+            rustix::fs::open(
+                proc_path.as_str(),
+                OFlags::WRONLY | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .map_err(|e| Errno(e.raw_os_error()))
+        })
+        .as_ref()
+        .map_err(|e| *e)
+}
+
+/// The inode number of the anchor memfd (placeholders are recognised by it after exec).
+pub fn anchor_ino() -> Result<u64, Errno> {
+    let st = rustix::fs::fstat(anchor()?).map_err(|e| Errno(e.raw_os_error()))?;
+    Ok(st.st_ino)
+}
+
+/// A new placeholder descriptor, the lowest free number, registered for `file`.
+pub fn open_placeholder(file: OpenFile, cloexec: bool) -> Result<RawFd, Errno> {
+    let anchor = anchor()?.as_fd();
+    let fd = if cloexec {
+        rustix::io::fcntl_dupfd_cloexec(anchor, 0)
+    } else {
+        rustix::io::dup(anchor)
+    }
+    .map_err(|e| Errno(e.raw_os_error()))?;
+    let raw = fd.as_raw_fd();
+    if raw as usize >= MAX_FDS {
+        return Err(Errno(libc::EMFILE)); // drops (closes) fd
+    }
+    std::mem::forget(fd); // the program owns the descriptor now
+    insert(raw, Arc::new(file));
+    Ok(raw)
+}

@@ -1,0 +1,3075 @@
+//! The C boundary: every libc entry point the shim exports, the real functions behind them, and
+//! the conversions between C arguments and the safe operations in [`crate::ops`]. This is the
+//! only module of the crate with `unsafe` code.
+//!
+//! Safety contract of every exported function: the caller passes what the libc function of the
+//! same name requires (valid NUL-terminated paths, buffers of the stated lengths, valid out
+//! pointers); a null path is answered with EFAULT rather than dereferenced.
+//!
+//! Each hook decides first, with no lock, whether the call is noseFS's (a descriptor in the
+//! table, a path under the prefix); if not, it calls the real function (found once with
+//! `dlsym(RTLD_NEXT)`). noseFS work runs with a per-thread guard set, so a libc call made while
+//! serving one (a panic message, say) goes straight to the real function; a panic never unwinds
+//! into C: the call fails with EIO and one line on stderr.
+//!
+//! Every block here relies on that one contract (the hooks' bodies forward the caller's
+//! pointers to libc or read them as the C signature says); blocks that rely on more carry their
+//! own `// SAFETY:` comment.
+#![allow(unsafe_code)]
+#![allow(
+    clippy::missing_safety_doc,
+    clippy::undocumented_unsafe_blocks,
+    unused_unsafe
+)]
+
+use std::cell::Cell;
+use std::ffi::{c_char, c_int, c_uint, c_ulong, c_void, CStr, CString};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::ptr::null_mut;
+use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+
+use libc::{dirent64, gid_t, mode_t, off64_t, off_t, pid_t, size_t, ssize_t, uid_t};
+use nosefs_core::namespace::{Attr, SetAttr};
+use nosefs_core::Errno;
+use parking_lot::Mutex;
+
+use crate::fdtable::{self, Kind};
+use crate::ops;
+use crate::route::{self, Found, Route};
+use crate::state;
+
+// ---------------------------------------------------------------------------------------------
+// Real functions, the guard, errno.
+
+/// Resolves (once) and returns the next definition of a libc function, typed.
+macro_rules! real {
+    ($name:ident : fn($($arg:ty),*) -> $ret:ty) => {{
+        static PTR: AtomicPtr<c_void> = AtomicPtr::new(null_mut());
+        let mut p = PTR.load(Ordering::Relaxed);
+        if p.is_null() {
+            // SAFETY: dlsym with a NUL-terminated name; RTLD_NEXT finds libc's definition.
+            p = unsafe { libc::dlsym(libc::RTLD_NEXT, concat!(stringify!($name), "\0").as_ptr().cast()) };
+            if p.is_null() {
+                missing(stringify!($name));
+            }
+            PTR.store(p, Ordering::Relaxed);
+        }
+        // SAFETY: the symbol is libc's function of this name, whose C signature this is.
+        unsafe { std::mem::transmute::<*mut c_void, unsafe extern "C" fn($($arg),*) -> $ret>(p) }
+    }};
+}
+
+fn missing(name: &str) -> ! {
+    state::say(&format!("libc has no {name}; cannot continue"));
+    std::process::abort()
+}
+
+thread_local! {
+    static IN_SHIM: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Sets the per-thread guard while noseFS work runs.
+struct Guard;
+
+impl Guard {
+    fn enter() -> Option<Guard> {
+        IN_SHIM.with(|g| (!g.replace(true)).then_some(Guard))
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        IN_SHIM.with(|g| g.set(false));
+    }
+}
+
+fn in_shim() -> bool {
+    IN_SHIM.with(Cell::get)
+}
+
+fn set_errno(e: Errno) {
+    // SAFETY: __errno_location returns this thread's errno.
+    unsafe { *libc::__errno_location() = e.0 };
+}
+
+/// Runs noseFS work under the guard, turning a panic into EIO.
+fn serve<T>(f: impl FnOnce() -> Result<T, Errno>) -> Result<T, Errno> {
+    let _guard = Guard::enter();
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(_) => {
+            state::say("internal error (a panic) while serving a call; it fails with EIO");
+            Err(Errno::EIO)
+        }
+    }
+}
+
+fn int(r: Result<(), Errno>) -> c_int {
+    match r {
+        Ok(()) => 0,
+        Err(e) => {
+            set_errno(e);
+            -1
+        }
+    }
+}
+
+fn value<T: TryInto<i64>>(r: Result<T, Errno>) -> i64 {
+    match r {
+        Ok(v) => v.try_into().unwrap_or(i64::MAX),
+        Err(e) => {
+            set_errno(e);
+            -1
+        }
+    }
+}
+
+fn fail(e: Errno) -> c_int {
+    set_errno(e);
+    -1
+}
+
+unsafe fn bytes<'a>(p: *const c_char) -> Option<&'a [u8]> {
+    (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_bytes())
+}
+
+/// Where a C path argument leads.
+enum Routed {
+    Kernel(Option<CString>),
+    Ours(Found),
+    Err(Errno),
+}
+
+impl Routed {
+    /// The path to hand the kernel: the caller's, or the one resolution produced.
+    fn kernel_path(k: &Option<CString>, original: *const c_char) -> *const c_char {
+        k.as_ref().map_or(original, |c| c.as_ptr())
+    }
+}
+
+unsafe fn routed(dirfd: c_int, path: *const c_char, follow_last: bool) -> Routed {
+    if in_shim() || state::config().is_none() {
+        return Routed::Kernel(None);
+    }
+    let Some(p) = (unsafe { bytes(path) }) else {
+        return Routed::Err(Errno(libc::EFAULT));
+    };
+    // Fast exit before any lock: an absolute path outside the prefix without "..".
+    if p.first() == Some(&b'/') && !route::maybe_ours(p) && dirfd == libc::AT_FDCWD {
+        return Routed::Kernel(None);
+    }
+    if p.first() != Some(&b'/') && dirfd != libc::AT_FDCWD && !fdtable::is_ours(dirfd) {
+        return Routed::Kernel(None);
+    }
+    match serve(|| route::route(dirfd, p, follow_last)) {
+        Ok(Route::Kernel(k)) => Routed::Kernel(k),
+        Ok(Route::Ours(f)) => Routed::Ours(f),
+        Err(e) => Routed::Err(e),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Start-up, exit, fork.
+
+#[used]
+#[link_section = ".init_array"]
+static INIT: extern "C" fn() = init;
+
+extern "C" fn init() {
+    let _guard = Guard::enter();
+    if state::config().is_none() {
+        return;
+    }
+    // SAFETY: registering plain extern "C" functions as fork handlers.
+    unsafe { libc::pthread_atfork(Some(fork_prepare), None, Some(fork_child)) };
+    crate::exec::adopt();
+}
+
+extern "C" fn fork_prepare() {
+    let _guard = Guard::enter();
+    state::before_fork();
+}
+
+extern "C" fn fork_child() {
+    state::in_forked_child();
+}
+
+extern "C" fn exit_hook() {
+    let _guard = Guard::enter();
+    // Buffered stdio data may be bound for noseFS: flush it while the image is mounted.
+    // SAFETY: fflush(NULL) flushes every stream.
+    unsafe { libc::fflush(null_mut()) };
+    state::at_exit();
+}
+
+/// Registers the unmount at exit (called at the first mount).
+pub fn register_exit_hook() {
+    // SAFETY: registering a plain extern "C" function.
+    unsafe { libc::atexit(exit_hook) };
+}
+
+// ---------------------------------------------------------------------------------------------
+// The variadic entry points: naked jumps to their C implementations in variadic.c, which read
+// the variadic arguments where the caller put them (a jump leaves registers and stack as they
+// were) and call the fixed-arity hooks below.
+
+macro_rules! variadic {
+    ($($name:ident => $c:ident),* $(,)?) => {
+        extern "C" {
+            $(fn $c();)*
+        }
+        $(
+            #[no_mangle]
+            #[unsafe(naked)]
+            pub unsafe extern "C" fn $name() {
+                #[cfg(target_arch = "x86_64")]
+                std::arch::naked_asm!("jmp {}", sym $c);
+                #[cfg(target_arch = "aarch64")]
+                std::arch::naked_asm!("b {}", sym $c);
+            }
+        )*
+    };
+}
+
+variadic! {
+    open => nosefs_c_open,
+    open64 => nosefs_c_open64,
+    openat => nosefs_c_openat,
+    openat64 => nosefs_c_openat64,
+    fcntl => nosefs_c_fcntl,
+    fcntl64 => nosefs_c_fcntl64,
+    ioctl => nosefs_c_ioctl,
+    execl => nosefs_c_execl,
+    execlp => nosefs_c_execlp,
+    execle => nosefs_c_execle,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Open and close.
+
+#[no_mangle]
+pub unsafe extern "C" fn nosefs_hook_openat(
+    dirfd: c_int,
+    path: *const c_char,
+    flags: c_int,
+    mode: mode_t,
+) -> c_int {
+    let follow = flags & libc::O_NOFOLLOW == 0
+        && flags & (libc::O_CREAT | libc::O_EXCL) != (libc::O_CREAT | libc::O_EXCL);
+    match unsafe { routed(dirfd, path, follow) } {
+        Routed::Kernel(k) => {
+            let f = real!(openat: fn(c_int, *const c_char, c_int, mode_t) -> c_int);
+            unsafe { f(dirfd, Routed::kernel_path(&k, path), flags, mode) }
+        }
+        Routed::Ours(found) => value(serve(|| ops::open(&found, flags, mode))) as c_int,
+        Routed::Err(e) => fail(e),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __open_2(path: *const c_char, flags: c_int) -> c_int {
+    unsafe { nosefs_hook_openat(libc::AT_FDCWD, path, flags, 0) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __open64_2(path: *const c_char, flags: c_int) -> c_int {
+    unsafe { nosefs_hook_openat(libc::AT_FDCWD, path, flags | libc::O_LARGEFILE, 0) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __openat_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
+    unsafe { nosefs_hook_openat(dirfd, path, flags, 0) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __openat64_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
+    unsafe { nosefs_hook_openat(dirfd, path, flags | libc::O_LARGEFILE, 0) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn creat(path: *const c_char, mode: mode_t) -> c_int {
+    unsafe {
+        nosefs_hook_openat(
+            libc::AT_FDCWD,
+            path,
+            libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC,
+            mode,
+        )
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn creat64(path: *const c_char, mode: mode_t) -> c_int {
+    unsafe { creat(path, mode) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn close(fd: c_int) -> c_int {
+    if fdtable::is_ours(fd) && !in_shim() {
+        let file = serve(|| Ok(fdtable::remove(fd)));
+        let rc = unsafe { real!(close: fn(c_int) -> c_int)(fd) };
+        let _ = serve(|| {
+            drop(file);
+            Ok(())
+        });
+        return rc;
+    }
+    unsafe { real!(close: fn(c_int) -> c_int)(fd) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
+    let rc = unsafe { real!(close_range: fn(c_uint, c_uint, c_int) -> c_int)(first, last, flags) };
+    if rc == 0 && flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 && fdtable::count() > 0 {
+        let _ = serve(|| {
+            for (fd, _) in fdtable::all() {
+                if (first..=last).contains(&(fd as c_uint)) {
+                    fdtable::remove(fd);
+                }
+            }
+            Ok(())
+        });
+    }
+    rc
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn closefrom(low: c_int) {
+    unsafe { close_range(low.max(0) as c_uint, c_uint::MAX, 0) };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reading and writing.
+
+#[no_mangle]
+pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, count: size_t) -> ssize_t {
+    if fdtable::is_ours(fd) && !in_shim() {
+        let buf = unsafe { out_slice(buf, count) };
+        return value(serve(|| ops::read(fd, buf))) as ssize_t;
+    }
+    unsafe { real!(read: fn(c_int, *mut c_void, size_t) -> ssize_t)(fd, buf, count) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __read_chk(
+    fd: c_int,
+    buf: *mut c_void,
+    count: size_t,
+    _buflen: size_t,
+) -> ssize_t {
+    unsafe { read(fd, buf, count) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, count: size_t) -> ssize_t {
+    if fdtable::is_ours(fd) && !in_shim() {
+        let data = unsafe { in_slice(buf, count) };
+        return value(serve(|| ops::write(fd, data))) as ssize_t;
+    }
+    unsafe { real!(write: fn(c_int, *const c_void, size_t) -> ssize_t)(fd, buf, count) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pread(
+    fd: c_int,
+    buf: *mut c_void,
+    count: size_t,
+    offset: off_t,
+) -> ssize_t {
+    unsafe { pread64(fd, buf, count, offset) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pread64(
+    fd: c_int,
+    buf: *mut c_void,
+    count: size_t,
+    offset: off64_t,
+) -> ssize_t {
+    if fdtable::is_ours(fd) && !in_shim() {
+        let buf = unsafe { out_slice(buf, count) };
+        return value(serve(|| ops::pread(fd, buf, offset))) as ssize_t;
+    }
+    unsafe {
+        real!(pread64: fn(c_int, *mut c_void, size_t, off64_t) -> ssize_t)(fd, buf, count, offset)
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __pread_chk(
+    fd: c_int,
+    buf: *mut c_void,
+    count: size_t,
+    offset: off_t,
+    _l: size_t,
+) -> ssize_t {
+    unsafe { pread64(fd, buf, count, offset) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __pread64_chk(
+    fd: c_int,
+    buf: *mut c_void,
+    count: size_t,
+    offset: off64_t,
+    _l: size_t,
+) -> ssize_t {
+    unsafe { pread64(fd, buf, count, offset) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pwrite(
+    fd: c_int,
+    buf: *const c_void,
+    count: size_t,
+    offset: off_t,
+) -> ssize_t {
+    unsafe { pwrite64(fd, buf, count, offset) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pwrite64(
+    fd: c_int,
+    buf: *const c_void,
+    count: size_t,
+    offset: off64_t,
+) -> ssize_t {
+    if fdtable::is_ours(fd) && !in_shim() {
+        let data = unsafe { in_slice(buf, count) };
+        return value(serve(|| ops::pwrite(fd, data, offset))) as ssize_t;
+    }
+    unsafe {
+        real!(pwrite64: fn(c_int, *const c_void, size_t, off64_t) -> ssize_t)(
+            fd, buf, count, offset,
+        )
+    }
+}
+
+unsafe fn out_slice<'a>(buf: *mut c_void, count: size_t) -> &'a mut [u8] {
+    if count == 0 || buf.is_null() {
+        return &mut [];
+    }
+    // SAFETY: the caller passes a buffer of `count` writable bytes (read(2)'s contract).
+    unsafe { std::slice::from_raw_parts_mut(buf.cast(), count) }
+}
+
+unsafe fn in_slice<'a>(buf: *const c_void, count: size_t) -> &'a [u8] {
+    if count == 0 || buf.is_null() {
+        return &[];
+    }
+    // SAFETY: the caller passes `count` readable bytes (write(2)'s contract).
+    unsafe { std::slice::from_raw_parts(buf.cast(), count) }
+}
+
+unsafe fn iovecs<'a>(iov: *const libc::iovec, n: c_int) -> Result<&'a [libc::iovec], Errno> {
+    if !(0..=libc::UIO_MAXIOV).contains(&n) {
+        return Err(Errno::EINVAL);
+    }
+    if n == 0 {
+        return Ok(&[]);
+    }
+    // SAFETY: the caller passes `n` iovec structures.
+    Ok(unsafe { std::slice::from_raw_parts(iov, n as usize) })
+}
+
+/// Gathers a writev's buffers into one, so the write stays one operation (one append).
+unsafe fn gather(iov: &[libc::iovec]) -> Vec<u8> {
+    let mut data = Vec::with_capacity(iov.iter().map(|v| v.iov_len).sum());
+    for v in iov {
+        data.extend_from_slice(unsafe { in_slice(v.iov_base, v.iov_len) });
+    }
+    data
+}
+
+/// Scatters `read(buf)` into the iovecs: reads into one buffer, then copies out.
+unsafe fn scatter(
+    iov: &[libc::iovec],
+    read: impl FnOnce(&mut [u8]) -> Result<usize, Errno>,
+) -> Result<usize, Errno> {
+    let total: usize = iov.iter().map(|v| v.iov_len).sum();
+    let mut data = vec![0u8; total];
+    let n = read(&mut data)?;
+    let mut at = 0;
+    for v in iov {
+        if at >= n {
+            break;
+        }
+        let take = v.iov_len.min(n - at);
+        unsafe { out_slice(v.iov_base, take) }.copy_from_slice(&data[at..at + take]);
+        at += take;
+    }
+    Ok(n)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn readv(fd: c_int, iov: *const libc::iovec, n: c_int) -> ssize_t {
+    if fdtable::is_ours(fd) && !in_shim() {
+        return value(serve(|| unsafe {
+            scatter(iovecs(iov, n)?, |b| ops::read(fd, b))
+        })) as ssize_t;
+    }
+    unsafe { real!(readv: fn(c_int, *const libc::iovec, c_int) -> ssize_t)(fd, iov, n) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn writev(fd: c_int, iov: *const libc::iovec, n: c_int) -> ssize_t {
+    if fdtable::is_ours(fd) && !in_shim() {
+        return value(serve(|| unsafe {
+            ops::write(fd, &gather(iovecs(iov, n)?))
+        })) as ssize_t;
+    }
+    unsafe { real!(writev: fn(c_int, *const libc::iovec, c_int) -> ssize_t)(fd, iov, n) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn preadv(
+    fd: c_int,
+    iov: *const libc::iovec,
+    n: c_int,
+    offset: off_t,
+) -> ssize_t {
+    unsafe { preadv_any(fd, iov, n, offset, 0, false) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn preadv64(
+    fd: c_int,
+    iov: *const libc::iovec,
+    n: c_int,
+    offset: off64_t,
+) -> ssize_t {
+    unsafe { preadv_any(fd, iov, n, offset, 0, false) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn preadv2(
+    fd: c_int,
+    iov: *const libc::iovec,
+    n: c_int,
+    offset: off_t,
+    flags: c_int,
+) -> ssize_t {
+    unsafe { preadv_any(fd, iov, n, offset, flags, true) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn preadv64v2(
+    fd: c_int,
+    iov: *const libc::iovec,
+    n: c_int,
+    offset: off64_t,
+    flags: c_int,
+) -> ssize_t {
+    unsafe { preadv_any(fd, iov, n, offset, flags, true) }
+}
+
+unsafe fn preadv_any(
+    fd: c_int,
+    iov: *const libc::iovec,
+    n: c_int,
+    offset: off64_t,
+    flags: c_int,
+    v2: bool,
+) -> ssize_t {
+    if fdtable::is_ours(fd) && !in_shim() {
+        // Offset -1 (preadv2) means "at the file offset".
+        let r = serve(|| unsafe {
+            scatter(iovecs(iov, n)?, |b| {
+                if offset == -1 {
+                    ops::read(fd, b)
+                } else {
+                    ops::pread(fd, b, offset)
+                }
+            })
+        });
+        return value(r) as ssize_t;
+    }
+    if v2 {
+        unsafe {
+            real!(preadv64v2: fn(c_int, *const libc::iovec, c_int, off64_t, c_int) -> ssize_t)(
+                fd, iov, n, offset, flags,
+            )
+        }
+    } else {
+        unsafe {
+            real!(preadv64: fn(c_int, *const libc::iovec, c_int, off64_t) -> ssize_t)(
+                fd, iov, n, offset,
+            )
+        }
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pwritev(
+    fd: c_int,
+    iov: *const libc::iovec,
+    n: c_int,
+    offset: off_t,
+) -> ssize_t {
+    unsafe { pwritev_any(fd, iov, n, offset, 0, false) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pwritev64(
+    fd: c_int,
+    iov: *const libc::iovec,
+    n: c_int,
+    offset: off64_t,
+) -> ssize_t {
+    unsafe { pwritev_any(fd, iov, n, offset, 0, false) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pwritev2(
+    fd: c_int,
+    iov: *const libc::iovec,
+    n: c_int,
+    offset: off_t,
+    flags: c_int,
+) -> ssize_t {
+    unsafe { pwritev_any(fd, iov, n, offset, flags, true) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pwritev64v2(
+    fd: c_int,
+    iov: *const libc::iovec,
+    n: c_int,
+    offset: off64_t,
+    flags: c_int,
+) -> ssize_t {
+    unsafe { pwritev_any(fd, iov, n, offset, flags, true) }
+}
+
+unsafe fn pwritev_any(
+    fd: c_int,
+    iov: *const libc::iovec,
+    n: c_int,
+    offset: off64_t,
+    flags: c_int,
+    v2: bool,
+) -> ssize_t {
+    if fdtable::is_ours(fd) && !in_shim() {
+        let r = serve(|| unsafe {
+            let data = gather(iovecs(iov, n)?);
+            if offset == -1 {
+                ops::write(fd, &data)
+            } else {
+                ops::pwrite(fd, &data, offset)
+            }
+        });
+        return value(r) as ssize_t;
+    }
+    if v2 {
+        unsafe {
+            real!(pwritev64v2: fn(c_int, *const libc::iovec, c_int, off64_t, c_int) -> ssize_t)(
+                fd, iov, n, offset, flags,
+            )
+        }
+    } else {
+        unsafe {
+            real!(pwritev64: fn(c_int, *const libc::iovec, c_int, off64_t) -> ssize_t)(
+                fd, iov, n, offset,
+            )
+        }
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn lseek(fd: c_int, offset: off_t, whence: c_int) -> off_t {
+    unsafe { lseek64(fd, offset, whence) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn lseek64(fd: c_int, offset: off64_t, whence: c_int) -> off64_t {
+    if fdtable::is_ours(fd) && !in_shim() {
+        return value(serve(|| ops::lseek(fd, offset, whence)));
+    }
+    unsafe { real!(lseek64: fn(c_int, off64_t, c_int) -> off64_t)(fd, offset, whence) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fsync(fd: c_int) -> c_int {
+    if fdtable::is_ours(fd) && !in_shim() {
+        return int(serve(|| ops::fsync(fd)));
+    }
+    unsafe { real!(fsync: fn(c_int) -> c_int)(fd) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fdatasync(fd: c_int) -> c_int {
+    if fdtable::is_ours(fd) && !in_shim() {
+        return int(serve(|| ops::fsync(fd)));
+    }
+    unsafe { real!(fdatasync: fn(c_int) -> c_int)(fd) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sync_file_range(
+    fd: c_int,
+    offset: off64_t,
+    n: off64_t,
+    flags: c_uint,
+) -> c_int {
+    if fdtable::is_ours(fd) && !in_shim() {
+        return int(serve(|| ops::fsync(fd)));
+    }
+    unsafe {
+        real!(sync_file_range: fn(c_int, off64_t, off64_t, c_uint) -> c_int)(fd, offset, n, flags)
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn syncfs(fd: c_int) -> c_int {
+    if fdtable::is_ours(fd) && !in_shim() {
+        return int(serve(ops::sync_all));
+    }
+    unsafe { real!(syncfs: fn(c_int) -> c_int)(fd) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sync() {
+    if !in_shim() {
+        let _ = serve(ops::sync_all);
+    }
+    unsafe { real!(sync: fn() -> ())() }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ftruncate(fd: c_int, size: off_t) -> c_int {
+    unsafe { ftruncate64(fd, size) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ftruncate64(fd: c_int, size: off64_t) -> c_int {
+    if fdtable::is_ours(fd) && !in_shim() {
+        return int(serve(|| ops::ftruncate(fd, size)));
+    }
+    unsafe { real!(ftruncate64: fn(c_int, off64_t) -> c_int)(fd, size) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn truncate(path: *const c_char, size: off_t) -> c_int {
+    unsafe { truncate64(path, size) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn truncate64(path: *const c_char, size: off64_t) -> c_int {
+    match unsafe { routed(libc::AT_FDCWD, path, true) } {
+        Routed::Kernel(k) => unsafe {
+            real!(truncate64: fn(*const c_char, off64_t) -> c_int)(
+                Routed::kernel_path(&k, path),
+                size,
+            )
+        },
+        Routed::Ours(f) => int(serve(|| ops::truncate(&f, size))),
+        Routed::Err(e) => fail(e),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fallocate(fd: c_int, mode: c_int, offset: off_t, len: off_t) -> c_int {
+    unsafe { fallocate64(fd, mode, offset, len) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fallocate64(
+    fd: c_int,
+    mode: c_int,
+    offset: off64_t,
+    len: off64_t,
+) -> c_int {
+    if fdtable::is_ours(fd) && !in_shim() {
+        return int(serve(|| ops::fallocate(fd, mode, offset, len)));
+    }
+    unsafe {
+        real!(fallocate64: fn(c_int, c_int, off64_t, off64_t) -> c_int)(fd, mode, offset, len)
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn posix_fallocate(fd: c_int, offset: off_t, len: off_t) -> c_int {
+    unsafe { posix_fallocate64(fd, offset, len) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn posix_fallocate64(fd: c_int, offset: off64_t, len: off64_t) -> c_int {
+    if fdtable::is_ours(fd) && !in_shim() {
+        // posix_fallocate returns the error number instead of setting errno.
+        return match serve(|| ops::fallocate(fd, 0, offset, len)) {
+            Ok(()) => 0,
+            Err(e) => e.0,
+        };
+    }
+    unsafe { real!(posix_fallocate64: fn(c_int, off64_t, off64_t) -> c_int)(fd, offset, len) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn posix_fadvise(
+    fd: c_int,
+    offset: off_t,
+    len: off_t,
+    advice: c_int,
+) -> c_int {
+    if fdtable::is_ours(fd) {
+        return 0;
+    }
+    unsafe {
+        real!(posix_fadvise: fn(c_int, off_t, off_t, c_int) -> c_int)(fd, offset, len, advice)
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn posix_fadvise64(
+    fd: c_int,
+    offset: off64_t,
+    len: off64_t,
+    advice: c_int,
+) -> c_int {
+    unsafe { posix_fadvise(fd, offset, len, advice) }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Attributes.
+
+/// The device number noseFS files report (major 0, like other virtual file systems).
+const DEV_MINOR: u32 = 0x6e6f;
+
+fn fill_stat(attr: &Attr, st: &mut libc::stat) {
+    st.st_dev = libc::makedev(0, DEV_MINOR);
+    st.st_ino = attr.ino;
+    st.st_nlink = u64::from(attr.nlink);
+    st.st_mode = attr.mode;
+    st.st_uid = attr.uid;
+    st.st_gid = attr.gid;
+    st.st_rdev = u64::from(attr.rdev);
+    st.st_size = attr.size as i64;
+    st.st_blksize = 4096;
+    st.st_blocks = attr.size.div_ceil(512) as i64;
+    st.st_atime = attr.atime_ns.div_euclid(1_000_000_000);
+    st.st_atime_nsec = attr.atime_ns.rem_euclid(1_000_000_000);
+    st.st_mtime = attr.mtime_ns.div_euclid(1_000_000_000);
+    st.st_mtime_nsec = attr.mtime_ns.rem_euclid(1_000_000_000);
+    st.st_ctime = attr.ctime_ns.div_euclid(1_000_000_000);
+    st.st_ctime_nsec = attr.ctime_ns.rem_euclid(1_000_000_000);
+}
+
+unsafe fn put_stat(r: Result<Attr, Errno>, buf: *mut libc::stat) -> c_int {
+    match r {
+        Ok(attr) if !buf.is_null() => {
+            // SAFETY: the caller passes a struct stat to fill.
+            let st = unsafe { &mut *buf };
+            // SAFETY: struct stat is plain data; all-zero is a valid value.
+            *st = unsafe { std::mem::zeroed() };
+            fill_stat(&attr, st);
+            0
+        }
+        Ok(_) => fail(Errno(libc::EFAULT)),
+        Err(e) => fail(e),
+    }
+}
+
+unsafe fn stat_at(dirfd: c_int, path: *const c_char, buf: *mut libc::stat, flags: c_int) -> c_int {
+    let empty =
+        flags & libc::AT_EMPTY_PATH != 0 && unsafe { bytes(path) }.is_some_and(<[u8]>::is_empty);
+    if empty && fdtable::is_ours(dirfd) && !in_shim() {
+        return unsafe { put_stat(serve(|| ops::fstat(dirfd)), buf) };
+    }
+    if !empty {
+        match unsafe { routed(dirfd, path, flags & libc::AT_SYMLINK_NOFOLLOW == 0) } {
+            Routed::Kernel(Some(k)) => {
+                return unsafe {
+                    real!(fstatat64: fn(c_int, *const c_char, *mut libc::stat, c_int) -> c_int)(
+                        dirfd,
+                        k.as_ptr(),
+                        buf,
+                        flags,
+                    )
+                }
+            }
+            Routed::Kernel(None) => {}
+            Routed::Ours(f) => return unsafe { put_stat(serve(|| ops::stat(&f)), buf) },
+            Routed::Err(e) => return fail(e),
+        }
+    }
+    unsafe {
+        real!(fstatat64: fn(c_int, *const c_char, *mut libc::stat, c_int) -> c_int)(
+            dirfd, path, buf, flags,
+        )
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn stat(path: *const c_char, buf: *mut libc::stat) -> c_int {
+    unsafe { stat_at(libc::AT_FDCWD, path, buf, 0) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn stat64(path: *const c_char, buf: *mut libc::stat) -> c_int {
+    unsafe { stat_at(libc::AT_FDCWD, path, buf, 0) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn lstat(path: *const c_char, buf: *mut libc::stat) -> c_int {
+    unsafe { stat_at(libc::AT_FDCWD, path, buf, libc::AT_SYMLINK_NOFOLLOW) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn lstat64(path: *const c_char, buf: *mut libc::stat) -> c_int {
+    unsafe { stat_at(libc::AT_FDCWD, path, buf, libc::AT_SYMLINK_NOFOLLOW) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fstatat(
+    dirfd: c_int,
+    path: *const c_char,
+    buf: *mut libc::stat,
+    flags: c_int,
+) -> c_int {
+    unsafe { stat_at(dirfd, path, buf, flags) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fstatat64(
+    dirfd: c_int,
+    path: *const c_char,
+    buf: *mut libc::stat,
+    flags: c_int,
+) -> c_int {
+    unsafe { stat_at(dirfd, path, buf, flags) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fstat(fd: c_int, buf: *mut libc::stat) -> c_int {
+    if fdtable::is_ours(fd) && !in_shim() {
+        return unsafe { put_stat(serve(|| ops::fstat(fd)), buf) };
+    }
+    unsafe { real!(fstat: fn(c_int, *mut libc::stat) -> c_int)(fd, buf) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fstat64(fd: c_int, buf: *mut libc::stat) -> c_int {
+    unsafe { fstat(fd, buf) }
+}
+
+// The glibc < 2.33 ABI: programs built against older glibc call these.
+#[no_mangle]
+pub unsafe extern "C" fn __xstat(_ver: c_int, path: *const c_char, buf: *mut libc::stat) -> c_int {
+    unsafe { stat_at(libc::AT_FDCWD, path, buf, 0) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __xstat64(
+    _ver: c_int,
+    path: *const c_char,
+    buf: *mut libc::stat,
+) -> c_int {
+    unsafe { stat_at(libc::AT_FDCWD, path, buf, 0) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __lxstat(_ver: c_int, path: *const c_char, buf: *mut libc::stat) -> c_int {
+    unsafe { stat_at(libc::AT_FDCWD, path, buf, libc::AT_SYMLINK_NOFOLLOW) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __lxstat64(
+    _ver: c_int,
+    path: *const c_char,
+    buf: *mut libc::stat,
+) -> c_int {
+    unsafe { stat_at(libc::AT_FDCWD, path, buf, libc::AT_SYMLINK_NOFOLLOW) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __fxstat(_ver: c_int, fd: c_int, buf: *mut libc::stat) -> c_int {
+    unsafe { fstat(fd, buf) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __fxstat64(_ver: c_int, fd: c_int, buf: *mut libc::stat) -> c_int {
+    unsafe { fstat(fd, buf) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __fxstatat(
+    _ver: c_int,
+    dirfd: c_int,
+    path: *const c_char,
+    buf: *mut libc::stat,
+    flags: c_int,
+) -> c_int {
+    unsafe { stat_at(dirfd, path, buf, flags) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __fxstatat64(
+    _ver: c_int,
+    dirfd: c_int,
+    path: *const c_char,
+    buf: *mut libc::stat,
+    flags: c_int,
+) -> c_int {
+    unsafe { stat_at(dirfd, path, buf, flags) }
+}
+
+fn statx_time(ns: i64) -> libc::statx_timestamp {
+    // SAFETY: plain data; all-zero is valid.
+    let mut t: libc::statx_timestamp = unsafe { std::mem::zeroed() };
+    t.tv_sec = ns.div_euclid(1_000_000_000);
+    t.tv_nsec = ns.rem_euclid(1_000_000_000) as u32;
+    t
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn statx(
+    dirfd: c_int,
+    path: *const c_char,
+    flags: c_int,
+    mask: c_uint,
+    buf: *mut libc::statx,
+) -> c_int {
+    let empty =
+        flags & libc::AT_EMPTY_PATH != 0 && unsafe { bytes(path) }.is_some_and(<[u8]>::is_empty);
+    let attr = if empty && fdtable::is_ours(dirfd) && !in_shim() {
+        serve(|| ops::fstat(dirfd))
+    } else if empty {
+        return unsafe {
+            real!(statx: fn(c_int, *const c_char, c_int, c_uint, *mut libc::statx) -> c_int)(
+                dirfd, path, flags, mask, buf,
+            )
+        };
+    } else {
+        match unsafe { routed(dirfd, path, flags & libc::AT_SYMLINK_NOFOLLOW == 0) } {
+            Routed::Kernel(k) => {
+                let f = real!(statx: fn(c_int, *const c_char, c_int, c_uint, *mut libc::statx) -> c_int);
+                return unsafe { f(dirfd, Routed::kernel_path(&k, path), flags, mask, buf) };
+            }
+            Routed::Ours(f) => serve(|| ops::stat(&f)),
+            Routed::Err(e) => return fail(e),
+        }
+    };
+    match attr {
+        Ok(a) if !buf.is_null() => {
+            // SAFETY: the caller passes a struct statx to fill; all-zero is a valid value.
+            let sx = unsafe { &mut *buf };
+            *sx = unsafe { std::mem::zeroed() };
+            sx.stx_mask = libc::STATX_BASIC_STATS | libc::STATX_BTIME;
+            sx.stx_blksize = 4096;
+            sx.stx_nlink = a.nlink;
+            sx.stx_uid = a.uid;
+            sx.stx_gid = a.gid;
+            sx.stx_mode = a.mode as u16;
+            sx.stx_ino = a.ino;
+            sx.stx_size = a.size;
+            sx.stx_blocks = a.size.div_ceil(512);
+            sx.stx_atime = statx_time(a.atime_ns);
+            sx.stx_btime = statx_time(a.ctime_ns);
+            sx.stx_ctime = statx_time(a.ctime_ns);
+            sx.stx_mtime = statx_time(a.mtime_ns);
+            sx.stx_rdev_major = libc::major(u64::from(a.rdev));
+            sx.stx_rdev_minor = libc::minor(u64::from(a.rdev));
+            sx.stx_dev_major = 0;
+            sx.stx_dev_minor = DEV_MINOR;
+            0
+        }
+        Ok(_) => fail(Errno(libc::EFAULT)),
+        Err(e) => fail(e),
+    }
+}
+
+const NOSEFS_MAGIC: i64 = 0x6e6f_7365;
+
+unsafe fn put_statfs(buf: *mut libc::statfs) -> c_int {
+    match serve(ops::statfs) {
+        Ok((blocks, free, files, ffree)) if !buf.is_null() => {
+            // SAFETY: the caller passes a struct statfs; all-zero is valid.
+            let s = unsafe { &mut *buf };
+            *s = unsafe { std::mem::zeroed() };
+            s.f_type = NOSEFS_MAGIC;
+            s.f_bsize = 4096;
+            s.f_blocks = blocks;
+            s.f_bfree = free;
+            s.f_bavail = free;
+            s.f_files = files;
+            s.f_ffree = ffree;
+            s.f_namelen = 255;
+            s.f_frsize = 4096;
+            0
+        }
+        Ok(_) => fail(Errno(libc::EFAULT)),
+        Err(e) => fail(e),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn statfs(path: *const c_char, buf: *mut libc::statfs) -> c_int {
+    match unsafe { routed(libc::AT_FDCWD, path, true) } {
+        Routed::Kernel(k) => unsafe {
+            real!(statfs: fn(*const c_char, *mut libc::statfs) -> c_int)(
+                Routed::kernel_path(&k, path),
+                buf,
+            )
+        },
+        Routed::Ours(f) => match f.existing() {
+            Ok(_) => unsafe { put_statfs(buf) },
+            Err(e) => fail(e),
+        },
+        Routed::Err(e) => fail(e),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn statfs64(path: *const c_char, buf: *mut libc::statfs) -> c_int {
+    unsafe { statfs(path, buf) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fstatfs(fd: c_int, buf: *mut libc::statfs) -> c_int {
+    if fdtable::is_ours(fd) && !in_shim() {
+        return unsafe { put_statfs(buf) };
+    }
+    unsafe { real!(fstatfs: fn(c_int, *mut libc::statfs) -> c_int)(fd, buf) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fstatfs64(fd: c_int, buf: *mut libc::statfs) -> c_int {
+    unsafe { fstatfs(fd, buf) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn statvfs(path: *const c_char, buf: *mut libc::statvfs) -> c_int {
+    match unsafe { routed(libc::AT_FDCWD, path, true) } {
+        Routed::Kernel(k) => unsafe {
+            real!(statvfs: fn(*const c_char, *mut libc::statvfs) -> c_int)(
+                Routed::kernel_path(&k, path),
+                buf,
+            )
+        },
+        Routed::Ours(_) => unsafe { put_statvfs(buf) },
+        Routed::Err(e) => fail(e),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn statvfs64(path: *const c_char, buf: *mut libc::statvfs) -> c_int {
+    unsafe { statvfs(path, buf) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fstatvfs(fd: c_int, buf: *mut libc::statvfs) -> c_int {
+    if fdtable::is_ours(fd) && !in_shim() {
+        return unsafe { put_statvfs(buf) };
+    }
+    unsafe { real!(fstatvfs: fn(c_int, *mut libc::statvfs) -> c_int)(fd, buf) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fstatvfs64(fd: c_int, buf: *mut libc::statvfs) -> c_int {
+    unsafe { fstatvfs(fd, buf) }
+}
+
+unsafe fn put_statvfs(buf: *mut libc::statvfs) -> c_int {
+    match serve(ops::statfs) {
+        Ok((blocks, free, files, ffree)) if !buf.is_null() => {
+            // SAFETY: the caller passes a struct statvfs; all-zero is valid.
+            let s = unsafe { &mut *buf };
+            *s = unsafe { std::mem::zeroed() };
+            s.f_bsize = 4096;
+            s.f_frsize = 4096;
+            s.f_blocks = blocks;
+            s.f_bfree = free;
+            s.f_bavail = free;
+            s.f_files = files;
+            s.f_ffree = ffree;
+            s.f_favail = ffree;
+            s.f_fsid = u64::from(DEV_MINOR);
+            s.f_namemax = 255;
+            0
+        }
+        Ok(_) => fail(Errno(libc::EFAULT)),
+        Err(e) => fail(e),
+    }
+}
+
+unsafe fn access_at(dirfd: c_int, path: *const c_char, mode: c_int, flags: c_int) -> c_int {
+    match unsafe { routed(dirfd, path, flags & libc::AT_SYMLINK_NOFOLLOW == 0) } {
+        Routed::Kernel(k) => unsafe {
+            real!(faccessat: fn(c_int, *const c_char, c_int, c_int) -> c_int)(
+                dirfd,
+                Routed::kernel_path(&k, path),
+                mode,
+                flags,
+            )
+        },
+        Routed::Ours(f) => int(serve(|| ops::access(&f, mode))),
+        Routed::Err(e) => fail(e),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn access(path: *const c_char, mode: c_int) -> c_int {
+    unsafe { access_at(libc::AT_FDCWD, path, mode, 0) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn euidaccess(path: *const c_char, mode: c_int) -> c_int {
+    unsafe { access_at(libc::AT_FDCWD, path, mode, libc::AT_EACCESS) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn eaccess(path: *const c_char, mode: c_int) -> c_int {
+    unsafe { access_at(libc::AT_FDCWD, path, mode, libc::AT_EACCESS) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn faccessat(
+    dirfd: c_int,
+    path: *const c_char,
+    mode: c_int,
+    flags: c_int,
+) -> c_int {
+    unsafe { access_at(dirfd, path, mode, flags) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn faccessat2(
+    dirfd: c_int,
+    path: *const c_char,
+    mode: c_int,
+    flags: c_int,
+) -> c_int {
+    unsafe { access_at(dirfd, path, mode, flags) }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Names.
+
+macro_rules! path_op {
+    ($dirfd:expr, $path:expr, $follow:expr, $ours:expr, $kernel:expr) => {
+        match unsafe { routed($dirfd, $path, $follow) } {
+            Routed::Kernel(k) => {
+                let p = Routed::kernel_path(&k, $path);
+                #[allow(clippy::redundant_closure_call)]
+                unsafe {
+                    $kernel(p)
+                }
+            }
+            Routed::Ours(f) => int(serve(|| $ours(&f))),
+            Routed::Err(e) => fail(e),
+        }
+    };
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mkdir(path: *const c_char, mode: mode_t) -> c_int {
+    path_op!(
+        libc::AT_FDCWD,
+        path,
+        false,
+        |f: &Found| ops::mkdir(f, mode),
+        |p| real!(mkdir: fn(*const c_char, mode_t) -> c_int)(p, mode)
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mkdirat(dirfd: c_int, path: *const c_char, mode: mode_t) -> c_int {
+    path_op!(
+        dirfd,
+        path,
+        false,
+        |f: &Found| ops::mkdir(f, mode),
+        |p| real!(mkdirat: fn(c_int, *const c_char, mode_t) -> c_int)(dirfd, p, mode)
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mknod(path: *const c_char, mode: mode_t, dev: libc::dev_t) -> c_int {
+    unsafe { mknodat(libc::AT_FDCWD, path, mode, dev) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mknodat(
+    dirfd: c_int,
+    path: *const c_char,
+    mode: mode_t,
+    dev: libc::dev_t,
+) -> c_int {
+    path_op!(
+        dirfd,
+        path,
+        false,
+        |f: &Found| ops::mknod(f, mode, dev),
+        |p| real!(mknodat: fn(c_int, *const c_char, mode_t, libc::dev_t) -> c_int)(
+            dirfd, p, mode, dev
+        )
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mkfifo(path: *const c_char, mode: mode_t) -> c_int {
+    unsafe { mknodat(libc::AT_FDCWD, path, mode | libc::S_IFIFO, 0) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mkfifoat(dirfd: c_int, path: *const c_char, mode: mode_t) -> c_int {
+    unsafe { mknodat(dirfd, path, mode | libc::S_IFIFO, 0) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rmdir(path: *const c_char) -> c_int {
+    path_op!(
+        libc::AT_FDCWD,
+        path,
+        false,
+        ops::rmdir,
+        |p| real!(rmdir: fn(*const c_char) -> c_int)(p)
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn unlink(path: *const c_char) -> c_int {
+    path_op!(
+        libc::AT_FDCWD,
+        path,
+        false,
+        ops::unlink,
+        |p| real!(unlink: fn(*const c_char) -> c_int)(p)
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn unlinkat(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
+    let ours = |f: &Found| {
+        if flags & libc::AT_REMOVEDIR != 0 {
+            ops::rmdir(f)
+        } else {
+            ops::unlink(f)
+        }
+    };
+    path_op!(
+        dirfd,
+        path,
+        false,
+        ours,
+        |p| real!(unlinkat: fn(c_int, *const c_char, c_int) -> c_int)(dirfd, p, flags)
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn symlink(target: *const c_char, path: *const c_char) -> c_int {
+    unsafe { symlinkat(target, libc::AT_FDCWD, path) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn symlinkat(
+    target: *const c_char,
+    dirfd: c_int,
+    path: *const c_char,
+) -> c_int {
+    let Some(t) = (unsafe { bytes(target) }) else {
+        return fail(Errno(libc::EFAULT));
+    };
+    path_op!(
+        dirfd,
+        path,
+        false,
+        |f: &Found| ops::symlink(t, f),
+        |p| real!(symlinkat: fn(*const c_char, c_int, *const c_char) -> c_int)(target, dirfd, p)
+    )
+}
+
+unsafe fn readlink_at(
+    dirfd: c_int,
+    path: *const c_char,
+    buf: *mut c_char,
+    size: size_t,
+) -> ssize_t {
+    match unsafe { routed(dirfd, path, false) } {
+        Routed::Kernel(k) => unsafe {
+            real!(readlinkat: fn(c_int, *const c_char, *mut c_char, size_t) -> ssize_t)(
+                dirfd,
+                Routed::kernel_path(&k, path),
+                buf,
+                size,
+            )
+        },
+        Routed::Ours(f) => match serve(|| ops::readlink(&f)) {
+            Ok(target) => {
+                let n = target.len().min(size);
+                unsafe { out_slice(buf.cast(), n) }.copy_from_slice(&target[..n]);
+                n as ssize_t
+            }
+            Err(e) => fail(e) as ssize_t,
+        },
+        Routed::Err(e) => fail(e) as ssize_t,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn readlink(path: *const c_char, buf: *mut c_char, size: size_t) -> ssize_t {
+    unsafe { readlink_at(libc::AT_FDCWD, path, buf, size) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn readlinkat(
+    dirfd: c_int,
+    path: *const c_char,
+    buf: *mut c_char,
+    size: size_t,
+) -> ssize_t {
+    unsafe { readlink_at(dirfd, path, buf, size) }
+}
+
+/// Two paths: both noseFS's, both the kernel's, or EXDEV.
+unsafe fn two_paths(
+    d1: c_int,
+    p1: *const c_char,
+    d2: c_int,
+    p2: *const c_char,
+    follow_first: bool,
+    ours: impl FnOnce(&Found, &Found) -> Result<(), Errno>,
+    kernel: impl FnOnce(*const c_char, *const c_char) -> c_int,
+) -> c_int {
+    let a = unsafe { routed(d1, p1, follow_first) };
+    let b = unsafe { routed(d2, p2, false) };
+    match (a, b) {
+        (Routed::Err(e), _) | (_, Routed::Err(e)) => fail(e),
+        (Routed::Ours(x), Routed::Ours(y)) => int(serve(|| ours(&x, &y))),
+        (Routed::Kernel(x), Routed::Kernel(y)) => {
+            kernel(Routed::kernel_path(&x, p1), Routed::kernel_path(&y, p2))
+        }
+        _ => fail(Errno(libc::EXDEV)),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rename(from: *const c_char, to: *const c_char) -> c_int {
+    unsafe { renameat2(libc::AT_FDCWD, from, libc::AT_FDCWD, to, 0) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn renameat(
+    d1: c_int,
+    from: *const c_char,
+    d2: c_int,
+    to: *const c_char,
+) -> c_int {
+    unsafe { renameat2(d1, from, d2, to, 0) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn renameat2(
+    d1: c_int,
+    from: *const c_char,
+    d2: c_int,
+    to: *const c_char,
+    flags: c_uint,
+) -> c_int {
+    unsafe {
+        two_paths(
+            d1,
+            from,
+            d2,
+            to,
+            false,
+            |a, b| ops::rename(a, b, flags),
+            |x, y| {
+                real!(renameat2: fn(c_int, *const c_char, c_int, *const c_char, c_uint) -> c_int)(
+                    d1, x, d2, y, flags,
+                )
+            },
+        )
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn link(from: *const c_char, to: *const c_char) -> c_int {
+    unsafe { linkat(libc::AT_FDCWD, from, libc::AT_FDCWD, to, 0) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn linkat(
+    d1: c_int,
+    from: *const c_char,
+    d2: c_int,
+    to: *const c_char,
+    flags: c_int,
+) -> c_int {
+    let follow = flags & libc::AT_SYMLINK_FOLLOW != 0;
+    unsafe {
+        two_paths(d1, from, d2, to, follow, ops::link, |x, y| {
+            real!(linkat: fn(c_int, *const c_char, c_int, *const c_char, c_int) -> c_int)(
+                d1, x, d2, y, flags,
+            )
+        })
+    }
+}
+
+// chmod, chown, times.
+
+fn chmod_change(mode: mode_t) -> SetAttr {
+    SetAttr {
+        mode: Some(mode & 0o7777),
+        ..SetAttr::default()
+    }
+}
+
+fn chown_change(uid: uid_t, gid: gid_t) -> SetAttr {
+    SetAttr {
+        uid: (uid != u32::MAX).then_some(uid),
+        gid: (gid != u32::MAX).then_some(gid),
+        ..SetAttr::default()
+    }
+}
+
+fn setattr_found(f: &Found, change: &SetAttr, now: bool) -> Result<(), Errno> {
+    ops::setattr(f.existing()?.ino, change, now)
+}
+
+fn setattr_fd(fd: c_int, change: &SetAttr, now: bool) -> Result<(), Errno> {
+    let file = fdtable::get(fd).ok_or(Errno::EBADF)?;
+    ops::setattr(file.ino, change, now)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn chmod(path: *const c_char, mode: mode_t) -> c_int {
+    path_op!(
+        libc::AT_FDCWD,
+        path,
+        true,
+        |f: &Found| setattr_found(f, &chmod_change(mode), false),
+        |p| real!(chmod: fn(*const c_char, mode_t) -> c_int)(p, mode)
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fchmodat(
+    dirfd: c_int,
+    path: *const c_char,
+    mode: mode_t,
+    flags: c_int,
+) -> c_int {
+    path_op!(
+        dirfd,
+        path,
+        flags & libc::AT_SYMLINK_NOFOLLOW == 0,
+        |f: &Found| setattr_found(f, &chmod_change(mode), false),
+        |p| real!(fchmodat: fn(c_int, *const c_char, mode_t, c_int) -> c_int)(
+            dirfd, p, mode, flags
+        )
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fchmod(fd: c_int, mode: mode_t) -> c_int {
+    if fdtable::is_ours(fd) && !in_shim() {
+        return int(serve(|| setattr_fd(fd, &chmod_change(mode), false)));
+    }
+    unsafe { real!(fchmod: fn(c_int, mode_t) -> c_int)(fd, mode) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn chown(path: *const c_char, uid: uid_t, gid: gid_t) -> c_int {
+    path_op!(
+        libc::AT_FDCWD,
+        path,
+        true,
+        |f: &Found| setattr_found(f, &chown_change(uid, gid), false),
+        |p| real!(chown: fn(*const c_char, uid_t, gid_t) -> c_int)(p, uid, gid)
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn lchown(path: *const c_char, uid: uid_t, gid: gid_t) -> c_int {
+    path_op!(
+        libc::AT_FDCWD,
+        path,
+        false,
+        |f: &Found| setattr_found(f, &chown_change(uid, gid), false),
+        |p| real!(lchown: fn(*const c_char, uid_t, gid_t) -> c_int)(p, uid, gid)
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fchownat(
+    dirfd: c_int,
+    path: *const c_char,
+    uid: uid_t,
+    gid: gid_t,
+    flags: c_int,
+) -> c_int {
+    let empty =
+        flags & libc::AT_EMPTY_PATH != 0 && unsafe { bytes(path) }.is_some_and(<[u8]>::is_empty);
+    if empty && fdtable::is_ours(dirfd) && !in_shim() {
+        return int(serve(|| setattr_fd(dirfd, &chown_change(uid, gid), false)));
+    }
+    path_op!(
+        dirfd,
+        path,
+        flags & libc::AT_SYMLINK_NOFOLLOW == 0,
+        |f: &Found| setattr_found(f, &chown_change(uid, gid), false),
+        |p| real!(fchownat: fn(c_int, *const c_char, uid_t, gid_t, c_int) -> c_int)(
+            dirfd, p, uid, gid, flags
+        )
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fchown(fd: c_int, uid: uid_t, gid: gid_t) -> c_int {
+    if fdtable::is_ours(fd) && !in_shim() {
+        return int(serve(|| setattr_fd(fd, &chown_change(uid, gid), false)));
+    }
+    unsafe { real!(fchown: fn(c_int, uid_t, gid_t) -> c_int)(fd, uid, gid) }
+}
+
+/// A utimensat argument as a change, and whether it only sets "now" (which write permission
+/// allows).
+unsafe fn times_change(times: *const libc::timespec) -> Result<(SetAttr, bool), Errno> {
+    let now = nosefs_core::mkfs::now_ns();
+    if times.is_null() {
+        let change = SetAttr {
+            atime_ns: Some(now),
+            mtime_ns: Some(now),
+            ..SetAttr::default()
+        };
+        return Ok((change, true));
+    }
+    // SAFETY: utimensat takes two timespecs.
+    let t = unsafe { std::slice::from_raw_parts(times, 2) };
+    let mut only_now = true;
+    let mut pick = |ts: &libc::timespec| -> Result<Option<i64>, Errno> {
+        match ts.tv_nsec {
+            libc::UTIME_OMIT => Ok(None),
+            libc::UTIME_NOW => Ok(Some(now)),
+            n if (0..1_000_000_000).contains(&n) => {
+                only_now = false;
+                Ok(Some(
+                    ts.tv_sec.saturating_mul(1_000_000_000).saturating_add(n),
+                ))
+            }
+            _ => Err(Errno::EINVAL),
+        }
+    };
+    let change = SetAttr {
+        atime_ns: pick(&t[0])?,
+        mtime_ns: pick(&t[1])?,
+        ..SetAttr::default()
+    };
+    Ok((change, only_now))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn utimensat(
+    dirfd: c_int,
+    path: *const c_char,
+    times: *const libc::timespec,
+    flags: c_int,
+) -> c_int {
+    if path.is_null() {
+        // Linux's futimens(fd) form.
+        if fdtable::is_ours(dirfd) && !in_shim() {
+            return unsafe { futimens(dirfd, times) };
+        }
+        return unsafe {
+            real!(utimensat: fn(c_int, *const c_char, *const libc::timespec, c_int) -> c_int)(
+                dirfd, path, times, flags,
+            )
+        };
+    }
+    let ours = |f: &Found| {
+        let (change, now) = unsafe { times_change(times) }?;
+        setattr_found(f, &change, now)
+    };
+    path_op!(
+        dirfd,
+        path,
+        flags & libc::AT_SYMLINK_NOFOLLOW == 0,
+        ours,
+        |p| real!(utimensat: fn(c_int, *const c_char, *const libc::timespec, c_int) -> c_int)(
+            dirfd, p, times, flags
+        )
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn futimens(fd: c_int, times: *const libc::timespec) -> c_int {
+    if fdtable::is_ours(fd) && !in_shim() {
+        return int(serve(|| {
+            let (change, now) = unsafe { times_change(times) }?;
+            setattr_fd(fd, &change, now)
+        }));
+    }
+    unsafe { real!(futimens: fn(c_int, *const libc::timespec) -> c_int)(fd, times) }
+}
+
+unsafe fn timevals(tv: *const libc::timeval) -> Option<[libc::timespec; 2]> {
+    (!tv.is_null()).then(|| {
+        // SAFETY: utimes takes two timevals.
+        let t = unsafe { std::slice::from_raw_parts(tv, 2) };
+        [t[0], t[1]].map(|v| libc::timespec {
+            tv_sec: v.tv_sec,
+            tv_nsec: v.tv_usec * 1000,
+        })
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn utimes(path: *const c_char, tv: *const libc::timeval) -> c_int {
+    let ts = unsafe { timevals(tv) };
+    unsafe {
+        utimensat(
+            libc::AT_FDCWD,
+            path,
+            ts.as_ref().map_or(std::ptr::null(), |t| t.as_ptr()),
+            0,
+        )
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn lutimes(path: *const c_char, tv: *const libc::timeval) -> c_int {
+    let ts = unsafe { timevals(tv) };
+    unsafe {
+        utimensat(
+            libc::AT_FDCWD,
+            path,
+            ts.as_ref().map_or(std::ptr::null(), |t| t.as_ptr()),
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn futimes(fd: c_int, tv: *const libc::timeval) -> c_int {
+    let ts = unsafe { timevals(tv) };
+    unsafe { futimens(fd, ts.as_ref().map_or(std::ptr::null(), |t| t.as_ptr())) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn futimesat(
+    dirfd: c_int,
+    path: *const c_char,
+    tv: *const libc::timeval,
+) -> c_int {
+    let ts = unsafe { timevals(tv) };
+    unsafe {
+        utimensat(
+            dirfd,
+            path,
+            ts.as_ref().map_or(std::ptr::null(), |t| t.as_ptr()),
+            0,
+        )
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn utime(path: *const c_char, times: *const libc::utimbuf) -> c_int {
+    let ts = (!times.is_null()).then(|| {
+        // SAFETY: the caller passes a utimbuf.
+        let t = unsafe { &*times };
+        [
+            libc::timespec {
+                tv_sec: t.actime,
+                tv_nsec: 0,
+            },
+            libc::timespec {
+                tv_sec: t.modtime,
+                tv_nsec: 0,
+            },
+        ]
+    });
+    unsafe {
+        utimensat(
+            libc::AT_FDCWD,
+            path,
+            ts.as_ref().map_or(std::ptr::null(), |t| t.as_ptr()),
+            0,
+        )
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Descriptors.
+
+/// Registers `new` as another descriptor of `old`'s description after the kernel duplicated it.
+fn adopt_dup(old: c_int, new: c_int) {
+    if new < 0 {
+        return;
+    }
+    let _ = serve(|| {
+        let dropped = match fdtable::get(old) {
+            Some(file) if (new as usize) < fdtable::MAX_FDS => fdtable::insert(new, file),
+            _ => fdtable::remove(new),
+        };
+        drop(dropped);
+        Ok(())
+    });
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
+    let new = unsafe { real!(dup: fn(c_int) -> c_int)(fd) };
+    if fdtable::is_ours(fd) {
+        adopt_dup(fd, new);
+    }
+    new
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
+    let rc = unsafe { real!(dup2: fn(c_int, c_int) -> c_int)(old, new) };
+    if rc >= 0 && old != new && (fdtable::is_ours(old) || fdtable::is_ours(new)) {
+        adopt_dup(old, rc);
+    }
+    rc
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
+    let rc = unsafe { real!(dup3: fn(c_int, c_int, c_int) -> c_int)(old, new, flags) };
+    if rc >= 0 && (fdtable::is_ours(old) || fdtable::is_ours(new)) {
+        adopt_dup(old, rc);
+    }
+    rc
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nosefs_hook_fcntl(fd: c_int, cmd: c_int, arg: *mut c_void) -> c_int {
+    let f = real!(fcntl: fn(c_int, c_int, *mut c_void) -> c_int);
+    if !fdtable::is_ours(fd) || in_shim() {
+        return unsafe { f(fd, cmd, arg) };
+    }
+    match cmd {
+        libc::F_DUPFD | libc::F_DUPFD_CLOEXEC => {
+            let new = unsafe { f(fd, cmd, arg) };
+            adopt_dup(fd, new);
+            new
+        }
+        libc::F_GETFL => match fdtable::get(fd) {
+            Some(file) => file.flags.load(Ordering::Relaxed),
+            None => fail(Errno::EBADF),
+        },
+        libc::F_SETFL => match fdtable::get(fd) {
+            Some(file) => {
+                let settable = libc::O_APPEND | libc::O_NONBLOCK | libc::O_NOATIME | libc::O_DIRECT;
+                let new = arg as usize as c_int;
+                let old = file.flags.load(Ordering::Relaxed);
+                file.flags
+                    .store((old & !settable) | (new & settable), Ordering::Relaxed);
+                0
+            }
+            None => fail(Errno::EBADF),
+        },
+        // Embedded mode serves one process, and POSIX record locks never conflict within a
+        // process: they are granted, and F_GETLK finds no conflicting lock.
+        libc::F_SETLK | libc::F_SETLKW | libc::F_OFD_SETLK | libc::F_OFD_SETLKW => 0,
+        libc::F_GETLK | libc::F_OFD_GETLK => {
+            if !arg.is_null() {
+                // SAFETY: F_GETLK takes a struct flock.
+                unsafe { (*arg.cast::<libc::flock>()).l_type = libc::F_UNLCK as i16 };
+            }
+            0
+        }
+        // Descriptor flags (FD_CLOEXEC) live on the placeholder, in the kernel.
+        libc::F_GETFD | libc::F_SETFD => unsafe { f(fd, cmd, arg) },
+        libc::F_ADD_SEALS | libc::F_GET_SEALS => fail(Errno::EINVAL),
+        libc::F_GETPIPE_SZ | libc::F_SETPIPE_SZ => fail(Errno::EBADF),
+        _ => fail(Errno::EINVAL),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nosefs_hook_ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int {
+    if fdtable::is_ours(fd) && !in_shim() {
+        return fail(Errno(libc::ENOTTY));
+    }
+    unsafe { real!(ioctl: fn(c_int, c_ulong, *mut c_void) -> c_int)(fd, request, arg) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn flock(fd: c_int, op: c_int) -> c_int {
+    if fdtable::is_ours(fd) && !in_shim() {
+        // As record locks: one process, granted (see nosefs_hook_fcntl).
+        return 0;
+    }
+    unsafe { real!(flock: fn(c_int, c_int) -> c_int)(fd, op) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn lockf(fd: c_int, cmd: c_int, len: off_t) -> c_int {
+    if fdtable::is_ours(fd) && !in_shim() {
+        return 0;
+    }
+    unsafe { real!(lockf: fn(c_int, c_int, off_t) -> c_int)(fd, cmd, len) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn lockf64(fd: c_int, cmd: c_int, len: off64_t) -> c_int {
+    unsafe { lockf(fd, cmd, len) }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Working directory.
+
+#[no_mangle]
+pub unsafe extern "C" fn chdir(path: *const c_char) -> c_int {
+    let real_chdir = real!(chdir: fn(*const c_char) -> c_int);
+    match unsafe { routed(libc::AT_FDCWD, path, true) } {
+        Routed::Kernel(k) => {
+            let rc = unsafe { real_chdir(Routed::kernel_path(&k, path)) };
+            if rc == 0 {
+                route::set_cwd(None);
+                route::forget_kernel_cwd();
+            }
+            rc
+        }
+        Routed::Ours(f) => {
+            let rc = int(serve(|| ops::chdir(&f)));
+            if rc == 0 {
+                unsafe { trap_cwd() };
+            }
+            rc
+        }
+        Routed::Err(e) => fail(e),
+    }
+}
+
+/// While the working directory is inside noseFS, the kernel's is the prefix directory.
+unsafe fn trap_cwd() {
+    if let Some(config) = state::config() {
+        if let Ok(p) = CString::new(config.prefix.clone()) {
+            unsafe { real!(chdir: fn(*const c_char) -> c_int)(p.as_ptr()) };
+        }
+        route::forget_kernel_cwd();
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fchdir(fd: c_int) -> c_int {
+    if fdtable::is_ours(fd) && !in_shim() {
+        let rc = int(serve(|| {
+            let file = fdtable::get(fd).ok_or(Errno::EBADF)?;
+            if file.kind == Kind::File {
+                return Err(Errno::ENOTDIR);
+            }
+            let attr = ops::fstat(fd)?;
+            if !attr.is_dir() {
+                return Err(Errno::ENOTDIR);
+            }
+            nosefs_core::namespace::perm::check(
+                &attr,
+                &state::cred(),
+                nosefs_core::namespace::perm::MAY_EXEC,
+            )
+            .map_err(|e| e.errno())?;
+            route::set_cwd(Some(file.path.clone()));
+            Ok(())
+        }));
+        if rc == 0 {
+            unsafe { trap_cwd() };
+        }
+        return rc;
+    }
+    let rc = unsafe { real!(fchdir: fn(c_int) -> c_int)(fd) };
+    if rc == 0 {
+        route::set_cwd(None);
+        route::forget_kernel_cwd();
+    }
+    rc
+}
+
+/// Copies `path` out as getcwd does (allocating when `buf` is null).
+unsafe fn give_path(path: &[u8], buf: *mut c_char, size: size_t) -> *mut c_char {
+    let need = path.len() + 1;
+    let out = if buf.is_null() {
+        let alloc = if size == 0 { need } else { size };
+        if alloc < need {
+            set_errno(Errno(libc::ERANGE));
+            return null_mut();
+        }
+        // SAFETY: plain allocation, freed by the caller with free().
+        let p = unsafe { libc::malloc(alloc) }.cast::<c_char>();
+        if p.is_null() {
+            set_errno(Errno(libc::ENOMEM));
+            return null_mut();
+        }
+        p
+    } else {
+        if size < need {
+            set_errno(Errno(libc::ERANGE));
+            return null_mut();
+        }
+        buf
+    };
+    let dst = unsafe { out_slice(out.cast(), need) };
+    dst[..path.len()].copy_from_slice(path);
+    dst[path.len()] = 0;
+    out
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn getcwd(buf: *mut c_char, size: size_t) -> *mut c_char {
+    if !in_shim() {
+        if let Some(cwd) = route::cwd() {
+            return unsafe { give_path(&cwd, buf, size) };
+        }
+    }
+    unsafe { real!(getcwd: fn(*mut c_char, size_t) -> *mut c_char)(buf, size) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn get_current_dir_name() -> *mut c_char {
+    unsafe { getcwd(null_mut(), 0) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn getwd(buf: *mut c_char) -> *mut c_char {
+    unsafe { getcwd(buf, libc::PATH_MAX as size_t) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn realpath(path: *const c_char, resolved: *mut c_char) -> *mut c_char {
+    match unsafe { routed(libc::AT_FDCWD, path, true) } {
+        Routed::Kernel(k) => unsafe {
+            real!(realpath: fn(*const c_char, *mut c_char) -> *mut c_char)(
+                Routed::kernel_path(&k, path),
+                resolved,
+            )
+        },
+        Routed::Ours(f) => match f.existing() {
+            Ok(_) => unsafe {
+                give_path(
+                    &f.path,
+                    resolved,
+                    if resolved.is_null() {
+                        0
+                    } else {
+                        libc::PATH_MAX as size_t
+                    },
+                )
+            },
+            Err(e) => {
+                set_errno(e);
+                null_mut()
+            }
+        },
+        Routed::Err(e) => {
+            set_errno(e);
+            null_mut()
+        }
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn canonicalize_file_name(path: *const c_char) -> *mut c_char {
+    unsafe { realpath(path, null_mut()) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn umask(mask: mode_t) -> mode_t {
+    let old = unsafe { real!(umask: fn(mode_t) -> mode_t)(mask) };
+    state::set_umask(mask);
+    old
+}
+
+// Credentials change: forget the cached ones.
+macro_rules! cred_hook {
+    ($name:ident ( $($arg:ident : $ty:ty),* )) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> c_int {
+            let rc = unsafe { real!($name: fn($($ty),*) -> c_int)($($arg),*) };
+            state::invalidate_cred();
+            rc
+        }
+    };
+}
+
+cred_hook!(setuid(uid: uid_t));
+cred_hook!(seteuid(uid: uid_t));
+cred_hook!(setreuid(r: uid_t, e: uid_t));
+cred_hook!(setresuid(r: uid_t, e: uid_t, s: uid_t));
+cred_hook!(setgid(gid: gid_t));
+cred_hook!(setegid(gid: gid_t));
+cred_hook!(setregid(r: gid_t, e: gid_t));
+cred_hook!(setresgid(r: gid_t, e: gid_t, s: gid_t));
+cred_hook!(setgroups(n: size_t, list: *const gid_t));
+
+// ---------------------------------------------------------------------------------------------
+// Directory streams.
+
+/// A noseFS directory stream, handed to the program as its `DIR *`.
+struct NoseDir {
+    fd: c_int,
+    entries: Vec<nosefs_core::namespace::DirEntry>,
+    next: usize,
+    /// The position after the last entry returned (telldir).
+    position: u64,
+    dirent: dirent64,
+}
+
+static DIRS: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+static DIR_COUNT: AtomicUsize = AtomicUsize::new(0);
+
+fn is_our_dir(d: *mut c_void) -> bool {
+    DIR_COUNT.load(Ordering::Relaxed) > 0 && DIRS.lock().contains(&(d as usize))
+}
+
+fn new_dir(fd: c_int) -> *mut c_void {
+    // SAFETY: dirent64 is plain data; all-zero is valid.
+    let dirent: dirent64 = unsafe { std::mem::zeroed() };
+    let d = Box::into_raw(Box::new(NoseDir {
+        fd,
+        entries: Vec::new(),
+        next: 0,
+        position: 0,
+        dirent,
+    }))
+    .cast::<c_void>();
+    DIRS.lock().push(d as usize);
+    DIR_COUNT.fetch_add(1, Ordering::Relaxed);
+    d
+}
+
+unsafe fn our_dir<'a>(d: *mut c_void) -> &'a mut NoseDir {
+    // SAFETY: `d` came from new_dir (checked by is_our_dir) and is not yet closed.
+    unsafe { &mut *d.cast::<NoseDir>() }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn opendir(path: *const c_char) -> *mut c_void {
+    match unsafe { routed(libc::AT_FDCWD, path, true) } {
+        Routed::Kernel(k) => unsafe {
+            real!(opendir: fn(*const c_char) -> *mut c_void)(Routed::kernel_path(&k, path))
+        },
+        Routed::Ours(f) => {
+            match serve(|| ops::open(&f, libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC, 0)) {
+                Ok(fd) => new_dir(fd),
+                Err(e) => {
+                    set_errno(e);
+                    null_mut()
+                }
+            }
+        }
+        Routed::Err(e) => {
+            set_errno(e);
+            null_mut()
+        }
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fdopendir(fd: c_int) -> *mut c_void {
+    if let Some(file) = fdtable::get(fd) {
+        if file.kind != Kind::Dir {
+            set_errno(Errno::ENOTDIR);
+            return null_mut();
+        }
+        return new_dir(fd);
+    }
+    unsafe { real!(fdopendir: fn(c_int) -> *mut c_void)(fd) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn closedir(d: *mut c_void) -> c_int {
+    if is_our_dir(d) {
+        DIRS.lock().retain(|&x| x != d as usize);
+        DIR_COUNT.fetch_sub(1, Ordering::Relaxed);
+        // SAFETY: from Box::into_raw in new_dir, removed from the registry just now.
+        let dir = unsafe { Box::from_raw(d.cast::<NoseDir>()) };
+        return unsafe { close(dir.fd) };
+    }
+    unsafe { real!(closedir: fn(*mut c_void) -> c_int)(d) }
+}
+
+fn dt_of(file_type: u32) -> u8 {
+    match file_type {
+        libc::S_IFDIR => libc::DT_DIR,
+        libc::S_IFREG => libc::DT_REG,
+        libc::S_IFLNK => libc::DT_LNK,
+        libc::S_IFCHR => libc::DT_CHR,
+        libc::S_IFBLK => libc::DT_BLK,
+        libc::S_IFIFO => libc::DT_FIFO,
+        libc::S_IFSOCK => libc::DT_SOCK,
+        _ => libc::DT_UNKNOWN,
+    }
+}
+
+/// The next entry of a noseFS stream, filled into its dirent; null at the end.
+unsafe fn next_entry(d: *mut c_void) -> *mut dirent64 {
+    let dir = unsafe { our_dir(d) };
+    if dir.next >= dir.entries.len() {
+        match serve(|| ops::read_dir(dir.fd, 256)) {
+            Ok(entries) => {
+                dir.entries = entries;
+                dir.next = 0;
+            }
+            Err(e) => {
+                set_errno(e);
+                return null_mut();
+            }
+        }
+        if dir.entries.is_empty() {
+            return null_mut();
+        }
+    }
+    let e = &dir.entries[dir.next];
+    dir.next += 1;
+    dir.position = e.cookie;
+    let de = &mut dir.dirent;
+    de.d_ino = e.ino;
+    de.d_off = e.cookie as i64;
+    de.d_reclen = std::mem::size_of::<dirent64>() as u16;
+    de.d_type = dt_of(e.file_type);
+    let n = e.name.len().min(255);
+    for (dst, &src) in de.d_name.iter_mut().zip(&e.name[..n]) {
+        *dst = src as c_char;
+    }
+    de.d_name[n] = 0;
+    de
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn readdir(d: *mut c_void) -> *mut dirent64 {
+    if is_our_dir(d) {
+        return unsafe { next_entry(d) };
+    }
+    unsafe { real!(readdir: fn(*mut c_void) -> *mut dirent64)(d) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn readdir64(d: *mut c_void) -> *mut dirent64 {
+    if is_our_dir(d) {
+        return unsafe { next_entry(d) };
+    }
+    unsafe { real!(readdir64: fn(*mut c_void) -> *mut dirent64)(d) }
+}
+
+unsafe fn readdir_r_impl(
+    d: *mut c_void,
+    entry: *mut dirent64,
+    result: *mut *mut dirent64,
+) -> c_int {
+    let e = unsafe { next_entry(d) };
+    if e.is_null() {
+        unsafe { *result = null_mut() };
+        return 0;
+    }
+    // SAFETY: the caller passes a dirent to fill and a result pointer.
+    unsafe {
+        std::ptr::copy_nonoverlapping(e, entry, 1);
+        *result = entry;
+    }
+    0
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn readdir_r(
+    d: *mut c_void,
+    entry: *mut dirent64,
+    result: *mut *mut dirent64,
+) -> c_int {
+    if is_our_dir(d) {
+        return unsafe { readdir_r_impl(d, entry, result) };
+    }
+    unsafe {
+        real!(readdir_r: fn(*mut c_void, *mut dirent64, *mut *mut dirent64) -> c_int)(
+            d, entry, result,
+        )
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn readdir64_r(
+    d: *mut c_void,
+    entry: *mut dirent64,
+    result: *mut *mut dirent64,
+) -> c_int {
+    if is_our_dir(d) {
+        return unsafe { readdir_r_impl(d, entry, result) };
+    }
+    unsafe {
+        real!(readdir64_r: fn(*mut c_void, *mut dirent64, *mut *mut dirent64) -> c_int)(
+            d, entry, result,
+        )
+    }
+}
+
+unsafe fn reposition(d: *mut c_void, position: u64) {
+    let dir = unsafe { our_dir(d) };
+    dir.entries.clear();
+    dir.next = 0;
+    dir.position = position;
+    let fd = dir.fd;
+    let _ = serve(|| ops::lseek(fd, position as i64, libc::SEEK_SET));
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rewinddir(d: *mut c_void) {
+    if is_our_dir(d) {
+        return unsafe { reposition(d, 0) };
+    }
+    unsafe { real!(rewinddir: fn(*mut c_void) -> ())(d) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn seekdir(d: *mut c_void, position: libc::c_long) {
+    if is_our_dir(d) {
+        return unsafe { reposition(d, position as u64) };
+    }
+    unsafe { real!(seekdir: fn(*mut c_void, libc::c_long) -> ())(d, position) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn telldir(d: *mut c_void) -> libc::c_long {
+    if is_our_dir(d) {
+        return unsafe { our_dir(d) }.position as libc::c_long;
+    }
+    unsafe { real!(telldir: fn(*mut c_void) -> libc::c_long)(d) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn dirfd(d: *mut c_void) -> c_int {
+    if is_our_dir(d) {
+        return unsafe { our_dir(d) }.fd;
+    }
+    unsafe { real!(dirfd: fn(*mut c_void) -> c_int)(d) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn getdents64(fd: c_int, buf: *mut c_void, size: size_t) -> ssize_t {
+    if !fdtable::is_ours(fd) || in_shim() {
+        return unsafe {
+            real!(getdents64: fn(c_int, *mut c_void, size_t) -> ssize_t)(fd, buf, size)
+        };
+    }
+    let out = unsafe { out_slice(buf, size) };
+    let r = serve(|| {
+        let file = fdtable::get(fd).ok_or(Errno::EBADF)?;
+        let start = *file.offset.lock();
+        let entries = ops::read_dir(fd, (size / 24).max(1))?;
+        let mut at = 0usize;
+        let mut position = start;
+        for e in &entries {
+            let reclen = (19 + e.name.len() + 1).next_multiple_of(8);
+            if at + reclen > out.len() {
+                break;
+            }
+            let rec = &mut out[at..at + reclen];
+            rec.fill(0);
+            rec[0..8].copy_from_slice(&e.ino.to_ne_bytes());
+            rec[8..16].copy_from_slice(&(e.cookie as i64).to_ne_bytes());
+            rec[16..18].copy_from_slice(&(reclen as u16).to_ne_bytes());
+            rec[18] = dt_of(e.file_type);
+            rec[19..19 + e.name.len()].copy_from_slice(&e.name);
+            at += reclen;
+            position = e.cookie;
+        }
+        *file.offset.lock() = position;
+        if at == 0 && !entries.is_empty() {
+            return Err(Errno::EINVAL);
+        }
+        Ok(at)
+    });
+    value(r) as ssize_t
+}
+
+// ---------------------------------------------------------------------------------------------
+// stdio: noseFS files as fopencookie streams.
+
+#[repr(C)]
+struct CookieIo {
+    read: Option<unsafe extern "C" fn(*mut c_void, *mut c_char, size_t) -> ssize_t>,
+    write: Option<unsafe extern "C" fn(*mut c_void, *const c_char, size_t) -> ssize_t>,
+    seek: Option<unsafe extern "C" fn(*mut c_void, *mut off64_t, c_int) -> c_int>,
+    close: Option<unsafe extern "C" fn(*mut c_void) -> c_int>,
+}
+
+extern "C" {
+    fn fopencookie(cookie: *mut c_void, mode: *const c_char, io: CookieIo) -> *mut libc::FILE;
+}
+
+/// Offset of `_fileno` in glibc's `struct _IO_FILE` (public in <bits/types/struct_FILE.h>):
+/// `int _flags`, twelve pointers, `_chain`, then `_fileno`.
+const FILE_FILENO_OFFSET: usize = 112;
+
+unsafe extern "C" fn cookie_read(cookie: *mut c_void, buf: *mut c_char, size: size_t) -> ssize_t {
+    unsafe { read(cookie as usize as c_int, buf.cast(), size) }
+}
+
+unsafe extern "C" fn cookie_write(
+    cookie: *mut c_void,
+    buf: *const c_char,
+    size: size_t,
+) -> ssize_t {
+    let n = unsafe { write(cookie as usize as c_int, buf.cast(), size) };
+    // fopencookie treats a short write or -1 as an error either way; 0 must not be returned.
+    if n < 0 {
+        -1
+    } else {
+        n
+    }
+}
+
+unsafe extern "C" fn cookie_seek(
+    cookie: *mut c_void,
+    offset: *mut off64_t,
+    whence: c_int,
+) -> c_int {
+    // SAFETY: glibc passes a valid offset pointer.
+    let at = unsafe { lseek64(cookie as usize as c_int, *offset, whence) };
+    if at < 0 {
+        return -1;
+    }
+    unsafe { *offset = at };
+    0
+}
+
+unsafe extern "C" fn cookie_close(cookie: *mut c_void) -> c_int {
+    unsafe { close(cookie as usize as c_int) }
+}
+
+/// A stdio stream over noseFS descriptor `fd`; `fileno` reports `fd`.
+unsafe fn cookie_stream(fd: c_int, mode: *const c_char) -> *mut libc::FILE {
+    let io = CookieIo {
+        read: Some(cookie_read),
+        write: Some(cookie_write),
+        seek: Some(cookie_seek),
+        close: Some(cookie_close),
+    };
+    let stream = unsafe { fopencookie(fd as usize as *mut c_void, mode, io) };
+    if !stream.is_null() {
+        // SAFETY: glibc's FILE layout; `_fileno` of a cookie stream is -1 otherwise, which would
+        // make fileno() fail for programs that fstat their streams.
+        unsafe { *stream.cast::<u8>().add(FILE_FILENO_OFFSET).cast::<c_int>() = fd };
+    }
+    stream
+}
+
+/// open(2) flags for an fopen mode string.
+fn fopen_flags(mode: &[u8]) -> Option<c_int> {
+    let plus = mode.contains(&b'+');
+    let mut flags = match mode.first()? {
+        b'r' if plus => libc::O_RDWR,
+        b'r' => libc::O_RDONLY,
+        b'w' if plus => libc::O_RDWR | libc::O_CREAT | libc::O_TRUNC,
+        b'w' => libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC,
+        b'a' if plus => libc::O_RDWR | libc::O_CREAT | libc::O_APPEND,
+        b'a' => libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND,
+        _ => return None,
+    };
+    if mode.contains(&b'x') {
+        flags |= libc::O_EXCL;
+    }
+    if mode.contains(&b'e') {
+        flags |= libc::O_CLOEXEC;
+    }
+    Some(flags)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fopen(path: *const c_char, mode: *const c_char) -> *mut libc::FILE {
+    let flags = unsafe { bytes(mode) }.and_then(fopen_flags);
+    let follow = flags.is_some_and(|f| f & libc::O_EXCL == 0);
+    match unsafe { routed(libc::AT_FDCWD, path, follow) } {
+        Routed::Kernel(k) => unsafe {
+            real!(fopen: fn(*const c_char, *const c_char) -> *mut libc::FILE)(
+                Routed::kernel_path(&k, path),
+                mode,
+            )
+        },
+        Routed::Ours(f) => {
+            let Some(flags) = flags else {
+                set_errno(Errno::EINVAL);
+                return null_mut();
+            };
+            match serve(|| ops::open(&f, flags, 0o666)) {
+                Ok(fd) => {
+                    let stream = unsafe { cookie_stream(fd, mode) };
+                    if stream.is_null() {
+                        unsafe { close(fd) };
+                    }
+                    stream
+                }
+                Err(e) => {
+                    set_errno(e);
+                    null_mut()
+                }
+            }
+        }
+        Routed::Err(e) => {
+            set_errno(e);
+            null_mut()
+        }
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fopen64(path: *const c_char, mode: *const c_char) -> *mut libc::FILE {
+    unsafe { fopen(path, mode) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fdopen(fd: c_int, mode: *const c_char) -> *mut libc::FILE {
+    if fdtable::is_ours(fd) && !in_shim() {
+        return unsafe { cookie_stream(fd, mode) };
+    }
+    unsafe { real!(fdopen: fn(c_int, *const c_char) -> *mut libc::FILE)(fd, mode) }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Temporary files.
+
+unsafe fn make_temp(
+    template: *mut c_char,
+    suffix: c_int,
+    flags: c_int,
+    dir: bool,
+) -> Result<c_int, Errno> {
+    let t = unsafe { bytes(template) }.ok_or(Errno(libc::EFAULT))?;
+    let len = t.len();
+    let suffix = usize::try_from(suffix).map_err(|_| Errno::EINVAL)?;
+    if len < 6 + suffix || &t[len - 6 - suffix..len - suffix] != b"XXXXXX" {
+        return Err(Errno::EINVAL);
+    }
+    const CHARS: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    let name = unsafe { std::slice::from_raw_parts_mut(template.cast::<u8>(), len) };
+    let mut seed = nosefs_core::mkfs::now_ns() as u64 ^ (std::process::id() as u64).rotate_left(32);
+    for _ in 0..1000 {
+        for b in &mut name[len - 6 - suffix..len - suffix] {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            *b = CHARS[(seed % CHARS.len() as u64) as usize];
+        }
+        let found = match route::route(libc::AT_FDCWD, name, false)? {
+            Route::Ours(f) => f,
+            Route::Kernel(_) => return Err(Errno(libc::EXDEV)),
+        };
+        let r = if dir {
+            ops::mkdir(&found, 0o700).map(|()| 0)
+        } else {
+            ops::open(
+                &found,
+                libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | (flags & !libc::O_ACCMODE),
+                0o600,
+            )
+        };
+        match r {
+            Err(e) if e == Errno::EEXIST => continue,
+            other => return other,
+        }
+    }
+    Err(Errno::EEXIST)
+}
+
+/// Whether a template names a noseFS path (decided like any path).
+unsafe fn template_is_ours(template: *const c_char) -> bool {
+    matches!(
+        unsafe { routed(libc::AT_FDCWD, template, false) },
+        Routed::Ours(_)
+    )
+}
+
+macro_rules! mkstemp_hook {
+    ($name:ident ( $($arg:ident : $ty:ty),* ) => $suffix:expr, $flags:expr) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(template: *mut c_char $(, $arg: $ty)*) -> c_int {
+            if unsafe { template_is_ours(template) } {
+                return value(serve(|| unsafe { make_temp(template, $suffix, $flags, false) })) as c_int;
+            }
+            unsafe { real!($name: fn(*mut c_char $(, $ty)*) -> c_int)(template $(, $arg)*) }
+        }
+    };
+}
+
+mkstemp_hook!(mkstemp() => 0, 0);
+mkstemp_hook!(mkstemp64() => 0, 0);
+mkstemp_hook!(mkostemp(flags: c_int) => 0, flags);
+mkstemp_hook!(mkostemp64(flags: c_int) => 0, flags);
+mkstemp_hook!(mkstemps(suffix: c_int) => suffix, 0);
+mkstemp_hook!(mkstemps64(suffix: c_int) => suffix, 0);
+mkstemp_hook!(mkostemps(suffix: c_int, flags: c_int) => suffix, flags);
+mkstemp_hook!(mkostemps64(suffix: c_int, flags: c_int) => suffix, flags);
+
+#[no_mangle]
+pub unsafe extern "C" fn mkdtemp(template: *mut c_char) -> *mut c_char {
+    if unsafe { template_is_ours(template) } {
+        return match serve(|| unsafe { make_temp(template, 0, 0, true) }) {
+            Ok(_) => template,
+            Err(e) => {
+                set_errno(e);
+                null_mut()
+            }
+        };
+    }
+    unsafe { real!(mkdtemp: fn(*mut c_char) -> *mut c_char)(template) }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Copies between descriptors.
+
+/// Reads from any descriptor: noseFS's through the core, others through libc.
+unsafe fn any_read(fd: c_int, buf: &mut [u8], offset: Option<i64>) -> Result<usize, Errno> {
+    if fdtable::is_ours(fd) {
+        return match offset {
+            Some(o) => ops::pread(fd, buf, o),
+            None => ops::read(fd, buf),
+        };
+    }
+    let n = match offset {
+        Some(o) => unsafe {
+            real!(pread64: fn(c_int, *mut c_void, size_t, off64_t) -> ssize_t)(
+                fd,
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                o,
+            )
+        },
+        None => unsafe {
+            real!(read: fn(c_int, *mut c_void, size_t) -> ssize_t)(
+                fd,
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+            )
+        },
+    };
+    if n < 0 {
+        return Err(Errno(
+            std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EIO),
+        ));
+    }
+    Ok(n as usize)
+}
+
+unsafe fn any_write(fd: c_int, data: &[u8], offset: Option<i64>) -> Result<usize, Errno> {
+    if fdtable::is_ours(fd) {
+        return match offset {
+            Some(o) => ops::pwrite(fd, data, o),
+            None => ops::write(fd, data),
+        };
+    }
+    let n = match offset {
+        Some(o) => unsafe {
+            real!(pwrite64: fn(c_int, *const c_void, size_t, off64_t) -> ssize_t)(
+                fd,
+                data.as_ptr().cast(),
+                data.len(),
+                o,
+            )
+        },
+        None => unsafe {
+            real!(write: fn(c_int, *const c_void, size_t) -> ssize_t)(
+                fd,
+                data.as_ptr().cast(),
+                data.len(),
+            )
+        },
+    };
+    if n < 0 {
+        return Err(Errno(
+            std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EIO),
+        ));
+    }
+    Ok(n as usize)
+}
+
+/// Copies up to `len` bytes; offsets given by pointer are used and advanced instead of the
+/// descriptors' own.
+unsafe fn copy_between(
+    fd_in: c_int,
+    off_in: *mut off64_t,
+    fd_out: c_int,
+    off_out: *mut off64_t,
+    len: usize,
+) -> Result<usize, Errno> {
+    let mut buf = vec![0u8; len.min(1 << 20)];
+    let mut done = 0;
+    while done < len {
+        let want = (len - done).min(buf.len());
+        let at_in = (!off_in.is_null()).then(|| unsafe { *off_in });
+        let n = unsafe { any_read(fd_in, &mut buf[..want], at_in) }?;
+        if n == 0 {
+            break;
+        }
+        let at_out = (!off_out.is_null()).then(|| unsafe { *off_out });
+        let w = unsafe { any_write(fd_out, &buf[..n], at_out) }?;
+        unsafe {
+            if !off_in.is_null() {
+                *off_in += w as i64;
+            }
+            if !off_out.is_null() {
+                *off_out += w as i64;
+            }
+        }
+        done += w;
+        if w < n {
+            break;
+        }
+    }
+    Ok(done)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn copy_file_range(
+    fd_in: c_int,
+    off_in: *mut off64_t,
+    fd_out: c_int,
+    off_out: *mut off64_t,
+    len: size_t,
+    flags: c_uint,
+) -> ssize_t {
+    if (fdtable::is_ours(fd_in) || fdtable::is_ours(fd_out)) && !in_shim() {
+        return value(serve(|| unsafe {
+            copy_between(fd_in, off_in, fd_out, off_out, len)
+        })) as ssize_t;
+    }
+    unsafe {
+        real!(copy_file_range: fn(c_int, *mut off64_t, c_int, *mut off64_t, size_t, c_uint) -> ssize_t)(
+            fd_in, off_in, fd_out, off_out, len, flags,
+        )
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sendfile(
+    out_fd: c_int,
+    in_fd: c_int,
+    offset: *mut off_t,
+    count: size_t,
+) -> ssize_t {
+    if (fdtable::is_ours(in_fd) || fdtable::is_ours(out_fd)) && !in_shim() {
+        return value(serve(|| unsafe {
+            copy_between(in_fd, offset, out_fd, null_mut(), count)
+        })) as ssize_t;
+    }
+    unsafe {
+        real!(sendfile: fn(c_int, c_int, *mut off_t, size_t) -> ssize_t)(
+            out_fd, in_fd, offset, count,
+        )
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sendfile64(
+    out_fd: c_int,
+    in_fd: c_int,
+    offset: *mut off64_t,
+    count: size_t,
+) -> ssize_t {
+    unsafe { sendfile(out_fd, in_fd, offset, count) }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Mapped files.
+
+#[no_mangle]
+pub unsafe extern "C" fn mmap(
+    addr: *mut c_void,
+    len: size_t,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    offset: off_t,
+) -> *mut c_void {
+    unsafe { mmap64(addr, len, prot, flags, fd, offset) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mmap64(
+    addr: *mut c_void,
+    len: size_t,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    offset: off64_t,
+) -> *mut c_void {
+    if flags & libc::MAP_ANONYMOUS != 0 || !fdtable::is_ours(fd) || in_shim() {
+        return unsafe {
+            real!(mmap64: fn(*mut c_void, size_t, c_int, c_int, c_int, off64_t) -> *mut c_void)(
+                addr, len, prot, flags, fd, offset,
+            )
+        };
+    }
+    match serve(|| unsafe { map_copy(addr, len, prot, flags, fd, offset) }) {
+        Ok(p) => p,
+        Err(e) => {
+            set_errno(e);
+            libc::MAP_FAILED
+        }
+    }
+}
+
+/// Until atomic mmap lands: a noseFS file maps read-only or private, as a copy of its bytes;
+/// a shared writable mapping is refused.
+unsafe fn map_copy(
+    addr: *mut c_void,
+    len: size_t,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    offset: off64_t,
+) -> Result<*mut c_void, Errno> {
+    let file = fdtable::get(fd).ok_or(Errno::EBADF)?;
+    let shared = flags & libc::MAP_TYPE == libc::MAP_SHARED
+        || flags & libc::MAP_TYPE == libc::MAP_SHARED_VALIDATE;
+    if shared && prot & libc::PROT_WRITE != 0 {
+        state::say("a shared writable mapping of a noseFS file is not supported yet (ENODEV); read-only and MAP_PRIVATE mappings work");
+        return Err(Errno(libc::ENODEV));
+    }
+    if !file.readable() || file.kind != Kind::File {
+        return Err(Errno(libc::EACCES));
+    }
+    if len == 0 || offset < 0 || offset % 4096 != 0 {
+        return Err(Errno::EINVAL);
+    }
+    let keep = flags
+        & (libc::MAP_FIXED | libc::MAP_FIXED_NOREPLACE | libc::MAP_NORESERVE | libc::MAP_POPULATE);
+    let anon = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | keep;
+    let f = real!(mmap64: fn(*mut c_void, size_t, c_int, c_int, c_int, off64_t) -> *mut c_void);
+    let p = unsafe { f(addr, len, libc::PROT_READ | libc::PROT_WRITE, anon, -1, 0) };
+    if p == libc::MAP_FAILED {
+        return Err(Errno(
+            std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::ENOMEM),
+        ));
+    }
+    let dst = unsafe { out_slice(p, len) };
+    let mut at = 0;
+    while at < len {
+        let n = ops::pread(fd, &mut dst[at..], offset + at as i64)?;
+        if n == 0 {
+            break;
+        }
+        at += n;
+    }
+    // SAFETY: `p..p+len` is the mapping made above.
+    unsafe { libc::mprotect(p, len, prot) };
+    Ok(p)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Processes: fork, spawn, exec.
+
+#[no_mangle]
+pub unsafe extern "C" fn vfork() -> pid_t {
+    // A vfork child shares our memory: anything it did to the shim's state (an exec unmounts)
+    // would happen to the parent too. fork is a correct vfork.
+    unsafe { real!(fork: fn() -> pid_t)() }
+}
+
+macro_rules! before_spawn {
+    ($name:ident ( $($arg:ident : $ty:ty),* ) -> $ret:ty) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+            if !in_shim() {
+                let _guard = Guard::enter();
+                state::before_fork();
+            }
+            unsafe { real!($name: fn($($ty),*) -> $ret)($($arg),*) }
+        }
+    };
+}
+
+before_spawn!(posix_spawn(pid: *mut pid_t, path: *const c_char, actions: *const c_void, attr: *const c_void, argv: *const *mut c_char, envp: *const *mut c_char) -> c_int);
+before_spawn!(posix_spawnp(pid: *mut pid_t, path: *const c_char, actions: *const c_void, attr: *const c_void, argv: *const *mut c_char, envp: *const *mut c_char) -> c_int);
+before_spawn!(system(command: *const c_char) -> c_int);
+before_spawn!(popen(command: *const c_char, mode: *const c_char) -> *mut libc::FILE);
+
+/// Reads a NULL-terminated array of C strings.
+unsafe fn c_strings(list: *const *const c_char) -> Vec<CString> {
+    let mut out = Vec::new();
+    if list.is_null() {
+        return out;
+    }
+    let mut i = 0;
+    loop {
+        // SAFETY: the array is NULL-terminated (execve's contract).
+        let p = unsafe { *list.add(i) };
+        if p.is_null() {
+            break;
+        }
+        out.push(unsafe { CStr::from_ptr(p) }.to_owned());
+        i += 1;
+    }
+    out
+}
+
+/// Hands the image and the noseFS descriptors over to the program about to be executed;
+/// returns the environment it gets (built from `envp`, or from ours when null).
+unsafe fn prepare_exec(envp: *const *const c_char) -> Option<Vec<CString>> {
+    if state::config().is_none() || in_shim() {
+        return None;
+    }
+    let _guard = Guard::enter();
+    let env = if envp.is_null() {
+        None
+    } else {
+        Some(unsafe { c_strings(envp) })
+    };
+    crate::exec::prepare(env).ok()
+}
+
+fn pointers(list: &[CString]) -> Vec<*const c_char> {
+    list.iter()
+        .map(|c| c.as_ptr())
+        .chain(std::iter::once(std::ptr::null()))
+        .collect()
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn execve(
+    path: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    let f = real!(execve: fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int);
+    let Some(env) = (unsafe { prepare_exec(envp) }) else {
+        return unsafe { f(path, argv, envp) };
+    };
+    let env_ptrs = pointers(&env);
+    let rc = unsafe { f(path, argv, env_ptrs.as_ptr()) };
+    crate::exec::failed();
+    rc
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn execvpe(
+    file: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    let f = real!(execvpe: fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int);
+    let Some(env) = (unsafe { prepare_exec(envp) }) else {
+        return unsafe { f(file, argv, envp) };
+    };
+    let env_ptrs = pointers(&env);
+    let rc = unsafe { f(file, argv, env_ptrs.as_ptr()) };
+    crate::exec::failed();
+    rc
+}
+
+extern "C" {
+    static environ: *const *const c_char;
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn execv(path: *const c_char, argv: *const *const c_char) -> c_int {
+    unsafe { execve(path, argv, environ) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn execvp(file: *const c_char, argv: *const *const c_char) -> c_int {
+    unsafe { execvpe(file, argv, environ) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fexecve(
+    fd: c_int,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    let f = real!(fexecve: fn(c_int, *const *const c_char, *const *const c_char) -> c_int);
+    if fdtable::is_ours(fd) {
+        return fail(Errno(libc::ENOEXEC));
+    }
+    let Some(env) = (unsafe { prepare_exec(envp) }) else {
+        return unsafe { f(fd, argv, envp) };
+    };
+    let env_ptrs = pointers(&env);
+    let rc = unsafe { f(fd, argv, env_ptrs.as_ptr()) };
+    crate::exec::failed();
+    rc
+}
+
+// ---------------------------------------------------------------------------------------------
+// Helpers for the exec hand-over.
+
+/// Whether descriptor `fd` stays open across exec (no close-on-exec flag).
+pub fn survives_exec(fd: c_int) -> bool {
+    // SAFETY: F_GETFD reads a descriptor flag; an unknown number answers EBADF.
+    let flags = unsafe { real!(fcntl: fn(c_int, c_int, c_int) -> c_int)(fd, libc::F_GETFD, 0) };
+    flags >= 0 && flags & libc::FD_CLOEXEC == 0
+}
+
+/// Whether `fd` is a duplicate of the anchor memfd whose inode is `anchor_ino`.
+pub fn is_placeholder(fd: c_int, anchor_ino: u64) -> bool {
+    // SAFETY: struct stat is plain data; fstat fills it or fails.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    let rc = unsafe { real!(fstat: fn(c_int, *mut libc::stat) -> c_int)(fd, &mut st) };
+    rc == 0 && st.st_ino == anchor_ino
+}
+
+/// Reads and closes the descriptor table an exec handed over in memfd `fd`.
+pub fn take_table(fd: c_int) -> Option<String> {
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: the previous program left `fd` open for us to read and close; nothing else owns it.
+    let owned = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    let mut offset = 0;
+    loop {
+        match rustix::io::pread(&owned, &mut buf, offset) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                out.extend_from_slice(&buf[..n]);
+                offset += n as u64;
+            }
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Extended attributes: noseFS has none yet (ENOTSUP, which ls, cp -a and tar treat as "this file
+// system keeps none"), instead of the kernel's ENOENT from the prefix directory.
+
+macro_rules! xattr_path {
+    ($name:ident, $follow:expr, ( $($arg:ident : $ty:ty),* ) -> $ret:ty) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(path: *const c_char $(, $arg: $ty)*) -> $ret {
+            match unsafe { routed(libc::AT_FDCWD, path, $follow) } {
+                Routed::Kernel(k) => unsafe {
+                    real!($name: fn(*const c_char $(, $ty)*) -> $ret)(Routed::kernel_path(&k, path) $(, $arg)*)
+                },
+                Routed::Ours(f) => match f.existing() {
+                    Ok(_) => fail(Errno::ENOTSUP) as $ret,
+                    Err(e) => fail(e) as $ret,
+                },
+                Routed::Err(e) => fail(e) as $ret,
+            }
+        }
+    };
+}
+
+macro_rules! xattr_fd {
+    ($name:ident ( $($arg:ident : $ty:ty),* ) -> $ret:ty) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(fd: c_int $(, $arg: $ty)*) -> $ret {
+            if fdtable::is_ours(fd) && !in_shim() {
+                return fail(Errno::ENOTSUP) as $ret;
+            }
+            unsafe { real!($name: fn(c_int $(, $ty)*) -> $ret)(fd $(, $arg)*) }
+        }
+    };
+}
+
+xattr_path!(getxattr, true, (name: *const c_char, value: *mut c_void, size: size_t) -> ssize_t);
+xattr_path!(lgetxattr, false, (name: *const c_char, value: *mut c_void, size: size_t) -> ssize_t);
+xattr_fd!(fgetxattr(name: *const c_char, value: *mut c_void, size: size_t) -> ssize_t);
+xattr_path!(setxattr, true, (name: *const c_char, value: *const c_void, size: size_t, flags: c_int) -> c_int);
+xattr_path!(lsetxattr, false, (name: *const c_char, value: *const c_void, size: size_t, flags: c_int) -> c_int);
+xattr_fd!(fsetxattr(name: *const c_char, value: *const c_void, size: size_t, flags: c_int) -> c_int);
+xattr_path!(listxattr, true, (list: *mut c_char, size: size_t) -> ssize_t);
+xattr_path!(llistxattr, false, (list: *mut c_char, size: size_t) -> ssize_t);
+xattr_fd!(flistxattr(list: *mut c_char, size: size_t) -> ssize_t);
+xattr_path!(removexattr, true, (name: *const c_char) -> c_int);
+xattr_path!(lremovexattr, false, (name: *const c_char) -> c_int);
+xattr_fd!(fremovexattr(name: *const c_char) -> c_int);
