@@ -60,8 +60,12 @@ pub fn run(args: &RunArgs) -> Result<std::convert::Infallible, String> {
         .canonicalize()
         .map_err(|e| format!("image {}: {e}", args.image.display()))?;
     // Refuse what is not a noseFS image now, with the core's message, rather than in the program.
-    nosefs_core::image::Image::open(&image, nosefs_core::pmem::Access::ReadOnly)
-        .map_err(|e| format!("{}: {e}", image.display()))?;
+    // An image in use is not refused here: the program starts, and its noseFS calls get EBUSY
+    // with a line naming the holder, as embedded mode promises.
+    match nosefs_core::image::Image::open(&image, nosefs_core::pmem::Access::ReadOnly) {
+        Ok(_) | Err(nosefs_core::Error::InUse(_)) => {}
+        Err(e) => return Err(format!("{}: {e}", image.display())),
+    }
     if !args.at.exists() {
         std::fs::create_dir_all(&args.at)
             .map_err(|e| format!("cannot create {}: {e}", args.at.display()))?;

@@ -27,6 +27,50 @@ static OURS: [AtomicBool; MAX_FDS] = [const { AtomicBool::new(false) }; MAX_FDS]
 static FILES: RwLock<Vec<Option<Arc<OpenFile>>>> = RwLock::new(Vec::new());
 static COUNT: AtomicUsize = AtomicUsize::new(0);
 static ANCHOR: OnceLock<Result<OwnedFd, Errno>> = OnceLock::new();
+/// The shim's own descriptors (the image, the anchor), kept high and out of the program's reach.
+static INTERNAL: [AtomicI32; 2] = [const { AtomicI32::new(-1) }; 2];
+
+/// The shim's own descriptors.
+#[derive(Debug, Clone, Copy)]
+pub enum Internal {
+    /// The image (its `flock` is the embedded mode's lock).
+    Image = 0,
+    /// The anchor memfd, which placeholders duplicate.
+    Anchor = 1,
+}
+
+/// Where the shim's own descriptors go: near the top of the soft limit (at most 4,096), where
+/// programs rarely `dup2` (shells keep to 10-255).
+pub fn internal_fd_floor() -> i32 {
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+        .current
+        .unwrap_or(4096)
+        .min(4096);
+    (limit as i32 - 32).max(16)
+}
+
+/// Records (or forgets) an internal descriptor.
+pub fn set_internal(which: Internal, fd: Option<RawFd>) {
+    INTERNAL[which as usize].store(fd.unwrap_or(-1), Ordering::Relaxed);
+}
+
+/// Whether `fd` is one of the shim's own descriptors, which the program must not close or
+/// replace.
+#[inline]
+pub fn is_internal(fd: RawFd) -> bool {
+    fd >= 0 && INTERNAL.iter().any(|i| i.load(Ordering::Relaxed) == fd)
+}
+
+/// The shim's own descriptors, ascending.
+pub fn internal() -> Vec<RawFd> {
+    let mut v: Vec<RawFd> = INTERNAL
+        .iter()
+        .map(|i| i.load(Ordering::Relaxed))
+        .filter(|&fd| fd >= 0)
+        .collect();
+    v.sort_unstable();
+    v
+}
 
 /// What an open file description refers to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -188,12 +232,17 @@ fn anchor() -> Result<&'static OwnedFd, Errno> {
             rustix::fs::fcntl_add_seals(&memfd, seals).map_err(|e| Errno(e.raw_os_error()))?;
             let proc_path = format!("/proc/self/fd/{}", memfd.as_raw_fd());
             use rustix::fs::{Mode, OFlags};
-            rustix::fs::open(
+            let low = rustix::fs::open(
                 proc_path.as_str(),
                 OFlags::WRONLY | OFlags::CLOEXEC,
                 Mode::empty(),
             )
-            .map_err(|e| Errno(e.raw_os_error()))
+            .map_err(|e| Errno(e.raw_os_error()))?;
+            // Out of the program's way: it owns the low numbers and may dup2 over any of them.
+            let anchor = rustix::io::fcntl_dupfd_cloexec(&low, internal_fd_floor())
+                .map_err(|e| Errno(e.raw_os_error()))?;
+            set_internal(Internal::Anchor, Some(anchor.as_raw_fd()));
+            Ok(anchor)
         })
         .as_ref()
         .map_err(|e| *e)

@@ -303,8 +303,19 @@ pub unsafe extern "C" fn creat64(path: *const c_char, mode: mode_t) -> c_int {
     unsafe { creat(path, mode) }
 }
 
+/// A program's attempt to close or replace one of the shim's own descriptors.
+fn refuse_internal(fd: c_int, call: &str) -> c_int {
+    state::say(&format!(
+        "the program's {call} of descriptor {fd} was refused: noseFS holds its image there"
+    ));
+    fail(Errno::EBADF)
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
+    if fdtable::is_internal(fd) && !in_shim() {
+        return refuse_internal(fd, "close");
+    }
     if fdtable::is_ours(fd) && !in_shim() {
         let file = serve(|| Ok(fdtable::remove(fd)));
         let rc = unsafe { real!(close: fn(c_int) -> c_int)(fd) };
@@ -319,7 +330,21 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
-    let rc = unsafe { real!(close_range: fn(c_uint, c_uint, c_int) -> c_int)(first, last, flags) };
+    let f = real!(close_range: fn(c_uint, c_uint, c_int) -> c_int);
+    // The shim's own descriptors are stepped over: the range is closed around them.
+    let mut rc = 0;
+    let mut from = first;
+    for fd in fdtable::internal().into_iter().map(|fd| fd as c_uint) {
+        if (from..=last).contains(&fd) {
+            if fd > from {
+                rc = rc.min(unsafe { f(from, fd - 1, flags) });
+            }
+            from = fd + 1;
+        }
+    }
+    if from <= last && from >= first {
+        rc = rc.min(unsafe { f(from, last, flags) });
+    }
     if rc == 0 && flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 && fdtable::count() > 0 {
         let _ = serve(|| {
             for (fd, _) in fdtable::all() {
@@ -1818,6 +1843,9 @@ pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
+    if fdtable::is_internal(new) && !in_shim() {
+        return refuse_internal(new, "dup2");
+    }
     let rc = unsafe { real!(dup2: fn(c_int, c_int) -> c_int)(old, new) };
     if rc >= 0 && old != new && (fdtable::is_ours(old) || fdtable::is_ours(new)) {
         adopt_dup(old, rc);
@@ -1827,6 +1855,9 @@ pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
+    if fdtable::is_internal(new) && !in_shim() {
+        return refuse_internal(new, "dup3");
+    }
     let rc = unsafe { real!(dup3: fn(c_int, c_int, c_int) -> c_int)(old, new, flags) };
     if rc >= 0 && (fdtable::is_ours(old) || fdtable::is_ours(new)) {
         adopt_dup(old, rc);

@@ -3,9 +3,8 @@
 //! before exec), the caller's credentials and umask, and what happens at fork.
 //!
 //! Embedded mode serves an image in one process at a time (the image's `flock`). A second process
-//! that wants it gets EBUSY and one line naming the holder. A process that holds the image but has
-//! no noseFS descriptor open gives it up at fork and spawn, so a
-//! shell that redirected a builtin's output into noseFS can still run a child that reads it.
+//! that wants it gets EBUSY and one line naming the holder. A process that holds the image gives
+//! it up at fork and spawn (see [`before_fork`]), so a shell can run one child at a time on it.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -106,10 +105,15 @@ fn mount() -> Result<(), Errno> {
     let config = config().ok_or(Errno::ENOENT)?;
     let options = MountOptions {
         sync: config.sync,
+        fd_floor: Some(crate::fdtable::internal_fd_floor()),
         ..MountOptions::default()
     };
     match Fs::mount(&config.image, &options) {
         Ok(fs) => {
+            crate::fdtable::set_internal(
+                crate::fdtable::Internal::Image,
+                fs.image().region().descriptor(),
+            );
             crate::fdtable::for_each(|file| file.count_open(&fs));
             *slot = Some(fs);
             if !EXIT_HOOK_REGISTERED.swap(true, Ordering::Relaxed) {
@@ -141,6 +145,7 @@ pub fn unmount() -> bool {
     };
     crate::fdtable::for_each(|file| file.forget_open());
     drop(fs.unmount());
+    crate::fdtable::set_internal(crate::fdtable::Internal::Image, None);
     true
 }
 
@@ -191,11 +196,15 @@ pub fn at_exit() {
     unmount();
 }
 
-/// Before fork or spawn: an idle holder gives the image up so the child can take it.
+/// Before fork or spawn: the holder commits and gives the image up, so that the child (which
+/// usually execs a program that wants it, often through a descriptor the shell opened for it)
+/// can take it; the parent mounts again at its next call. Open descriptions are (inode, offset,
+/// flags) and stay valid across the remount. What embedded mode cannot give: the parent and the
+/// child do not share an offset, and an inode the child removes while the parent has it open is
+/// gone when the parent returns (its calls then fail with ENOENT). The daemon mode has neither
+/// limit.
 pub fn before_fork() {
-    // The working directory is a path, valid across a remount; an open description is not
-    // (the child could remove its inode meanwhile), so a holder with one keeps the image.
-    if is_mounted() && crate::fdtable::count() == 0 {
+    if is_mounted() {
         unmount();
     }
 }

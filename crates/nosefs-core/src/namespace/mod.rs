@@ -125,6 +125,8 @@ pub struct MountOptions {
     pub populate: bool,
     /// Commit every write before it returns (the `sync` mount option), as if fsync followed it.
     pub sync: bool,
+    /// Keep the image's descriptor at or above this number (see `RegionOptions::fd_floor`).
+    pub fd_floor: Option<i32>,
 }
 
 /// What mount found and did.
@@ -175,6 +177,7 @@ impl Fs {
     pub fn mount(path: &std::path::Path, options: &MountOptions) -> Result<Fs> {
         let region_options = crate::pmem::RegionOptions {
             populate: options.populate,
+            fd_floor: options.fd_floor,
             ..crate::pmem::RegionOptions::default()
         };
         let region = crate::pmem::Region::open(path, &region_options)?;

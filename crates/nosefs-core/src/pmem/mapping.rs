@@ -84,6 +84,11 @@ impl Mapping {
         &self.info
     }
 
+    pub(super) fn descriptor(&self) -> Option<i32> {
+        use std::os::fd::AsRawFd;
+        self._file.as_ref().map(AsRawFd::as_raw_fd)
+    }
+
     /// `msync(MS_SYNC)` over the pages covering `[offset, offset + len)`, which the caller has
     /// bounds-checked.
     pub(super) fn msync(&self, offset: u64, len: u64) -> std::io::Result<()> {
@@ -108,8 +113,16 @@ impl Mapping {
         } else {
             OFlags::RDONLY
         };
-        let file = rustix::fs::open(path, access | OFlags::CLOEXEC, Mode::empty())
+        let mut file = rustix::fs::open(path, access | OFlags::CLOEXEC, Mode::empty())
             .map_err(|e| Error::io(format!("cannot open image {}", path.display()), e.into()))?;
+        if let Some(floor) = options.fd_floor {
+            file = rustix::io::fcntl_dupfd_cloexec(&file, floor).map_err(|e| {
+                Error::io(
+                    format!("cannot move the descriptor of {}", path.display()),
+                    e.into(),
+                )
+            })?;
+        }
         lock(&file, path, options.access)?;
         let (kind, len) = image_kind_and_size(&file, path)?;
         map_file(file, path, kind, len, options, false)

@@ -79,6 +79,9 @@ pub struct RegionOptions {
     pub flush: Option<FlushKind>,
     /// Pre-fault the whole mapping (`MAP_POPULATE`), so page faults stay out of timed regions.
     pub populate: bool,
+    /// Keep the image's descriptor at or above this number (the preload shim: the program owns
+    /// the low numbers and may `dup2` over any of them).
+    pub fd_floor: Option<i32>,
 }
 
 /// Flushes and fences issued by one thread.
@@ -183,6 +186,11 @@ impl Region {
     /// What was mapped and how.
     pub fn info(&self) -> &MapInfo {
         self.mapping.info()
+    }
+
+    /// The descriptor that holds the image open (and its lock), if any.
+    pub fn descriptor(&self) -> Option<i32> {
+        self.mapping.descriptor()
     }
 
     /// The flush instruction in use.

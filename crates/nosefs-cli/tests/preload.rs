@@ -1,0 +1,400 @@
+//! The preload shim end to end: unmodified programs under `nosefs run`, their outputs compared
+//! with the same commands on a plain directory of the kernel's; the link check; exec adoption;
+//! EBUSY for a second process; SIGKILL under write load.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn nosefs() -> &'static str {
+    env!("CARGO_BIN_EXE_nosefs")
+}
+
+/// The shim, built beside the `nosefs` binary (`cargo build --workspace` builds both).
+fn shim() -> PathBuf {
+    let path = Path::new(nosefs()).with_file_name("libnosefs_preload.so");
+    assert!(
+        path.is_file(),
+        "{} is missing: build it first with `cargo build -p nosefs-preload`",
+        path.display()
+    );
+    path
+}
+
+struct Setup {
+    _dir: tempfile::TempDir,
+    image: PathBuf,
+    at: PathBuf,
+    plain: PathBuf,
+}
+
+fn setup() -> Setup {
+    let dir = tempfile::Builder::new()
+        .prefix("nosefs-preload")
+        .tempdir_in("/dev/shm")
+        .unwrap();
+    let image = dir.path().join("image");
+    let at = dir.path().join("nose");
+    let plain = dir.path().join("plain");
+    std::fs::create_dir(&plain).unwrap();
+    let out = Command::new(nosefs())
+        .args(["mkfs", image.to_str().unwrap(), "--size", "128M"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "mkfs: {out:?}");
+    Setup {
+        _dir: dir,
+        image,
+        at,
+        plain,
+    }
+}
+
+impl Setup {
+    /// `sh -c script` under the shim, with `$D` the noseFS directory.
+    fn run(&self, script: &str) -> Output {
+        shim();
+        Command::new(nosefs())
+            .args(["run", "--image"])
+            .arg(&self.image)
+            .arg("--at")
+            .arg(&self.at)
+            .args(["--", "sh", "-c", script])
+            .env("D", &self.at)
+            .env("LC_ALL", "C")
+            .output()
+            .unwrap()
+    }
+
+    /// The same script on a kernel directory, no shim.
+    fn run_plain(&self, script: &str) -> Output {
+        Command::new("sh")
+            .args(["-c", script])
+            .env("D", &self.plain)
+            .env("LC_ALL", "C")
+            .output()
+            .unwrap()
+    }
+
+    fn fsck_clean(&self) {
+        let out = Command::new(nosefs())
+            .arg("fsck")
+            .arg(&self.image)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "fsck: {}", text(&out));
+    }
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Runs `script` both ways and asserts the same stdout and status, and no stderr under the shim.
+fn same_as_kernel(setup: &Setup, script: &str) -> String {
+    let plain = setup.run_plain(script);
+    let ours = setup.run(script);
+    assert!(
+        plain.status.success(),
+        "on the kernel directory: {}",
+        text(&plain)
+    );
+    let normal = |o: &Output, dir: &Path| {
+        String::from_utf8_lossy(&o.stdout).replace(dir.to_str().unwrap(), "$D")
+    };
+    assert_eq!(
+        normal(&ours, &setup.at),
+        normal(&plain, &setup.plain),
+        "\nunder the shim: {}\non the kernel: {}",
+        text(&ours),
+        text(&plain)
+    );
+    assert!(
+        ours.status.success() && ours.stderr.is_empty(),
+        "{}",
+        text(&ours)
+    );
+    String::from_utf8_lossy(&ours.stdout).into_owned()
+}
+
+#[test]
+fn link_check_no_hooked_name_is_imported_and_every_one_is_exported() {
+    let nm = |args: &[&str]| {
+        let out = Command::new("nm").args(args).arg(shim()).output().unwrap();
+        assert!(out.status.success(), "nm: {out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let undefined = nm(&["-D", "--undefined-only"]);
+    let imported: Vec<&str> = undefined
+        .lines()
+        .filter_map(|l| l.split_whitespace().last())
+        .map(|s| s.split('@').next().unwrap())
+        .collect();
+    for name in nosefs_preload_hooked() {
+        assert!(
+            !imported.contains(&name),
+            "the shim imports {name}, which it exports: a call from inside would re-enter"
+        );
+    }
+    let defined = nm(&["-D", "--defined-only"]);
+    let exported: Vec<&str> = defined
+        .lines()
+        .filter(|l| l.contains(" T "))
+        .filter_map(|l| l.split_whitespace().last())
+        .collect();
+    for name in nosefs_preload_hooked() {
+        assert!(
+            exported.contains(&name),
+            "{name} is listed as hooked but not exported"
+        );
+    }
+}
+
+/// The hooked names, read from the shim's source (the list the crate documents).
+fn nosefs_preload_hooked() -> Vec<&'static str> {
+    let src = include_str!("../../nosefs-preload/src/lib.rs");
+    let list = &src[src.find("pub const HOOKED").unwrap()..];
+    let list = &list[..list.find("];").unwrap()];
+    list.split('"').skip(1).step_by(2).collect()
+}
+
+#[test]
+fn coreutils_and_the_shell_behave_as_on_the_kernel() {
+    let setup = setup();
+    let script = r#"
+set -e
+mkdir -p "$D/a/b/c"
+echo hello > "$D/a/hello.txt"
+printf 'line2\nline1\n' >> "$D/a/hello.txt"
+cat "$D/a/hello.txt"
+cp "$D/a/hello.txt" "$D/a/sorted"
+cat "$D/a/sorted"
+touch "$D/a/empty"
+ln -s hello.txt "$D/a/link"
+cat "$D/a/link"
+readlink "$D/a/link"
+ln "$D/a/hello.txt" "$D/a/hard"
+stat -c '%n %s %h %F %a' "$D/a/hello.txt" "$D/a/hard" "$D/a/empty"
+stat -c '%n %h %F %a' "$D/a/b"
+cp -a "$D/a" "$D/copy"
+mv "$D/copy/hello.txt" "$D/copy/moved.txt"
+ls "$D" "$D/a" "$D/copy"
+ls -l "$D/a" | awk 'NR > 1 {print $1, $2, ($1 ~ /^d/ ? "dir" : $5), $NF}'
+cd "$D/a" && ls -1 && cat ./b/../hello.txt | wc -l
+find "$D" -name '*.txt' | sort | sed "s|$D|D|"
+du -s --apparent-size -B1 "$D/a/hello.txt" | cut -f1
+echo data > "$D/a/b/c/deep"
+{ echo one; echo two; } > "$D/a/grouped"; cat "$D/a/grouped"
+cat "$D/a/grouped" | tr a-z A-Z
+rm -r "$D/copy"
+ls "$D"
+df "$D" > /dev/null
+test -d "$D/a/b" && test -f "$D/a/empty" && test ! -e "$D/nothing" && echo tests-ok
+"#;
+    same_as_kernel(&setup, script);
+    setup.fsck_clean();
+}
+
+#[test]
+fn tar_creates_and_extracts_a_real_tree() {
+    let setup = setup();
+    // A real tree: this crate's sources; archived from the kernel side, extracted into noseFS,
+    // archived again from noseFS, and compared file by file.
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let script = format!(
+        r#"set -e
+mkdir "$D/x"
+tar -C {src} -cf "$D/src.tar" .
+tar -C "$D/x" -xf "$D/src.tar"
+tar -C "$D/x" -cf "$D/again.tar" .
+mkdir "$D/y" && tar -C "$D/y" -xf "$D/again.tar"
+cd "$D/y" && find . -type f | sort | xargs sha256sum
+"#,
+        src = src.display()
+    );
+    let out = same_as_kernel(&setup, &script);
+    assert!(out.lines().count() >= 5, "{out}");
+    setup.fsck_clean();
+}
+
+#[test]
+fn sqlite3_with_a_rollback_journal() {
+    let setup = setup();
+    let script = r#"set -e
+sqlite3 "$D/db" "PRAGMA journal_mode=DELETE; CREATE TABLE t(k INTEGER PRIMARY KEY, v TEXT);"
+sqlite3 "$D/db" "BEGIN; WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM n WHERE i < 2000) INSERT INTO t SELECT i, hex(randomblob(40)) FROM n; COMMIT;"
+sqlite3 "$D/db" "UPDATE t SET v = 'x' WHERE k % 3 = 0; DELETE FROM t WHERE k % 7 = 0;"
+sqlite3 "$D/db" "PRAGMA integrity_check; SELECT count(*), sum(k), sum(v = 'x') FROM t;"
+"#;
+    let out = same_as_kernel(&setup, script);
+    assert!(out.contains("\nok\n"), "{out}");
+    setup.fsck_clean();
+}
+
+#[test]
+fn python_os_pathlib_shutil_tempfile() {
+    let setup = setup();
+    let script = r#"python3 - <<'PY'
+import os, pathlib, shutil, tempfile
+d = pathlib.Path(os.environ["D"])
+(d / "p" / "q").mkdir(parents=True, exist_ok=True)
+(d / "p" / "f.txt").write_text("hello\n" * 100)
+with open(d / "p" / "f.txt", "a") as f:
+    f.write("tail\n")
+    f.flush()
+    os.fsync(f.fileno())
+shutil.copytree(d / "p", d / "p2")
+fd, name = tempfile.mkstemp(dir=d / "p2", suffix=".tmp")
+os.write(fd, b"temp")
+os.close(fd)
+print(os.path.getsize(name), pathlib.Path(name).read_bytes())
+os.rename(name, d / "p2" / "renamed")
+print(sorted(os.listdir(d / "p2")))
+print(len((d / "p2" / "f.txt").read_text().splitlines()))
+st = os.stat(d / "p2" / "f.txt")
+print(st.st_size, oct(st.st_mode))
+os.chmod(d / "p2" / "f.txt", 0o600)
+print(oct(os.stat(d / "p2" / "f.txt").st_mode))
+print(sorted(str(p.relative_to(d)) for p in d.rglob("*")))
+shutil.rmtree(d / "p2")
+print(os.path.exists(d / "p2"), os.path.realpath(d / "p" / "q" / ".."))
+PY
+"#;
+    let plain = setup.run_plain(script);
+    let ours = setup.run(script);
+    let normal = |o: &Output, dir: &Path| {
+        String::from_utf8_lossy(&o.stdout).replace(dir.to_str().unwrap(), "D")
+    };
+    assert!(plain.status.success(), "{}", text(&plain));
+    assert!(
+        ours.status.success() && ours.stderr.is_empty(),
+        "{}",
+        text(&ours)
+    );
+    assert_eq!(normal(&ours, &setup.at), normal(&plain, &setup.plain));
+    setup.fsck_clean();
+}
+
+#[test]
+fn an_exec_adopts_inherited_descriptors_and_the_working_directory() {
+    let setup = setup();
+    // fd 3 is opened by the first shell, written, and inherited by the program it execs.
+    let out = setup.run(
+        r#"set -e
+mkdir "$D/w"; cd "$D/w"
+exec 3> log
+echo one >&3
+exec sh -c 'echo two >&3; pwd; echo three >> log; cat log'"#,
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let expect = format!("{}/w\none\ntwo\nthree\n", setup.at.display());
+    assert_eq!(stdout, expect, "{}", text(&out));
+    setup.fsck_clean();
+}
+
+#[test]
+fn a_second_process_gets_ebusy_naming_the_holder() {
+    let setup = setup();
+    // The first program holds the image (a file open) until its stdin closes.
+    let mut holder = Command::new(nosefs())
+        .args(["run", "--image"])
+        .arg(&setup.image)
+        .arg("--at")
+        .arg(&setup.at)
+        .args(["--", "python3", "-c"])
+        .arg("import os,sys; f=open(os.environ['D']+'/held','w'); print('ready', flush=True); sys.stdin.read()")
+        .env("D", &setup.at)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(holder.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line, "ready\n");
+    let out = setup.run(r#"cat "$D/held"; echo "cat: $?""#);
+    drop(holder.stdin.take());
+    assert!(holder.wait().unwrap().success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("is in use by process"), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("cat: 1"),
+        "{}",
+        text(&out)
+    );
+    setup.fsck_clean();
+}
+
+#[test]
+fn sigkill_under_write_load_loses_nothing_fsynced() {
+    let setup = setup();
+    // Files are written and fsynced one after another; the name of each is printed only after
+    // its fsync returned. The writer is killed mid-stream.
+    let script = r#"python3 - <<'PY'
+import os, sys
+d = os.environ["D"]
+i = 0
+while True:
+    name = os.path.join(d, f"f{i}")
+    fd = os.open(name, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+    os.write(fd, (f"{i}:" * 1000).encode())
+    os.fsync(fd)
+    os.close(fd)
+    print(i, flush=True)
+    i += 1
+PY
+"#;
+    let mut child = Command::new(nosefs())
+        .args(["run", "--image"])
+        .arg(&setup.image)
+        .arg("--at")
+        .arg(&setup.at)
+        .args(["--", "sh", "-c", script])
+        .env("D", &setup.at)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    // Kill the whole process group of the writer (sh and python) with SIGKILL.
+    Command::new("pkill")
+        .args(["-KILL", "-f", "os.fsync\\(fd\\)"])
+        .status()
+        .unwrap();
+    let _ = child.kill();
+    let out = child.wait_with_output().unwrap();
+    let acknowledged: Vec<u64> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.parse().ok())
+        .collect();
+    assert!(
+        acknowledged.len() > 10,
+        "the writer made too little progress: {out:?}"
+    );
+    // The next mount recovers; every acknowledged file is exact; fsck is clean after.
+    let last = acknowledged.last().unwrap();
+    let check = format!(
+        r#"python3 -c '
+import os
+for i in range({}):
+    got = open(os.path.join(os.environ["D"], f"f{{i}}")).read()
+    if got != f"{{i}}:" * 1000:
+        print("bad", i)
+'"#,
+        last + 1
+    );
+    let out = setup.run(&check);
+    assert!(
+        out.status.success() && out.stdout.is_empty(),
+        "{}",
+        text(&out)
+    );
+    setup.fsck_clean();
+}
