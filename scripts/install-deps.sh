@@ -37,6 +37,7 @@ have sqlite3 || apt_packages+=(sqlite3)
 have python3 || apt_packages+=(python3)
 have tar || apt_packages+=(tar)
 have nm || apt_packages+=(binutils)
+have pkill || apt_packages+=(procps)
 if ! command -v cargo >/dev/null 2>&1; then
   # Debian's own Rust, for machines without rustup. noseFS needs Rust 1.80 or newer.
   apt_packages+=(cargo rustc)

@@ -240,46 +240,21 @@ fn walk(fs: &Fs, prefix: &[u8], mut path: Vec<u8>, follow_last: bool) -> Result<
         while let Some(name) = queue.pop_front() {
             let last = queue.is_empty();
             if name == b"." {
-                if last {
-                    return Ok(found(
-                        prefix,
-                        &logical,
-                        dir,
-                        dir_attr,
-                        b".",
-                        Some(dir_attr),
-                        trailing_slash,
-                    ));
-                }
-                continue;
+                continue; // when last, the loop ends and names this directory
             }
             if name == b".." {
                 let Some((up, up_attr)) = ancestors.pop() else {
                     // `..` at the noseFS root leaves the prefix: the rest goes to the kernel.
                     let mut out = prefix.to_vec();
                     out.extend_from_slice(b"/..");
-                    for c in queue {
-                        out.push(b'/');
-                        out.extend_from_slice(&c);
-                    }
+                    push_components(&mut out, queue);
                     path = lexical(&out);
                     continue 'restart;
                 };
                 logical.pop();
                 dir = up;
                 dir_attr = up_attr;
-                if last {
-                    return Ok(found(
-                        prefix,
-                        &logical,
-                        dir,
-                        dir_attr,
-                        b".",
-                        Some(dir_attr),
-                        trailing_slash,
-                    ));
-                }
-                continue;
+                continue; // when last, the loop ends and names this directory
             }
             perm::check(&dir_attr, &cred, MAY_EXEC).map_err(|e| e.errno())?;
             let attr = match fs.lookup(dir, &name) {
@@ -295,10 +270,7 @@ fn walk(fs: &Fs, prefix: &[u8], mut path: Vec<u8>, follow_last: bool) -> Result<
                     .map_err(|e| e.errno())?;
                 if target.starts_with(b"/") {
                     let mut out = target;
-                    for c in queue {
-                        out.push(b'/');
-                        out.extend_from_slice(&c);
-                    }
+                    push_components(&mut out, queue);
                     if trailing_slash {
                         out.push(b'/');
                     }
@@ -330,7 +302,7 @@ fn walk(fs: &Fs, prefix: &[u8], mut path: Vec<u8>, follow_last: bool) -> Result<
             dir = attr.ino;
             dir_attr = attr;
         }
-        // The path named the noseFS root itself.
+        // The path ended at a directory: the noseFS root, or one reached by `.` or `..`.
         return Ok(found(
             prefix,
             &logical,
@@ -340,6 +312,14 @@ fn walk(fs: &Fs, prefix: &[u8], mut path: Vec<u8>, follow_last: bool) -> Result<
             Some(dir_attr),
             trailing_slash,
         ));
+    }
+}
+
+/// Appends the components still to be walked to a path.
+fn push_components(out: &mut Vec<u8>, rest: impl IntoIterator<Item = Vec<u8>>) {
+    for c in rest {
+        out.push(b'/');
+        out.extend_from_slice(&c);
     }
 }
 
