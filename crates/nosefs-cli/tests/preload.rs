@@ -298,6 +298,34 @@ exec sh -c 'echo two >&3; pwd; echo three >> log; cat log'"#,
 }
 
 #[test]
+fn redirections_reach_programs_that_write_through_stdio() {
+    let setup = setup();
+    // The shell opens the file and the exec'd program writes through glibc's stdout, whose
+    // internal calls the shim never sees: the standard streams must follow descriptors 0-2.
+    // `env` adopts and execs again before it mounts (a second hand-over of the same placeholders).
+    let script = r#"set -e
+printf 'b\na\nc\n' > "$D/f"
+sort "$D/f" > "$D/out"; cat "$D/out"
+sort -o "$D/o2" "$D/f"; cat "$D/o2"
+sort < "$D/f"
+env cat < "$D/f"
+env env sort < "$D/f" > "$D/o3"; cat "$D/o3"
+python3 -c 'import sys; sys.stdout.write(sys.stdin.read().upper())' < "$D/f" > "$D/o4"; cat "$D/o4"
+{ echo first; sort "$D/f"; echo last; } > "$D/o5"; cat "$D/o5"
+ls -l "$D/missing" 2> "$D/err" || true; sed "s|$D|D|" "$D/err"
+exec 3> "$D/shared"; exec 4>&3
+echo one >&3
+(echo two; sh -c 'echo three; echo four >&4') >&3
+sh -c 'echo five' >&4
+echo six >&3
+od -c "$D/shared"
+"#;
+    let out = same_as_kernel(&setup, script);
+    assert!(out.contains("B\nA\nC\nfirst\na\nb\nc\nlast\n"), "{out}");
+    setup.fsck_clean();
+}
+
+#[test]
 fn a_second_process_gets_ebusy_naming_the_holder() {
     let setup = setup();
     // The first program holds the image (a file open) until its stdin closes.

@@ -4,12 +4,18 @@
 //! Before exec the shim commits everything and unmounts (the new program mounts the image at its
 //! first noseFS call), and writes a table of the noseFS descriptors that survive exec (those
 //! without close-on-exec) into a memfd left open across it, named by `NOSEFS_EXEC_TABLE`. The
-//! new program's start-up code reads the table and registers each descriptor that is still a
-//! placeholder (its inode is the anchor memfd's, recorded in the table). The working directory
+//! new program's start-up code reads the table and registers each descriptor that is still the
+//! same placeholder (its kernel inode is the one recorded; a process that adopted descriptors and
+//! execs again before mounting hands on its predecessor's placeholders, so the inode is recorded
+//! per descriptor, not per process). The working directory
 //! travels in `NOSEFS_CWD`. If exec fails, the process goes on and mounts again on its next call.
 //!
-//! Table format, one line each: `nosefs-exec 1 <anchor inode>`, then per descriptor
-//! `<fd> <ino> <kind f|d|p> <status flags> <offset> <path as hex>`.
+//! Descriptors that shared one description (dup) share it again, and a description whose offset
+//! a fork made shared (`offsets`) keeps its slot: the area's memfd travels with the table.
+//!
+//! Table format, one line each: `nosefs-exec 3 <area descriptor or ->`, then per descriptor
+//! `<fd> <placeholder's kernel inode> <description number> <ino> <kind f|d|p> <status flags>
+//! <offset> <offset slot, 0 if private> <path as hex>`.
 
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -20,11 +26,12 @@ use nosefs_core::Errno;
 use parking_lot::Mutex;
 
 use crate::fdtable::{self, Kind, OpenFile};
+use crate::offsets::Offset;
 use crate::route;
 use crate::state::{self, ENV_AT, ENV_CWD, ENV_EXEC_TABLE, ENV_IMAGE, ENV_OPTIONS};
 
-/// The table of the exec in progress, closed if the exec fails.
-static PENDING: Mutex<Option<OwnedFd>> = Mutex::new(None);
+/// The table and area descriptors of the exec in progress, closed if the exec fails.
+static PENDING: Mutex<Vec<OwnedFd>> = Mutex::new(Vec::new());
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
@@ -45,19 +52,33 @@ fn io(e: rustix::io::Errno) -> Errno {
 /// (`env`, or this process's when `None`, with the noseFS variables set).
 pub fn prepare(env: Option<Vec<CString>>) -> Result<Vec<CString>, Errno> {
     let mut table = String::new();
+    let mut descriptions: Vec<*const OpenFile> = Vec::new();
+    let mut any_slot = false;
     for (fd, file) in fdtable::all() {
         if !crate::ffi::survives_exec(fd) {
             continue;
         }
+        let Some(placeholder) = crate::ffi::kernel_ino(fd) else {
+            continue;
+        };
         let kind = match file.kind {
             Kind::File => 'f',
             Kind::Dir => 'd',
             Kind::Path => 'p',
         };
+        let number = match descriptions.iter().position(|&d| d == Arc::as_ptr(&file)) {
+            Some(n) => n,
+            None => {
+                descriptions.push(Arc::as_ptr(&file));
+                descriptions.len() - 1
+            }
+        };
         let flags = file.flags.load(std::sync::atomic::Ordering::Relaxed);
         let offset = *file.offset.lock();
+        let slot = file.offset.slot();
+        any_slot |= slot != 0;
         table.push_str(&format!(
-            "{fd} {} {kind} {flags} {offset} {}\n",
+            "{fd} {placeholder} {number} {} {kind} {flags} {offset} {slot} {}\n",
             file.ino,
             hex(&file.path)
         ));
@@ -100,19 +121,74 @@ pub fn prepare(env: Option<Vec<CString>>) -> Result<Vec<CString>, Errno> {
         vars.extend(CString::new(kv).ok());
     }
     if !table.is_empty() {
+        let mut pending = PENDING.lock();
+        let area = if any_slot {
+            crate::offsets::descriptor_for_exec()
+        } else {
+            None
+        };
+        let area_fd = area
+            .as_ref()
+            .map_or_else(|| "-".to_string(), |a| a.as_raw_fd().to_string());
+        pending.extend(area);
         let memfd =
             rustix::fs::memfd_create("nosefs-exec", rustix::fs::MemfdFlags::empty()).map_err(io)?;
-        let text = format!("nosefs-exec 1 {}\n{table}", fdtable::anchor_ino()?);
+        let text = format!("nosefs-exec 3 {area_fd}\n{table}");
         rustix::io::write(&memfd, text.as_bytes()).map_err(io)?;
         vars.extend(CString::new(format!("{ENV_EXEC_TABLE}={}", memfd.as_raw_fd())).ok());
-        *PENDING.lock() = Some(memfd);
+        pending.push(memfd);
     }
     Ok(vars)
 }
 
 /// The exec failed: this program goes on (it mounts again at its next noseFS call).
 pub fn failed() {
-    PENDING.lock().take();
+    PENDING.lock().clear();
+}
+
+/// Reads and closes the descriptor table an exec handed over in memfd `fd`.
+fn take_table(fd: i32) -> Option<String> {
+    let owned = crate::ffi::take_descriptor(fd)?;
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    let mut offset = 0;
+    while let Ok(n @ 1..) = rustix::io::pread(&owned, &mut buf, offset) {
+        out.extend_from_slice(&buf[..n]);
+        offset += n as u64;
+    }
+    String::from_utf8(out).ok()
+}
+
+/// One line of the table.
+struct Entry {
+    fd: i32,
+    placeholder: u64,
+    number: usize,
+    ino: u64,
+    kind: Kind,
+    flags: i32,
+    offset: u64,
+    slot: u32,
+    path: Vec<u8>,
+}
+
+fn parse_entry(line: &str) -> Option<Entry> {
+    let f: Vec<&str> = line.split(' ').collect();
+    Some(Entry {
+        fd: f.first()?.parse().ok()?,
+        placeholder: f.get(1)?.parse().ok()?,
+        number: f.get(2)?.parse().ok()?,
+        ino: f.get(3)?.parse().ok()?,
+        kind: match *f.get(4)? {
+            "f" => Kind::File,
+            "d" => Kind::Dir,
+            _ => Kind::Path,
+        },
+        flags: f.get(5)?.parse().ok()?,
+        offset: f.get(6)?.parse().ok()?,
+        slot: f.get(7)?.parse().ok()?,
+        path: unhex(f.get(8)?)?,
+    })
 }
 
 /// At start-up: adopt the descriptors and working directory an exec handed over.
@@ -127,41 +203,35 @@ pub fn adopt() {
         return;
     };
     std::env::remove_var(ENV_EXEC_TABLE);
-    let Some(table) = crate::ffi::take_table(fd) else {
+    let Some(table) = take_table(fd) else {
         return;
     };
     let mut lines = table.lines();
-    let Some(anchor) = lines
-        .next()
-        .and_then(|h| h.strip_prefix("nosefs-exec 1 "))
-        .and_then(|a| a.parse::<u64>().ok())
-    else {
+    let Some(area) = lines.next().and_then(|h| h.strip_prefix("nosefs-exec 3 ")) else {
         state::say("the noseFS descriptor table handed over by exec is malformed; inherited noseFS descriptors are not usable");
         return;
     };
-    for line in lines {
-        let f: Vec<&str> = line.split(' ').collect();
-        let parsed = (|| {
-            let fd: i32 = f.first()?.parse().ok()?;
-            let ino: u64 = f.get(1)?.parse().ok()?;
-            let kind = match *f.get(2)? {
-                "f" => Kind::File,
-                "d" => Kind::Dir,
-                _ => Kind::Path,
-            };
-            let flags: i32 = f.get(3)?.parse().ok()?;
-            let offset: u64 = f.get(4)?.parse().ok()?;
-            let path = unhex(f.get(5)?)?;
-            Some((fd, ino, kind, flags, offset, path))
-        })();
-        let Some((fd, ino, kind, flags, offset, path)) = parsed else {
-            continue;
-        };
-        if fd < 0 || fd as usize >= fdtable::MAX_FDS || !crate::ffi::is_placeholder(fd, anchor) {
+    if let Ok(area_fd) = area.parse::<i32>() {
+        crate::offsets::adopt_area(area_fd);
+    }
+    let mut descriptions: Vec<(usize, Arc<OpenFile>)> = Vec::new();
+    for e in lines.filter_map(parse_entry) {
+        if e.fd < 0
+            || e.fd as usize >= fdtable::MAX_FDS
+            || crate::ffi::kernel_ino(e.fd) != Some(e.placeholder)
+        {
             continue;
         }
-        let file = OpenFile::new(ino, kind, flags, path);
-        *file.offset.lock() = offset;
-        fdtable::insert(fd, Arc::new(file));
+        let file = match descriptions.iter().find(|(n, _)| *n == e.number) {
+            Some((_, file)) => file.clone(),
+            None => {
+                let mut file = OpenFile::new(e.ino, e.kind, e.flags, e.path);
+                file.offset = Offset::in_slot(e.slot, e.offset);
+                let file = Arc::new(file);
+                descriptions.push((e.number, file.clone()));
+                file
+            }
+        };
+        fdtable::insert(e.fd, file);
     }
 }

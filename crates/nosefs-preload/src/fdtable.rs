@@ -18,7 +18,9 @@ use std::sync::{Arc, OnceLock};
 
 use nosefs_core::namespace::Fs;
 use nosefs_core::Errno;
-use parking_lot::{Mutex, RwLock};
+use parking_lot::RwLock;
+
+use crate::offsets::Offset;
 
 /// Descriptors at or above this number are never noseFS's (open returns EMFILE instead).
 pub const MAX_FDS: usize = 1 << 16;
@@ -27,8 +29,8 @@ static OURS: [AtomicBool; MAX_FDS] = [const { AtomicBool::new(false) }; MAX_FDS]
 static FILES: RwLock<Vec<Option<Arc<OpenFile>>>> = RwLock::new(Vec::new());
 static COUNT: AtomicUsize = AtomicUsize::new(0);
 static ANCHOR: OnceLock<Result<OwnedFd, Errno>> = OnceLock::new();
-/// The shim's own descriptors (the image, the anchor), kept high and out of the program's reach.
-static INTERNAL: [AtomicI32; 2] = [const { AtomicI32::new(-1) }; 2];
+/// The shim's own descriptors (the image, the anchor, the offsets area), kept high and out of the program's reach.
+static INTERNAL: [AtomicI32; 3] = [const { AtomicI32::new(-1) }; 3];
 
 /// The shim's own descriptors.
 #[derive(Debug, Clone, Copy)]
@@ -37,6 +39,8 @@ pub enum Internal {
     Image = 0,
     /// The anchor memfd, which placeholders duplicate.
     Anchor = 1,
+    /// The memfd of offsets shared across fork and exec (`offsets`).
+    Offsets = 2,
 }
 
 /// Where the shim's own descriptors go: near the top of the soft limit (at most 4,096), where
@@ -92,8 +96,9 @@ pub struct OpenFile {
     pub kind: Kind,
     /// Access mode and status flags (O_ACCMODE, O_APPEND, O_NONBLOCK, ...), as F_GETFL reports.
     pub flags: AtomicI32,
-    /// The file offset (for a directory, the readdir cookie).
-    pub offset: Mutex<u64>,
+    /// The file offset (for a directory, the readdir cookie), shared with the other processes
+    /// that inherited the description.
+    pub offset: Offset,
     /// The absolute path it was opened by (the working directory after fchdir).
     pub path: Vec<u8>,
     /// Whether the core counts this description as an open of the inode (`Fs::open`).
@@ -107,7 +112,7 @@ impl OpenFile {
             ino,
             kind,
             flags: AtomicI32::new(flags),
-            offset: Mutex::new(0),
+            offset: Offset::new(0),
             path,
             counted: AtomicBool::new(false),
         }
@@ -180,6 +185,11 @@ pub fn insert(fd: RawFd, file: Arc<OpenFile>) -> Option<Arc<OpenFile>> {
         COUNT.fetch_add(1, Ordering::Relaxed);
     }
     OURS[i].store(true, Ordering::Release);
+    drop(files);
+    if fd <= 2 {
+        // glibc's stdin/stdout/stderr write through internal calls the shim never sees.
+        crate::ffi::std_stream_became_ours(fd);
+    }
     old
 }
 
@@ -246,12 +256,6 @@ fn anchor() -> Result<&'static OwnedFd, Errno> {
         })
         .as_ref()
         .map_err(|e| *e)
-}
-
-/// The inode number of the anchor memfd (placeholders are recognised by it after exec).
-pub fn anchor_ino() -> Result<u64, Errno> {
-    let st = rustix::fs::fstat(anchor()?).map_err(|e| Errno(e.raw_os_error()))?;
-    Ok(st.st_ino)
 }
 
 /// A new placeholder descriptor, the lowest free number, registered for `file`.

@@ -26,7 +26,7 @@ use std::cell::Cell;
 use std::ffi::{c_char, c_int, c_uint, c_ulong, c_void, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr::null_mut;
-use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 
 use libc::{dirent64, gid_t, mode_t, off64_t, off_t, pid_t, size_t, ssize_t, uid_t};
 use nosefs_core::namespace::{Attr, SetAttr};
@@ -187,6 +187,7 @@ extern "C" fn init() {
 
 extern "C" fn fork_prepare() {
     let _guard = Guard::enter();
+    crate::offsets::share_all();
     state::before_fork();
 }
 
@@ -200,6 +201,24 @@ extern "C" fn exit_hook() {
     // SAFETY: fflush(NULL) flushes every stream.
     unsafe { libc::fflush(null_mut()) };
     state::at_exit();
+}
+
+/// `_exit` and `_Exit` skip atexit handlers, and shells (dash) end every command that way: the
+/// image is committed and released first, or writes the program made since its last fsync would
+/// be lost as in a crash (the kernel keeps them in its page cache). stdio is not flushed, as
+/// `_exit` promises.
+#[no_mangle]
+pub unsafe extern "C" fn _exit(status: c_int) -> ! {
+    if !in_shim() {
+        let _guard = Guard::enter();
+        state::at_exit();
+    }
+    unsafe { real!(_exit: fn(c_int) -> !)(status) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn _Exit(status: c_int) -> ! {
+    unsafe { _exit(status) }
 }
 
 /// Registers the unmount at exit (called at the first mount).
@@ -2477,6 +2496,51 @@ unsafe fn cookie_stream(fd: c_int, mode: *const c_char) -> *mut libc::FILE {
     stream
 }
 
+extern "C" {
+    static mut stdin: *mut libc::FILE;
+    static mut stdout: *mut libc::FILE;
+    static mut stderr: *mut libc::FILE;
+}
+
+/// Which of descriptors 0-2 already have their standard stream replaced.
+static STD_STREAM_SWAPPED: [AtomicBool; 3] = [const { AtomicBool::new(false) }; 3];
+
+/// Descriptor 0, 1 or 2 now names a noseFS file (an exec handed it over, or a program `dup2`'d
+/// onto it, as `sort -o` and shells do). glibc's own stdin/stdout/stderr reach the kernel through
+/// internal calls the shim never sees, so the standard stream is replaced, once, by a cookie
+/// stream on the same descriptor, whose calls go through the shim's hooks (and to the kernel again
+/// if the descriptor later stops being noseFS's). Data the old stream still buffered is dropped;
+/// programs flush before they redirect.
+pub fn std_stream_became_ours(fd: c_int) {
+    let Some(swapped) = usize::try_from(fd)
+        .ok()
+        .and_then(|i| STD_STREAM_SWAPPED.get(i))
+    else {
+        return;
+    };
+    if swapped.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let mode: &[u8] = if fd == 0 { b"r\0" } else { b"w\0" };
+    // SAFETY: `cookie_stream` takes a NUL-terminated mode; the standard stream globals are plain
+    // pointers glibc reads at every use, and this runs once per descriptor.
+    unsafe {
+        let stream = cookie_stream(fd, mode.as_ptr().cast());
+        if stream.is_null() {
+            swapped.store(false, Ordering::Release);
+            return;
+        }
+        match fd {
+            0 => stdin = stream,
+            1 => stdout = stream,
+            _ => {
+                libc::setvbuf(stream, null_mut(), libc::_IONBF, 0);
+                stderr = stream;
+            }
+        }
+    }
+}
+
 /// open(2) flags for an fopen mode string.
 fn fopen_flags(mode: &[u8]) -> Option<c_int> {
     let plus = mode.contains(&b'+');
@@ -2900,6 +2964,7 @@ macro_rules! before_spawn {
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
             if !in_shim() {
                 let _guard = Guard::enter();
+                crate::offsets::share_all();
                 state::before_fork();
             }
             unsafe { real!($name: fn($($ty),*) -> $ret)($($arg),*) }
@@ -3028,34 +3093,48 @@ pub fn survives_exec(fd: c_int) -> bool {
     flags >= 0 && flags & libc::FD_CLOEXEC == 0
 }
 
-/// Whether `fd` is a duplicate of the anchor memfd whose inode is `anchor_ino`.
-pub fn is_placeholder(fd: c_int, anchor_ino: u64) -> bool {
+/// Takes ownership of descriptor `fd`, which the previous program handed over across exec for
+/// the shim alone (named in an environment variable the shim removes).
+pub fn take_descriptor(fd: c_int) -> Option<std::os::fd::OwnedFd> {
+    if fd < 0 || fdtable::is_ours(fd) || fdtable::is_internal(fd) {
+        return None;
+    }
+    // SAFETY: the descriptor is open (F_GETFD succeeds) and nothing else in the process owns it:
+    // the previous program left it for the shim, before the new program's code has run.
+    let open = unsafe { real!(fcntl: fn(c_int, c_int, c_int) -> c_int)(fd, libc::F_GETFD, 0) };
+    (open >= 0)
+        .then(|| unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) })
+}
+
+/// Maps `words` 64-bit words of `fd` shared and writable, for the life of the process.
+pub fn map_shared_words(
+    fd: std::os::fd::BorrowedFd<'_>,
+    words: usize,
+) -> Result<&'static [std::sync::atomic::AtomicU64], Errno> {
+    use rustix::mm::{MapFlags, ProtFlags};
+    let len = words * 8;
+    // SAFETY: a new shared mapping the kernel places; it is never unmapped, so the slice lives
+    // as long as the process, and AtomicU64 accepts any bit pattern other processes store.
+    unsafe {
+        let p = rustix::mm::mmap(
+            null_mut(),
+            len,
+            ProtFlags::READ | ProtFlags::WRITE,
+            MapFlags::SHARED,
+            fd,
+            0,
+        )
+        .map_err(|e| Errno(e.raw_os_error()))?;
+        Ok(std::slice::from_raw_parts(p.cast(), words))
+    }
+}
+
+/// The kernel inode behind descriptor `fd` (a placeholder's is its anchor memfd's).
+pub fn kernel_ino(fd: c_int) -> Option<u64> {
     // SAFETY: struct stat is plain data; fstat fills it or fails.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     let rc = unsafe { real!(fstat: fn(c_int, *mut libc::stat) -> c_int)(fd, &mut st) };
-    rc == 0 && st.st_ino == anchor_ino
-}
-
-/// Reads and closes the descriptor table an exec handed over in memfd `fd`.
-pub fn take_table(fd: c_int) -> Option<String> {
-    if fd < 0 {
-        return None;
-    }
-    // SAFETY: the previous program left `fd` open for us to read and close; nothing else owns it.
-    let owned = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
-    let mut out = Vec::new();
-    let mut buf = [0u8; 4096];
-    let mut offset = 0;
-    loop {
-        match rustix::io::pread(&owned, &mut buf, offset) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => {
-                out.extend_from_slice(&buf[..n]);
-                offset += n as u64;
-            }
-        }
-    }
-    String::from_utf8(out).ok()
+    (rc == 0).then_some(st.st_ino)
 }
 
 // ---------------------------------------------------------------------------------------------

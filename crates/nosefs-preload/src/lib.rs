@@ -7,12 +7,13 @@
 //! covered and what is not, and ARCHITECTURE.md for how.
 //!
 //! Modules: [`ffi`] the exported libc entry points (the only `unsafe`), [`route`] paths,
-//! [`fdtable`] descriptors, [`ops`] the operations, [`state`] the mounted image, credentials
+//! [`fdtable`] descriptors, [`offsets`] offsets shared across fork and exec, [`ops`] the operations, [`state`] the mounted image, credentials
 //! and fork, [`exec`] the hand-over across exec.
 
 pub mod exec;
 pub mod fdtable;
 pub mod ffi;
+pub mod offsets;
 pub mod ops;
 pub mod route;
 pub mod state;
@@ -187,6 +188,8 @@ pub const HOOKED: &[&str] = &[
     "mmap",
     "mmap64",
     "vfork",
+    "_exit",
+    "_Exit",
     "posix_spawn",
     "posix_spawnp",
     "system",

@@ -199,10 +199,10 @@ pub fn at_exit() {
 /// Before fork or spawn: the holder commits and gives the image up, so that the child (which
 /// usually execs a program that wants it, often through a descriptor the shell opened for it)
 /// can take it; the parent mounts again at its next call. Open descriptions are (inode, offset,
-/// flags) and stay valid across the remount. What embedded mode cannot give: the parent and the
-/// child do not share an offset, and an inode the child removes while the parent has it open is
-/// gone when the parent returns (its calls then fail with ENOENT). The daemon mode has neither
-/// limit.
+/// flags) and stay valid across the remount; their offsets are shared with the child
+/// (`offsets`). What embedded mode cannot give: an inode the child removes while the parent has
+/// it open is gone when the parent returns (its calls then fail with ENOENT). The daemon mode
+/// will not have that limit.
 pub fn before_fork() {
     if is_mounted() {
         unmount();
