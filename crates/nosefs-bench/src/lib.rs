@@ -15,16 +15,18 @@
 //! (a whole run), [`report`] and [`plot`] (table, JSON, markdown, SVG), [`matrix`] (the
 //! seed-000-style file-system comparison of the macro workloads).
 
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 pub mod cleanup;
 pub mod floor;
 pub mod matrix;
 pub mod plot;
+pub mod preload;
 pub mod report;
 pub mod runner;
 pub mod scratch;
 pub mod stats;
 pub mod suite;
+pub mod sys;
 pub mod target;
 pub mod workload;

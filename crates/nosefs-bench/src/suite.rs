@@ -35,6 +35,8 @@ pub struct Plan {
     pub image_dir: PathBuf,
     /// Size of each ramdisk (sparse; only what is written takes memory).
     pub ramdisk_bytes: u64,
+    /// The preload shim library, for the `nosefs-preload` target.
+    pub preload_lib: Option<PathBuf>,
 }
 
 /// One (target, workload, op, variant, threads, io_size) over all runs.
@@ -169,6 +171,10 @@ enum Prepared {
     Floor {
         place: PathBuf,
     },
+    Preload {
+        place: PathBuf,
+        lib: PathBuf,
+    },
     Dir {
         path: PathBuf,
         mount: Option<ScratchMount>,
@@ -190,6 +196,16 @@ fn prepare(spec: &TargetSpec, plan: &Plan) -> Result<Prepared, String> {
                 return Err(format!("{} is not a directory", place.display()));
             }
             Ok(Prepared::Floor { place })
+        }
+        TargetSpec::Preload => {
+            let place = plan.image_dir.clone();
+            if !place.is_dir() {
+                return Err(format!("{} is not a directory", place.display()));
+            }
+            let lib = plan.preload_lib.clone().ok_or_else(|| {
+                "the preload shim library was not found (build it with `cargo build -p nosefs-preload`)".to_string()
+            })?;
+            Ok(Prepared::Preload { place, lib })
         }
         TargetSpec::Dir(path) => {
             if !path.is_dir() {
@@ -239,6 +255,9 @@ fn run_unit(
             workload.run_once(&target, threads, sizes)
         }
         Prepared::Floor { place } => crate::floor::run_once(place, workload, threads, sizes),
+        Prepared::Preload { place, lib } => {
+            crate::preload::run_once(place, lib, workload, threads, sizes)
+        }
         Prepared::Dir { path, mount } => {
             let measured = {
                 let target = Syscalls::new(path)?;

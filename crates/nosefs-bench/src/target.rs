@@ -9,18 +9,18 @@ use std::convert::Infallible;
 use std::ffi::{CStr, CString};
 use std::fs::File;
 use std::io;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
+use crate::cleanup::{self, Registered, Undo};
+use crate::scratch::RamdiskKind;
+use crate::sys;
 use nosefs_core::format::layout::{Geometry, MkfsParams};
 use nosefs_core::image::Image;
 use nosefs_core::namespace::{Fs, MountOptions, Owner, RenameFlags, ROOT_INO};
 use nosefs_core::pmem::{counters, Counters, Region, RegionOptions};
-use rustix::fs::{AtFlags, Mode, OFlags};
-
-use crate::cleanup::{self, Registered, Undo};
-use crate::scratch::RamdiskKind;
 
 /// A target as named on the command line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,6 +44,9 @@ pub enum TargetSpec {
     /// `nosefs-floor`: the native library's persistence work alone, recorded and replayed
     /// ([`crate::floor`]).
     Floor,
+    /// `nosefs-preload`: a fresh image served by the preload shim inside a worker process that
+    /// makes the same libc calls as the `dir:` targets ([`crate::preload`]).
+    Preload,
 }
 
 impl TargetSpec {
@@ -61,13 +64,14 @@ impl TargetSpec {
             ("tmpfs", None) => Ok(TargetSpec::Tmpfs),
             ("nosefs-fuse", None) => Ok(TargetSpec::Fuse),
             ("nosefs-floor", None) => Ok(TargetSpec::Floor),
+            ("nosefs-preload", None) => Ok(TargetSpec::Preload),
             ("dir", Some(path)) if !path.is_empty() => Ok(TargetSpec::Dir(path.into())),
             ("ramdisk", Some(kind)) => RamdiskKind::parse(kind).map(TargetSpec::Ramdisk).ok_or_else(|| {
                 let kinds: Vec<&str> = RamdiskKind::ALL.iter().map(|k| k.name()).collect();
                 format!("unknown ramdisk kind `{kind}` (one of {})", kinds.join(", "))
             }),
             _ => Err(format!(
-                "unknown target `{text}` (nosefs, nosefs-sync, nosefs:PATH, nosefs-fuse, nosefs-floor, dir:PATH, tmpfs, ramdisk:KIND)"
+                "unknown target `{text}` (nosefs, nosefs-sync, nosefs:PATH, nosefs-fuse, nosefs-floor, nosefs-preload, dir:PATH, tmpfs, ramdisk:KIND)"
             )),
         }
     }
@@ -85,6 +89,7 @@ impl TargetSpec {
             TargetSpec::Dir(path) => format!("dir:{}", path.display()),
             TargetSpec::Fuse => "nosefs-fuse".into(),
             TargetSpec::Floor => "nosefs-floor".into(),
+            TargetSpec::Preload => "nosefs-preload".into(),
             TargetSpec::Tmpfs => "tmpfs".into(),
             TargetSpec::Ramdisk(kind) => format!("ramdisk:{}", kind.name()),
         }
@@ -123,6 +128,14 @@ pub trait Target: Sync {
     fn fsync(&self, file: &Self::File) -> io::Result<()>;
     /// Closes the file.
     fn close(&self, file: Self::File) -> io::Result<()>;
+    /// The file's current offset (`lseek(fd, 0, SEEK_CUR)`): a call that does no work, for
+    /// the cost of making a call at all. Targets without descriptors do not have it.
+    fn seek_current(&self, _file: &Self::File) -> io::Result<u64> {
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "no descriptors: the call cost is measured on descriptor-based targets",
+        ))
+    }
     /// Creates file `name` of `len` bytes and maps it shared.
     fn map(&self, dir: &Self::Dir, name: &CStr, len: u64) -> io::Result<Self::Map>;
     /// Stores `data` into the mapping at `offset`.
@@ -231,7 +244,7 @@ impl Drop for BenchImage {
 }
 
 /// Image parameters for a run that keeps `needs` alive, with room to spare.
-fn params_for(needs: Needs) -> MkfsParams {
+pub fn params_for(needs: Needs) -> MkfsParams {
     let pinodes = needs.names + 4096;
     let data = needs.data_bytes + needs.data_bytes / 4 + (32 << 20);
     let image_bytes = (data + pinodes * 128 * 3 + (32 << 20)).next_multiple_of(1 << 20);
@@ -396,11 +409,9 @@ impl Syscalls {
         let path = parent.join(format!("nosefs-bench-{}-{run}", std::process::id()));
         let registered = cleanup::register(Undo::RemoveTree(path.clone()));
         std::fs::create_dir(&path)?;
-        let fd = rustix::fs::open(
-            &path,
-            OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC,
-            Mode::empty(),
-        )?;
+        let cpath = CString::new(path.as_os_str().as_bytes())
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in the path"))?;
+        let fd = sys::openat(None, &cpath, libc::O_DIRECTORY | libc::O_RDONLY, 0)?;
         Ok(Syscalls {
             root: SysDir { fd, path },
             _registered: registered,
@@ -423,38 +434,36 @@ impl Target for Syscalls {
         &self.root
     }
     fn mkdir(&self, parent: &SysDir, name: &CStr) -> io::Result<SysDir> {
-        rustix::fs::mkdirat(&parent.fd, name, Mode::from_raw_mode(0o755))?;
-        let flags = OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC;
-        let fd = rustix::fs::openat(&parent.fd, name, flags, Mode::empty())?;
+        sys::mkdirat(parent.fd.as_fd(), name, 0o755)?;
+        let flags = libc::O_DIRECTORY | libc::O_RDONLY;
+        let fd = sys::openat(Some(parent.fd.as_fd()), name, flags, 0)?;
         let path = parent.path.join(name.to_string_lossy().as_ref());
         Ok(SysDir { fd, path })
     }
     fn create(&self, dir: &SysDir, name: &CStr) -> io::Result<()> {
-        let flags = OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::CLOEXEC;
-        drop(rustix::fs::openat(
-            &dir.fd,
-            name,
-            flags,
-            Mode::from_raw_mode(0o644),
-        )?);
+        let flags = libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY;
+        drop(sys::openat(Some(dir.fd.as_fd()), name, flags, 0o644)?);
         Ok(())
     }
     fn rename(&self, from: &SysDir, old: &CStr, to: &SysDir, new: &CStr) -> io::Result<()> {
-        Ok(rustix::fs::renameat(&from.fd, old, &to.fd, new)?)
+        sys::renameat(from.fd.as_fd(), old, to.fd.as_fd(), new)
     }
     fn unlink(&self, dir: &SysDir, name: &CStr) -> io::Result<()> {
-        Ok(rustix::fs::unlinkat(&dir.fd, name, AtFlags::empty())?)
+        sys::unlinkat(dir.fd.as_fd(), name)
     }
     fn stat(&self, dir: &SysDir, name: &CStr) -> io::Result<u64> {
-        Ok(rustix::fs::statat(&dir.fd, name, AtFlags::empty())?.st_size as u64)
+        sys::size_at(dir.fd.as_fd(), name)
     }
     fn open(&self, dir: &SysDir, name: &CStr, create: bool) -> io::Result<File> {
-        let mut flags = OFlags::RDWR | OFlags::CLOEXEC;
+        let mut flags = libc::O_RDWR;
         if create {
-            flags |= OFlags::CREATE;
+            flags |= libc::O_CREAT;
         }
-        let fd = rustix::fs::openat(&dir.fd, name, flags, Mode::from_raw_mode(0o644))?;
+        let fd = sys::openat(Some(dir.fd.as_fd()), name, flags, 0o644)?;
         Ok(File::from(fd))
+    }
+    fn seek_current(&self, file: &File) -> io::Result<u64> {
+        sys::seek_current(file.as_fd())
     }
     fn pwrite(&self, file: &File, offset: u64, data: &[u8]) -> io::Result<()> {
         file.write_all_at(data, offset)
@@ -501,6 +510,7 @@ mod tests {
             "nosefs:/mnt/pmem0",
             "dir:/mnt/nosefs",
             "nosefs-fuse",
+            "nosefs-preload",
             "tmpfs",
             "ramdisk:ext4",
             "ramdisk:xfs-ag464",

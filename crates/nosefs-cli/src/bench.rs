@@ -24,7 +24,7 @@ pub struct BenchArgs {
     targets: Vec<String>,
     /// A workload; repeat for several: dirops, fileops, mmap, fragment (micro), fileserver,
     /// fileserver-1k, varmail, varmail-1k, webserver, webproxy (Filebench equivalents),
-    /// webproxy-depths (webproxy at directory depths 0.7, 2.1 and 3.4). Default: dirops,
+    /// webproxy-depths (webproxy at directory depths 0.7, 2.1 and 3.4), calls (lseek(SEEK_CUR) on the target's file and on a kernel file: the cost of a call itself). Default: dirops,
     /// fileops, mmap.
     #[arg(long = "workload", value_name = "WORKLOAD")]
     workloads: Vec<String>,
@@ -153,6 +153,7 @@ fn plan(args: &BenchArgs) -> Result<Plan, String> {
         sizes,
         image_dir: args.image_dir.clone(),
         ramdisk_bytes: parse_size(&args.ramdisk_size)?,
+        preload_lib: crate::run::shim_path().ok(),
     })
 }
 
@@ -162,7 +163,8 @@ fn list_targets() {
     println!("nosefs:PATH       native library, image in directory PATH or on device-dax PATH");
     println!("nosefs-fuse       a fresh image served through FUSE by the harness");
     println!("nosefs-floor      the native library's persistence work alone, replayed (dirops, fileops; 1 thread)");
-    println!("dir:PATH          any mounted file system, through system calls");
+    println!("nosefs-preload    a fresh image served by the preload shim in a worker process, through libc");
+    println!("dir:PATH          any mounted file system, through libc calls");
     println!("tmpfs             a private tmpfs (needs root)");
     for kind in nosefs_bench::scratch::RamdiskKind::ALL {
         let state = kind

@@ -48,6 +48,9 @@ enum Command {
     /// Benchmarks: the native library side by side with tmpfs, ramdisk file systems and any
     /// directory, with tables, JSON and plots.
     Bench(bench::BenchArgs),
+    /// Internal: one `nosefs-preload` benchmark run, started by `nosefs bench` under the shim.
+    #[command(hide = true)]
+    BenchWorker,
     /// Run the crash-consistency checker: every crash state of every operation, recovered,
     /// checked with fsck and against the states before and after.
     CrashCheck(crash::CrashArgs),
@@ -128,6 +131,13 @@ fn main() -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("nosefs bench: error: {e}");
+                ExitCode::from(1)
+            }
+        },
+        Command::BenchWorker => match nosefs_bench::preload::worker_main() {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("nosefs bench-worker: {e}");
                 ExitCode::from(1)
             }
         },

@@ -18,7 +18,8 @@ pub struct RunArgs {
     /// kernel sees it as an empty directory, so a call the shim cannot serve fails there).
     #[arg(long)]
     at: PathBuf,
-    /// Mount options: `sync` (every write durable on return).
+    /// Mount options: `sync` (every write durable on return), `populate` (fault the whole image
+    /// in at mount).
     #[arg(short = 'o', value_delimiter = ',')]
     options: Vec<String>,
     /// The program and its arguments.
@@ -27,7 +28,7 @@ pub struct RunArgs {
 }
 
 /// The shim library: `NOSEFS_PRELOAD_LIB`, else beside this executable, else `../lib/nosefs/`.
-fn shim_path() -> Result<PathBuf, String> {
+pub fn shim_path() -> Result<PathBuf, String> {
     if let Some(p) = std::env::var_os("NOSEFS_PRELOAD_LIB") {
         return Ok(PathBuf::from(p));
     }
@@ -48,8 +49,8 @@ fn shim_path() -> Result<PathBuf, String> {
 /// Execs the program; returns only on failure.
 pub fn run(args: &RunArgs) -> Result<std::convert::Infallible, String> {
     for o in &args.options {
-        if o != "sync" {
-            return Err(format!("unknown option {o:?} (known: sync)"));
+        if o != "sync" && o != "populate" {
+            return Err(format!("unknown option {o:?} (known: sync, populate)"));
         }
     }
     let shim = shim_path()?

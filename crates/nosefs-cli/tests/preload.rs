@@ -426,3 +426,37 @@ for i in range({}):
     );
     setup.fsck_clean();
 }
+
+#[test]
+fn the_bench_target_runs_workloads_under_the_shim_and_cleans_up() {
+    shim();
+    let images = tempfile::tempdir_in("/dev/shm").unwrap();
+    let out = Command::new(nosefs())
+        .args(["bench", "--quick", "--runs", "1", "--threads", "1"])
+        .args([
+            "--files",
+            "300",
+            "--writes",
+            "64",
+            "--target",
+            "nosefs-preload",
+        ])
+        .args(["--workload", "dirops", "--workload", "fileops"])
+        .args(["--workload", "calls", "--image-dir"])
+        .arg(images.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out));
+    for row in [
+        "| nosefs-preload | create | files=300 | 1 |",
+        "| nosefs-preload | append+fsync |",
+        "| nosefs-preload | lseek | - | 1 |",
+        "| nosefs-preload | lseek-kernel | - | 1 |",
+    ] {
+        assert!(stdout.contains(row), "no row {row}:\n{}", text(&out));
+    }
+    assert!(!stdout.contains("not run"), "{}", text(&out));
+    let left: Vec<_> = std::fs::read_dir(images.path()).unwrap().collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}

@@ -19,7 +19,8 @@ use parking_lot::RwLock;
 pub const ENV_IMAGE: &str = "NOSEFS_IMAGE";
 /// Environment variable: the absolute directory under which paths are noseFS's.
 pub const ENV_AT: &str = "NOSEFS_AT";
-/// Environment variable: mount options (`sync`).
+/// Environment variable: mount options, comma-separated: `sync` (every write durable on return),
+/// `populate` (map the image with its pages populated: no page faults later, a slower mount).
 pub const ENV_OPTIONS: &str = "NOSEFS_OPTIONS";
 /// Environment variable: the working directory inside noseFS, passed across exec.
 pub const ENV_CWD: &str = "NOSEFS_CWD";
@@ -35,6 +36,8 @@ pub struct Config {
     pub prefix: Vec<u8>,
     /// Commit every write on return.
     pub sync: bool,
+    /// Populate the image's mapping at mount.
+    pub populate: bool,
 }
 
 static CONFIG: OnceLock<Option<Config>> = OnceLock::new();
@@ -61,13 +64,13 @@ fn read_config() -> Option<Config> {
         say("NOSEFS_AT must be an absolute directory other than /; noseFS is off");
         return None;
     }
-    let sync = std::env::var(ENV_OPTIONS)
-        .map(|o| o.split(',').any(|x| x == "sync"))
-        .unwrap_or(false);
+    let options = std::env::var(ENV_OPTIONS).unwrap_or_default();
+    let option = |name: &str| options.split(',').any(|x| x == name);
     Some(Config {
         image: PathBuf::from(image),
         prefix,
-        sync,
+        sync: option("sync"),
+        populate: option("populate"),
     })
 }
 
@@ -105,6 +108,7 @@ fn mount() -> Result<(), Errno> {
     let config = config().ok_or(Errno::ENOENT)?;
     let options = MountOptions {
         sync: config.sync,
+        populate: config.populate,
         fd_floor: Some(crate::fdtable::internal_fd_floor()),
         ..MountOptions::default()
     };

@@ -25,7 +25,7 @@ use crate::target::{cname, Needs, Target};
 pub const LOG_CAP_BYTES: u64 = 256 << 20;
 
 /// The four personalities.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Personality {
     /// Home directories: create, write whole, append, read whole, delete, stat.
     Fileserver,
@@ -38,7 +38,7 @@ pub enum Personality {
 }
 
 /// A fileset and its I/O sizes.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Profile {
     /// The personality.
     pub personality: Personality,

@@ -8,6 +8,7 @@ use std::io;
 use crate::runner::Sample;
 use crate::target::{Needs, Target};
 
+pub mod calls;
 pub mod dirops;
 pub mod filebench;
 pub mod fileops;
@@ -28,7 +29,7 @@ pub struct Measured {
 }
 
 /// Sizes of the workloads: the full defaults, or the `--quick` ones.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Sizes {
     /// `dirops`: files per thread (each value is its own set of runs).
     pub files: Vec<usize>,
@@ -52,6 +53,8 @@ pub struct Sizes {
     pub macro_scale: f64,
     /// Macro workloads: the timed phase of one run.
     pub macro_seconds: f64,
+    /// `calls`: calls per thread in each phase.
+    pub calls: usize,
 }
 
 impl Sizes {
@@ -69,6 +72,7 @@ impl Sizes {
             frag_overwrites: 100_000,
             macro_scale: 0.1,
             macro_seconds: 10.0,
+            calls: 1_000_000,
         }
     }
 
@@ -86,12 +90,13 @@ impl Sizes {
             frag_overwrites: 10_000,
             macro_scale: 0.01,
             macro_seconds: 3.0,
+            calls: 200_000,
         }
     }
 }
 
 /// A workload, with its size parameter where runs differ by it.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Workload {
     /// Create, rename and unlink `files` files per thread, each thread in its own directory.
     Dirops {
@@ -106,10 +111,12 @@ pub enum Workload {
     Fragment,
     /// A Filebench-equivalent macro workload.
     Macro(filebench::Profile),
+    /// The cost of a call that does nothing, on the target's file and on a kernel file.
+    Calls,
 }
 
 /// Workload names accepted by `--workload`.
-pub const NAMES: [&str; 11] = [
+pub const NAMES: [&str; 12] = [
     "dirops",
     "fileops",
     "mmap",
@@ -121,6 +128,7 @@ pub const NAMES: [&str; 11] = [
     "webserver",
     "webproxy",
     "webproxy-depths",
+    "calls",
 ];
 
 /// The directory depths of seed 000 Fig. 3: webproxy's flat directory, then the same files spread
@@ -139,6 +147,7 @@ impl Workload {
             "fileops" => Ok(vec![Workload::Fileops]),
             "mmap" => Ok(vec![Workload::Mmap]),
             "fragment" => Ok(vec![Workload::Fragment]),
+            "calls" => Ok(vec![Workload::Calls]),
             "fileserver" | "fileserver-1k" | "varmail" | "varmail-1k" | "webserver"
             | "webproxy" => Ok(vec![Workload::Macro(macro_profile(
                 name,
@@ -165,6 +174,7 @@ impl Workload {
             Workload::Fileops => "fileops",
             Workload::Mmap => "mmap",
             Workload::Fragment => "fragment",
+            Workload::Calls => "calls",
             Workload::Macro(profile) => profile.name(),
         }
     }
@@ -184,6 +194,10 @@ impl Workload {
             Workload::Fragment => Needs {
                 names: 2,
                 data_bytes: (sizes.seq_read_mib + 2 * sizes.frag_mib) << 20,
+            },
+            Workload::Calls => Needs {
+                names: 1,
+                data_bytes: 0,
             },
             // Threads share the fileset, so it does not grow with them.
             Workload::Macro(profile) => return profile.needs(),
@@ -206,6 +220,7 @@ impl Workload {
             Workload::Fileops => fileops::run_once(target, threads, sizes),
             Workload::Mmap => mmap::run_once(target, threads, sizes),
             Workload::Fragment => fragment::run_once(target, threads, sizes),
+            Workload::Calls => calls::run_once(target, threads, sizes.calls),
             Workload::Macro(profile) => {
                 let duration = std::time::Duration::from_secs_f64(sizes.macro_seconds);
                 filebench::run_once(target, threads, &profile, duration)

@@ -1,0 +1,87 @@
+//! Directory calls through libc, the crate's only `unsafe`.
+//!
+//! The `dir:`, `tmpfs`, `ramdisk:` and `nosefs-preload` targets must make the same libc calls,
+//! because the preload shim sees only calls into libc: rustix (the crate's usual system-call
+//! layer) enters the kernel directly, past any LD_PRELOAD library. File data goes through
+//! `std::fs::File` (whose `pread`, `pwrite` and `fsync` are libc's).
+
+#![allow(unsafe_code)]
+
+use std::ffi::CStr;
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+
+fn check(rc: libc::c_int) -> io::Result<libc::c_int> {
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(rc)
+    }
+}
+
+/// `openat(dir, name, flags, mode)`; `dir` `None` is AT_FDCWD.
+pub fn openat(
+    dir: Option<BorrowedFd<'_>>,
+    name: &CStr,
+    flags: libc::c_int,
+    mode: libc::mode_t,
+) -> io::Result<OwnedFd> {
+    let dir = dir.map_or(libc::AT_FDCWD, |d| d.as_raw_fd());
+    // SAFETY: `name` is NUL-terminated; the result is a new descriptor nobody else owns.
+    let fd = check(unsafe { libc::openat(dir, name.as_ptr(), flags | libc::O_CLOEXEC, mode) })?;
+    // SAFETY: `fd` was just opened and is owned by no one else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `mkdirat(dir, name, mode)`.
+pub fn mkdirat(dir: BorrowedFd<'_>, name: &CStr, mode: libc::mode_t) -> io::Result<()> {
+    // SAFETY: `name` is NUL-terminated.
+    check(unsafe { libc::mkdirat(dir.as_raw_fd(), name.as_ptr(), mode) }).map(drop)
+}
+
+/// `renameat(from, old, to, new)`.
+pub fn renameat(
+    from: BorrowedFd<'_>,
+    old: &CStr,
+    to: BorrowedFd<'_>,
+    new: &CStr,
+) -> io::Result<()> {
+    // SAFETY: both names are NUL-terminated.
+    check(unsafe { libc::renameat(from.as_raw_fd(), old.as_ptr(), to.as_raw_fd(), new.as_ptr()) })
+        .map(drop)
+}
+
+/// `unlinkat(dir, name, 0)`.
+pub fn unlinkat(dir: BorrowedFd<'_>, name: &CStr) -> io::Result<()> {
+    // SAFETY: `name` is NUL-terminated.
+    check(unsafe { libc::unlinkat(dir.as_raw_fd(), name.as_ptr(), 0) }).map(drop)
+}
+
+/// The size `fstatat(dir, name, 0)` reports.
+pub fn size_at(dir: BorrowedFd<'_>, name: &CStr) -> io::Result<u64> {
+    // SAFETY: struct stat is plain data; all zeroes is a valid value.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is writable and sized for fstatat; `name` is NUL-terminated.
+    check(unsafe { libc::fstatat(dir.as_raw_fd(), name.as_ptr(), &mut st, 0) })?;
+    Ok(st.st_size as u64)
+}
+
+/// `lseek(fd, 0, SEEK_CUR)`: the cheapest call on an open file, for the cost of a call itself.
+pub fn seek_current(fd: BorrowedFd<'_>) -> io::Result<u64> {
+    // SAFETY: lseek reads no memory.
+    let at = unsafe { libc::lseek(fd.as_raw_fd(), 0, libc::SEEK_CUR) };
+    if at < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(at as u64)
+    }
+}
+
+/// The file-system type `statfs(path)` reports (`f_type`).
+pub fn fs_type(path: &CStr) -> io::Result<i64> {
+    // SAFETY: struct statfs is plain data; all zeroes is a valid value.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is writable and sized for statfs; `path` is NUL-terminated.
+    check(unsafe { libc::statfs(path.as_ptr(), &mut st) })?;
+    Ok(st.f_type as i64)
+}
