@@ -136,7 +136,12 @@ pub fn route(dirfd: i32, path: &[u8], follow_last: bool) -> Result<Route, Errno>
         }
     } else {
         match fdtable::get(dirfd) {
-            Some(dir) if dir.kind == Kind::Dir || dir.kind == Kind::Path => join(&dir.path, path),
+            Some(dir) if dir.kind == Kind::Dir || dir.kind == Kind::Path => {
+                if let Some(route) = in_directory(&dir, path, follow_last)? {
+                    return Ok(route);
+                }
+                join(&dir.path, path)
+            }
             Some(_) => return Err(Errno::ENOTDIR),
             None => return Ok(Route::Kernel(None)),
         }
@@ -146,6 +151,43 @@ pub fn route(dirfd: i32, path: &[u8], follow_last: bool) -> Result<Route, Errno>
         return Ok(Route::Kernel(None));
     }
     state::with_fs(|fs| walk(fs, &config.prefix, normal, follow_last))
+}
+
+/// The fast path of `*at` calls: one plain name (no `/`, not `.` or `..`) in a noseFS directory
+/// descriptor is looked up in that directory's inode, as the kernel does, without walking its
+/// path again from the prefix. `None` when the name needs the full walk (a symbolic link to
+/// follow, or a directory that is not a directory any more).
+fn in_directory(
+    dir: &fdtable::OpenFile,
+    name: &[u8],
+    follow_last: bool,
+) -> Result<Option<Route>, Errno> {
+    if name.contains(&b'/') || name == b"." || name == b".." {
+        return Ok(None);
+    }
+    state::with_fs(|fs| {
+        let dir_attr = fs.getattr(dir.ino).map_err(|e| e.errno())?;
+        if !dir_attr.is_dir() {
+            return Err(Errno::ENOTDIR);
+        }
+        perm::check(&dir_attr, &state::cred(), MAY_EXEC).map_err(|e| e.errno())?;
+        let attr = match fs.lookup(dir.ino, name) {
+            Ok(a) => Some(a),
+            Err(e) if e.errno() == Errno::ENOENT => None,
+            Err(e) => return Err(e.errno()),
+        };
+        if follow_last && attr.is_some_and(|a| a.mode & libc::S_IFMT == libc::S_IFLNK) {
+            return Ok(None);
+        }
+        Ok(Some(Route::Ours(Found {
+            parent: dir.ino,
+            parent_attr: dir_attr,
+            name: name.to_vec(),
+            attr,
+            path: join(&dir.path, name),
+            trailing_slash: false,
+        })))
+    })
 }
 
 fn join(base: &[u8], path: &[u8]) -> Vec<u8> {
