@@ -307,6 +307,7 @@ fn redirections_reach_programs_that_write_through_stdio() {
 printf 'b\na\nc\n' > "$D/f"
 sort "$D/f" > "$D/out"; cat "$D/out"
 sort -o "$D/o2" "$D/f"; cat "$D/o2"
+sort "$D/f" "$D/f" > "$D/u0"; uniq -c "$D/u0" "$D/u1"; cat "$D/u1"
 sort < "$D/f"
 env cat < "$D/f"
 env env sort < "$D/f" > "$D/o3"; cat "$D/o3"

@@ -196,10 +196,12 @@ extern "C" fn fork_child() {
 }
 
 extern "C" fn exit_hook() {
-    let _guard = Guard::enter();
-    // Buffered stdio data may be bound for noseFS: flush it while the image is mounted.
+    // Buffered stdio data may be bound for noseFS: flush it while the image is mounted, outside
+    // the guard, so that the shim's streams reach the hooks (inside it they would pass to the
+    // kernel's placeholder).
     // SAFETY: fflush(NULL) flushes every stream.
     unsafe { libc::fflush(null_mut()) };
+    let _guard = Guard::enter();
     state::at_exit();
 }
 
@@ -2504,6 +2506,8 @@ extern "C" {
 
 /// Which of descriptors 0-2 already have their standard stream replaced.
 static STD_STREAM_SWAPPED: [AtomicBool; 3] = [const { AtomicBool::new(false) }; 3];
+/// glibc's own standard streams that were replaced (programs may have kept the pointers).
+static STD_STREAM_ORIGINAL: [AtomicPtr<libc::FILE>; 3] = [const { AtomicPtr::new(null_mut()) }; 3];
 
 /// Descriptor 0, 1 or 2 now names a noseFS file (an exec handed it over, or a program `dup2`'d
 /// onto it, as `sort -o` and shells do). glibc's own stdin/stdout/stderr reach the kernel through
@@ -2530,14 +2534,15 @@ pub fn std_stream_became_ours(fd: c_int) {
             swapped.store(false, Ordering::Release);
             return;
         }
-        match fd {
-            0 => stdin = stream,
-            1 => stdout = stream,
+        let original = match fd {
+            0 => std::mem::replace(&mut *std::ptr::addr_of_mut!(stdin), stream),
+            1 => std::mem::replace(&mut *std::ptr::addr_of_mut!(stdout), stream),
             _ => {
                 libc::setvbuf(stream, null_mut(), libc::_IONBF, 0);
-                stderr = stream;
+                std::mem::replace(&mut *std::ptr::addr_of_mut!(stderr), stream)
             }
-        }
+        };
+        STD_STREAM_ORIGINAL[fd as usize].store(original, Ordering::Release);
     }
 }
 
@@ -2610,6 +2615,86 @@ pub unsafe extern "C" fn fdopen(fd: c_int, mode: *const c_char) -> *mut libc::FI
         return unsafe { cookie_stream(fd, mode) };
     }
     unsafe { real!(fdopen: fn(c_int, *const c_char) -> *mut libc::FILE)(fd, mode) }
+}
+
+/// The standard descriptor (0-2) whose stream `stream` is, now or before the shim replaced it.
+fn std_stream_fd(stream: *mut libc::FILE) -> Option<c_int> {
+    // SAFETY: reading the standard stream pointers, which glibc initialises before any code runs.
+    let current = unsafe { [stdin, stdout, stderr] };
+    (0..3)
+        .find(|&i| current[i] == stream || STD_STREAM_ORIGINAL[i].load(Ordering::Acquire) == stream)
+        .map(|i| i as c_int)
+}
+
+/// `freopen` onto a noseFS path. A standard stream keeps its descriptor number (the new file is
+/// `dup2`'d onto it, as glibc does) and becomes the shim's stream for it, which the global
+/// `stdin`/`stdout`/`stderr` name from then on; any other stream is closed and a new one returned
+/// (a program that ignores freopen's result and keeps the old pointer for a non-standard stream
+/// is not served).
+#[no_mangle]
+pub unsafe extern "C" fn freopen(
+    path: *const c_char,
+    mode: *const c_char,
+    stream: *mut libc::FILE,
+) -> *mut libc::FILE {
+    let real = real!(freopen: fn(*const c_char, *const c_char, *mut libc::FILE) -> *mut libc::FILE);
+    if path.is_null() || in_shim() {
+        return unsafe { real(path, mode, stream) };
+    }
+    let flags = unsafe { bytes(mode) }.and_then(fopen_flags);
+    let follow = flags.is_some_and(|f| f & libc::O_EXCL == 0);
+    let found = match unsafe { routed(libc::AT_FDCWD, path, follow) } {
+        Routed::Kernel(k) => return unsafe { real(Routed::kernel_path(&k, path), mode, stream) },
+        Routed::Err(e) => {
+            set_errno(e);
+            return null_mut();
+        }
+        Routed::Ours(f) => f,
+    };
+    let Some(flags) = flags else {
+        set_errno(Errno::EINVAL);
+        return null_mut();
+    };
+    // SAFETY: `stream` is the caller's open stream; flushing it first is what freopen does.
+    unsafe { libc::fflush(stream) };
+    let fd = match serve(|| ops::open(&found, flags, 0o666)) {
+        Ok(fd) => fd,
+        Err(e) => {
+            set_errno(e);
+            return null_mut();
+        }
+    };
+    match std_stream_fd(stream) {
+        Some(std_fd) => {
+            // SAFETY: both descriptors are valid; the hooks keep the shim's table in step.
+            let rc = unsafe { dup2(fd, std_fd) };
+            unsafe { close(fd) };
+            if rc < 0 {
+                return null_mut();
+            }
+            std_stream_became_ours(std_fd);
+            // SAFETY: reading the standard stream pointer just set.
+            unsafe { [stdin, stdout, stderr][std_fd as usize] }
+        }
+        None => {
+            // SAFETY: the caller gives the old stream up to freopen.
+            unsafe { libc::fclose(stream) };
+            let new = unsafe { cookie_stream(fd, mode) };
+            if new.is_null() {
+                unsafe { close(fd) };
+            }
+            new
+        }
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn freopen64(
+    path: *const c_char,
+    mode: *const c_char,
+    stream: *mut libc::FILE,
+) -> *mut libc::FILE {
+    unsafe { freopen(path, mode, stream) }
 }
 
 // ---------------------------------------------------------------------------------------------

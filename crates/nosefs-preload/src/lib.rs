@@ -173,6 +173,8 @@ pub const HOOKED: &[&str] = &[
     "fopen",
     "fopen64",
     "fdopen",
+    "freopen",
+    "freopen64",
     "mkstemp",
     "mkstemp64",
     "mkostemp",
