@@ -129,8 +129,16 @@ fn fail(e: Errno) -> c_int {
     -1
 }
 
+/// Whether `p` cannot be a user-space address (null, the first page, or above the 47-bit user
+/// half of x86-64): such a path is handed to the kernel, which answers EFAULT, instead of being
+/// read here. A wild pointer inside user space still faults, as in any libc that reads paths.
+fn wild(p: *const c_char) -> bool {
+    let a = p as usize;
+    a < 4096 || (cfg!(target_arch = "x86_64") && a >= 1 << 47)
+}
+
 unsafe fn bytes<'a>(p: *const c_char) -> Option<&'a [u8]> {
-    (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_bytes())
+    (!wild(p)).then(|| unsafe { CStr::from_ptr(p) }.to_bytes())
 }
 
 /// Where a C path argument leads.
@@ -152,7 +160,7 @@ unsafe fn routed(dirfd: c_int, path: *const c_char, follow_last: bool) -> Routed
         return Routed::Kernel(None);
     }
     let Some(p) = (unsafe { bytes(path) }) else {
-        return Routed::Err(Errno(libc::EFAULT));
+        return Routed::Kernel(None); // the kernel answers EFAULT
     };
     // Fast exit before any lock: an absolute path outside the prefix without "..".
     if p.first() == Some(&b'/') && !route::maybe_ours(p) && dirfd == libc::AT_FDCWD {
@@ -1165,6 +1173,54 @@ pub unsafe extern "C" fn statfs(path: *const c_char, buf: *mut libc::statfs) -> 
     }
 }
 
+/// `pathconf`/`fpathconf` values for noseFS (glibc computes them from an internal statfs the
+/// shim never sees). EINVAL for a name that has no limit here, as the kernel's file systems do.
+fn conf_value(name: c_int) -> Result<libc::c_long, Errno> {
+    use nosefs_core::format::pinode::NAME_MAX;
+    Ok(match name {
+        libc::_PC_NAME_MAX => NAME_MAX as libc::c_long,
+        libc::_PC_PATH_MAX => libc::PATH_MAX as libc::c_long,
+        libc::_PC_LINK_MAX => nosefs_core::namespace::LINK_MAX as libc::c_long,
+        libc::_PC_SYMLINK_MAX => nosefs_core::namespace::SYMLINK_MAX as libc::c_long,
+        libc::_PC_FILESIZEBITS => 64,
+        libc::_PC_NO_TRUNC | libc::_PC_CHOWN_RESTRICTED | libc::_PC_2_SYMLINKS => 1,
+        libc::_PC_PIPE_BUF => 4096,
+        libc::_PC_MAX_CANON | libc::_PC_MAX_INPUT => 255,
+        libc::_PC_VDISABLE => 0,
+        libc::_PC_REC_XFER_ALIGN | libc::_PC_ALLOC_SIZE_MIN | libc::_PC_REC_MIN_XFER_SIZE => 4096,
+        _ => return Err(Errno::EINVAL),
+    })
+}
+
+fn conf_result(r: Result<libc::c_long, Errno>) -> libc::c_long {
+    r.unwrap_or_else(|e| {
+        set_errno(e);
+        -1
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pathconf(path: *const c_char, name: c_int) -> libc::c_long {
+    match unsafe { routed(libc::AT_FDCWD, path, true) } {
+        Routed::Kernel(k) => unsafe {
+            real!(pathconf: fn(*const c_char, c_int) -> libc::c_long)(
+                Routed::kernel_path(&k, path),
+                name,
+            )
+        },
+        Routed::Ours(f) => conf_result(f.existing().and_then(|_| conf_value(name))),
+        Routed::Err(e) => conf_result(Err(e)),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fpathconf(fd: c_int, name: c_int) -> libc::c_long {
+    if fdtable::is_ours(fd) && !in_shim() {
+        return conf_result(conf_value(name));
+    }
+    unsafe { real!(fpathconf: fn(c_int, c_int) -> libc::c_long)(fd, name) }
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn statfs64(path: *const c_char, buf: *mut libc::statfs) -> c_int {
     unsafe { statfs(path, buf) }
@@ -1364,11 +1420,12 @@ pub unsafe extern "C" fn mkfifoat(dirfd: c_int, path: *const c_char, mode: mode_
 
 #[no_mangle]
 pub unsafe extern "C" fn rmdir(path: *const c_char) -> c_int {
+    let last = unsafe { bytes(path) }.map(ops::last_component);
     path_op!(
         libc::AT_FDCWD,
         path,
         false,
-        ops::rmdir,
+        |f: &Found| ops::rmdir_named(f, last.unwrap_or_default()),
         |p| real!(rmdir: fn(*const c_char) -> c_int)(p)
     )
 }
@@ -1386,9 +1443,10 @@ pub unsafe extern "C" fn unlink(path: *const c_char) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn unlinkat(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
+    let last = unsafe { bytes(path) }.map(ops::last_component);
     let ours = |f: &Found| {
         if flags & libc::AT_REMOVEDIR != 0 {
-            ops::rmdir(f)
+            ops::rmdir_named(f, last.unwrap_or_default())
         } else {
             ops::unlink(f)
         }
@@ -1416,6 +1474,9 @@ pub unsafe extern "C" fn symlinkat(
     let Some(t) = (unsafe { bytes(target) }) else {
         return fail(Errno(libc::EFAULT));
     };
+    if t.len() >= libc::PATH_MAX as usize {
+        return fail(Errno(libc::ENAMETOOLONG)); // checked by the kernel before the new name
+    }
     path_op!(
         dirfd,
         path,
@@ -1477,6 +1538,9 @@ unsafe fn two_paths(
     ours: impl FnOnce(&Found, &Found) -> Result<(), Errno>,
     kernel: impl FnOnce(*const c_char, *const c_char) -> c_int,
 ) -> c_int {
+    if wild(p1) || wild(p2) {
+        return fail(Errno(libc::EFAULT)); // what the kernel answers for either
+    }
     let a = unsafe { routed(d1, p1, follow_first) };
     let b = unsafe { routed(d2, p2, false) };
     match (a, b) {
@@ -2695,6 +2759,71 @@ pub unsafe extern "C" fn freopen64(
     stream: *mut libc::FILE,
 ) -> *mut libc::FILE {
     unsafe { freopen(path, mode, stream) }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Unix-domain sockets: a socket bound to (or reached at) a noseFS path cannot be served from
+// the process, and the kernel would put it in the prefix's empty directory: refused instead.
+
+static SOCKET_SAID: AtomicBool = AtomicBool::new(false);
+
+/// Whether `addr` names a Unix-domain socket path inside noseFS.
+unsafe fn unix_path_is_ours(addr: *const libc::sockaddr, len: libc::socklen_t) -> bool {
+    let len = len as usize;
+    if wild(addr.cast()) || len <= 2 || len > std::mem::size_of::<libc::sockaddr_un>() {
+        return false;
+    }
+    // SAFETY: the caller passes `len` readable bytes at `addr` (checked against sockaddr_un).
+    let raw = unsafe { std::slice::from_raw_parts(addr.cast::<u8>(), len) };
+    if u16::from_ne_bytes([raw[0], raw[1]]) != libc::AF_UNIX as u16 || raw[2] == 0 {
+        return false; // not AF_UNIX, or an abstract address
+    }
+    let path = &raw[2..];
+    let path = &path[..path.iter().position(|&b| b == 0).unwrap_or(path.len())];
+    let Ok(c) = CString::new(path) else {
+        return false;
+    };
+    matches!(
+        unsafe { routed(libc::AT_FDCWD, c.as_ptr(), true) },
+        Routed::Ours(_)
+    )
+}
+
+fn refuse_socket() -> c_int {
+    if !SOCKET_SAID.swap(true, Ordering::Relaxed) {
+        state::say(
+            "Unix-domain sockets on noseFS paths are not supported by the shim (EOPNOTSUPP)",
+        );
+    }
+    fail(Errno(libc::EOPNOTSUPP))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn bind(
+    fd: c_int,
+    addr: *const libc::sockaddr,
+    len: libc::socklen_t,
+) -> c_int {
+    if unsafe { unix_path_is_ours(addr, len) } {
+        return refuse_socket();
+    }
+    unsafe {
+        real!(bind: fn(c_int, *const libc::sockaddr, libc::socklen_t) -> c_int)(fd, addr, len)
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn connect(
+    fd: c_int,
+    addr: *const libc::sockaddr,
+    len: libc::socklen_t,
+) -> c_int {
+    if unsafe { unix_path_is_ours(addr, len) } {
+        return refuse_socket();
+    }
+    unsafe {
+        real!(connect: fn(c_int, *const libc::sockaddr, libc::socklen_t) -> c_int)(fd, addr, len)
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -56,7 +56,7 @@ pub fn open(found: &Found, flags: i32, mode: u32) -> Result<i32, Errno> {
         }
     };
     if kind != Kind::Path {
-        if ft == pinode::S_IFDIR && (wants_write || flags & libc::O_CREAT != 0) {
+        if ft == pinode::S_IFDIR && (wants_write || flags & (libc::O_CREAT | libc::O_TRUNC) != 0) {
             return Err(Errno::EISDIR);
         }
         if flags & libc::O_DIRECTORY != 0 && ft != pinode::S_IFDIR {
@@ -422,6 +422,25 @@ pub fn unlink(found: &Found) -> Result<(), Errno> {
         return Err(Errno::EISDIR);
     }
     with_fs(|fs| core(fs.unlink(found.parent, &found.name)))
+}
+
+/// The last component of a path as the caller wrote it (trailing slashes ignored).
+pub fn last_component(path: &[u8]) -> &[u8] {
+    let trimmed = match path.iter().rposition(|&b| b != b'/') {
+        Some(end) => &path[..=end],
+        None => return path,
+    };
+    trimmed.rsplit(|&b| b == b'/').next().unwrap_or(trimmed)
+}
+
+/// `rmdir` of a path whose last component was `last`: `.` is EINVAL and `..` ENOTEMPTY, as
+/// the kernel answers before looking at the directory (resolution has already left them).
+pub fn rmdir_named(found: &Found, last: &[u8]) -> Result<(), Errno> {
+    match last {
+        b"." => Err(Errno::EINVAL),
+        b".." => Err(Errno::ENOTEMPTY),
+        _ => rmdir(found),
+    }
 }
 
 /// `rmdir`.

@@ -113,6 +113,10 @@ pub fn route(dirfd: i32, path: &[u8], follow_last: bool) -> Result<Route, Errno>
     if path.is_empty() {
         return Err(Errno::ENOENT);
     }
+    if path.len() >= libc::PATH_MAX as usize {
+        // The kernel refuses a path string this long wherever it leads.
+        return Err(Errno(libc::ENAMETOOLONG));
+    }
     let absolute: Vec<u8> = if path[0] == b'/' {
         if !path.starts_with(&config.prefix) && !path.windows(3).any(|w| w == b"/..") {
             return Ok(Route::Kernel(None)); // the common case for kernel paths

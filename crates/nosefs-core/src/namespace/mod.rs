@@ -44,7 +44,7 @@ use mirror::{BucketGuard, MirrorBucket, MirrorEntry};
 use pool::SlotPools;
 
 pub use file::{MAX_FILE_BYTES, WINDOW_BYTES, WINDOW_MAX_PIECES};
-pub use ops::{Owner, SetAttr};
+pub use ops::{Owner, SetAttr, LINK_MAX};
 pub use rename::RenameFlags;
 pub use symlink::SYMLINK_MAX;
 
