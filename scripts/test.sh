@@ -26,3 +26,5 @@ echo "== crash-consistency checker (release build: every operation, every pair o
 cargo test --release --locked -p nosefs-crash -- --nocapture
 echo "== external suites against the FUSE mount: pjdfstest, fsx"
 ./scripts/fuse-suites.sh
+echo "== external suites through the preload shim: pjdfstest, fsx"
+./scripts/preload-suites.sh

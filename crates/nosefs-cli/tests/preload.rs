@@ -461,3 +461,47 @@ fn the_bench_target_runs_workloads_under_the_shim_and_cleans_up() {
     let left: Vec<_> = std::fs::read_dir(images.path()).unwrap().collect();
     assert!(left.is_empty(), "left behind: {left:?}");
 }
+
+#[test]
+fn unix_sockets_bind_and_connect_by_nosefs_path() {
+    let setup = setup();
+    // The path holds a socket inode; the socket itself lives in the kernel's abstract namespace.
+    let out = setup.run(
+        r#"python3 - <<'PY'
+import os, socket, stat
+p = os.environ["D"] + "/sock"
+s = socket.socket(socket.AF_UNIX); s.bind(p); s.listen(1)
+print(stat.S_ISSOCK(os.stat(p).st_mode))
+c = socket.socket(socket.AF_UNIX); c.connect(p)
+a, _ = s.accept(); c.sendall(b"over noseFS"); print(a.recv(64).decode())
+try:
+    socket.socket(socket.AF_UNIX).bind(p)
+except OSError as e:
+    print("rebind:", e.strerror)
+open(os.environ["D"] + "/plain", "w").close()
+try:
+    socket.socket(socket.AF_UNIX).connect(os.environ["D"] + "/plain")
+except OSError as e:
+    print("not a socket:", e.strerror)
+os.unlink(p)
+try:
+    socket.socket(socket.AF_UNIX).connect(p)
+except OSError as e:
+    print("gone:", e.strerror)
+print(os.listdir(os.environ["D"]))
+PY"#,
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "True\nover noseFS\nrebind: Address already in use\nnot a socket: Connection refused\ngone: No such file or directory\n['plain']\n",
+        "{}",
+        text(&out)
+    );
+    let kernel_side: Vec<_> = std::fs::read_dir(&setup.at).unwrap().collect();
+    assert!(
+        kernel_side.is_empty(),
+        "the prefix's kernel directory got {kernel_side:?}"
+    );
+    setup.fsck_clean();
+}

@@ -2762,40 +2762,51 @@ pub unsafe extern "C" fn freopen64(
 }
 
 // ---------------------------------------------------------------------------------------------
-// Unix-domain sockets: a socket bound to (or reached at) a noseFS path cannot be served from
-// the process, and the kernel would put it in the prefix's empty directory: refused instead.
+// Unix-domain sockets on noseFS paths: the path holds an S_IFSOCK inode and the socket itself is
+// bound in the kernel's abstract namespace under a name derived from the image and the inode
+// (`ops::socket_address`), where connect() by path finds it.
 
-static SOCKET_SAID: AtomicBool = AtomicBool::new(false);
-
-/// Whether `addr` names a Unix-domain socket path inside noseFS.
-unsafe fn unix_path_is_ours(addr: *const libc::sockaddr, len: libc::socklen_t) -> bool {
+/// The noseFS path a Unix-domain socket address names, routed; `None` if it is not noseFS's.
+unsafe fn unix_path(addr: *const libc::sockaddr, len: libc::socklen_t) -> Option<Routed> {
     let len = len as usize;
     if wild(addr.cast()) || len <= 2 || len > std::mem::size_of::<libc::sockaddr_un>() {
-        return false;
+        return None;
     }
     // SAFETY: the caller passes `len` readable bytes at `addr` (checked against sockaddr_un).
     let raw = unsafe { std::slice::from_raw_parts(addr.cast::<u8>(), len) };
     if u16::from_ne_bytes([raw[0], raw[1]]) != libc::AF_UNIX as u16 || raw[2] == 0 {
-        return false; // not AF_UNIX, or an abstract address
+        return None; // not AF_UNIX, or an abstract address
     }
     let path = &raw[2..];
     let path = &path[..path.iter().position(|&b| b == 0).unwrap_or(path.len())];
-    let Ok(c) = CString::new(path) else {
-        return false;
-    };
-    matches!(
-        unsafe { routed(libc::AT_FDCWD, c.as_ptr(), true) },
-        Routed::Ours(_)
-    )
+    let c = CString::new(path).ok()?;
+    match unsafe { routed(libc::AT_FDCWD, c.as_ptr(), true) } {
+        Routed::Kernel(_) => None,
+        other => Some(other),
+    }
 }
 
-fn refuse_socket() -> c_int {
-    if !SOCKET_SAID.swap(true, Ordering::Relaxed) {
-        state::say(
-            "Unix-domain sockets on noseFS paths are not supported by the shim (EOPNOTSUPP)",
-        );
+/// An abstract-namespace sockaddr_un for `name`, and its length.
+fn abstract_address(name: &[u8]) -> Result<(libc::sockaddr_un, libc::socklen_t), Errno> {
+    // SAFETY: sockaddr_un is plain data; all zeroes is a valid value.
+    let mut sun: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    if name.len() + 1 > sun.sun_path.len() {
+        return Err(Errno(libc::ENAMETOOLONG));
     }
-    fail(Errno(libc::EOPNOTSUPP))
+    sun.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    for (dst, &b) in sun.sun_path[1..].iter_mut().zip(name) {
+        *dst = b as c_char;
+    }
+    Ok((sun, (2 + 1 + name.len()) as libc::socklen_t))
+}
+
+type SockCall = unsafe extern "C" fn(c_int, *const libc::sockaddr, libc::socklen_t) -> c_int;
+
+unsafe fn to_abstract(fd: c_int, name: &[u8], call: SockCall) -> c_int {
+    match abstract_address(name) {
+        Ok((sun, len)) => unsafe { call(fd, (&raw const sun).cast(), len) },
+        Err(e) => fail(e),
+    }
 }
 
 #[no_mangle]
@@ -2804,11 +2815,31 @@ pub unsafe extern "C" fn bind(
     addr: *const libc::sockaddr,
     len: libc::socklen_t,
 ) -> c_int {
-    if unsafe { unix_path_is_ours(addr, len) } {
-        return refuse_socket();
-    }
-    unsafe {
-        real!(bind: fn(c_int, *const libc::sockaddr, libc::socklen_t) -> c_int)(fd, addr, len)
+    let real = real!(bind: fn(c_int, *const libc::sockaddr, libc::socklen_t) -> c_int);
+    match unsafe { unix_path(addr, len) } {
+        None => unsafe { real(fd, addr, len) },
+        Some(Routed::Ours(f)) => match serve(|| ops::bind_socket(&f)) {
+            Ok(name) => {
+                let rc = unsafe { to_abstract(fd, &name, real) };
+                if rc < 0 {
+                    let errno = Errno(
+                        std::io::Error::last_os_error()
+                            .raw_os_error()
+                            .unwrap_or(libc::EIO),
+                    );
+                    // The kernel refused the address: the inode made for it goes again.
+                    let _ = serve(|| match route::route(libc::AT_FDCWD, &f.path, false)? {
+                        Route::Ours(again) => ops::unlink(&again),
+                        Route::Kernel(_) => Ok(()),
+                    });
+                    return fail(errno);
+                }
+                rc
+            }
+            Err(e) => fail(e),
+        },
+        Some(Routed::Err(e)) => fail(e),
+        Some(Routed::Kernel(_)) => unreachable!("unix_path returns None for kernel paths"),
     }
 }
 
@@ -2818,11 +2849,15 @@ pub unsafe extern "C" fn connect(
     addr: *const libc::sockaddr,
     len: libc::socklen_t,
 ) -> c_int {
-    if unsafe { unix_path_is_ours(addr, len) } {
-        return refuse_socket();
-    }
-    unsafe {
-        real!(connect: fn(c_int, *const libc::sockaddr, libc::socklen_t) -> c_int)(fd, addr, len)
+    let real = real!(connect: fn(c_int, *const libc::sockaddr, libc::socklen_t) -> c_int);
+    match unsafe { unix_path(addr, len) } {
+        None => unsafe { real(fd, addr, len) },
+        Some(Routed::Ours(f)) => match serve(|| ops::connect_socket(&f)) {
+            Ok(name) => unsafe { to_abstract(fd, &name, real) },
+            Err(e) => fail(e),
+        },
+        Some(Routed::Err(e)) => fail(e),
+        Some(Routed::Kernel(_)) => unreachable!("unix_path returns None for kernel paths"),
     }
 }
 

@@ -548,3 +548,40 @@ pub fn chdir(found: &Found) -> Result<(), Errno> {
     crate::route::set_cwd(Some(found.path.clone()));
     Ok(())
 }
+
+/// The abstract Unix-domain address that stands for socket inode `ino` of this image:
+/// `nosefs/<image device>:<image inode>/<ino>`. A socket bound to a noseFS path is bound to
+/// this address in the kernel's abstract namespace, and the path holds an S_IFSOCK inode, so
+/// that connect() by path (from any process under the shim on the same image) finds it.
+pub fn socket_address(ino: u64) -> Result<Vec<u8>, Errno> {
+    static IMAGE: std::sync::OnceLock<Option<(u64, u64)>> = std::sync::OnceLock::new();
+    let image = IMAGE.get_or_init(|| {
+        let config = state::config()?;
+        let st = rustix::fs::stat(&config.image).ok()?;
+        Some((st.st_dev, st.st_ino))
+    });
+    let (dev, image_ino) = image.ok_or(Errno::EIO)?;
+    Ok(format!("nosefs/{dev:x}:{image_ino:x}/{ino:x}").into_bytes())
+}
+
+/// `bind` of a Unix-domain socket to a noseFS path: creates the socket inode (EADDRINUSE if the
+/// name exists, as the kernel answers) and returns the abstract address to bind to.
+pub fn bind_socket(found: &Found) -> Result<Vec<u8>, Errno> {
+    if found.attr.is_some() {
+        return Err(Errno(libc::EADDRINUSE));
+    }
+    mknod(found, pinode::S_IFSOCK | 0o777, 0)?;
+    let ino = with_fs(|fs| core(fs.lookup(found.parent, &found.name)))?.ino;
+    socket_address(ino)
+}
+
+/// `connect` to a noseFS path: the abstract address of the socket inode there (ECONNREFUSED if
+/// it is not a socket, EACCES without write permission on it, as the kernel answers).
+pub fn connect_socket(found: &Found) -> Result<Vec<u8>, Errno> {
+    let attr = found.existing()?;
+    if attr.mode & pinode::S_IFMT != pinode::S_IFSOCK {
+        return Err(Errno(libc::ECONNREFUSED));
+    }
+    core(perm::check(&attr, &state::cred(), MAY_WRITE))?;
+    socket_address(attr.ino)
+}
