@@ -505,3 +505,52 @@ PY"#,
     );
     setup.fsck_clean();
 }
+
+#[test]
+fn glob_and_scandir_from_c_see_nosefs_directories() {
+    // glibc's glob and scandir open directories through its internal opendir, which no preload
+    // library sees: the shim must serve them itself.
+    let setup = setup();
+    let src = setup.plain.join("../gs.c");
+    std::fs::write(
+        &src,
+        r#"#include <dirent.h>
+#include <glob.h>
+#include <stdio.h>
+#include <stdlib.h>
+int main(int argc, char **argv) {
+    glob_t g;
+    int rc = glob(argv[1], 0, NULL, &g);
+    printf("glob %d\n", rc);
+    for (size_t i = 0; rc == 0 && i < g.gl_pathc; i++) printf("%s\n", g.gl_pathv[i] + atoi(argv[3]));
+    if (rc == 0) globfree(&g);
+    struct dirent **list;
+    int n = scandir(argv[2], &list, NULL, alphasort);
+    printf("scandir %d\n", n);
+    for (int i = 0; i < n; i++) { printf("%s\n", list[i]->d_name); free(list[i]); }
+    if (n >= 0) free(list);
+    return 0;
+}
+"#,
+    )
+    .unwrap();
+    let bin = setup.plain.join("../gs");
+    let cc = Command::new("cc")
+        .arg("-o")
+        .arg(&bin)
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(cc.status.success(), "{}", text(&cc));
+    let script = format!(
+        r#"set -e
+mkdir -p "$D/g/sub"; touch "$D/g/b.txt" "$D/g/a.txt" "$D/g/c.log"
+{bin} "$D/g/*.txt" "$D/g" ${{#D}}
+{bin} "$D/nothing/*" "$D/g/sub" ${{#D}}
+"#,
+        bin = bin.display()
+    );
+    let out = same_as_kernel(&setup, &script);
+    assert!(out.contains("glob 0\n/g/a.txt\n/g/b.txt\n"), "{out}");
+    setup.fsck_clean();
+}

@@ -2862,6 +2862,199 @@ pub unsafe extern "C" fn connect(
 }
 
 // ---------------------------------------------------------------------------------------------
+// glob and scandir: glibc reaches directories through its internal opendir, which no preload
+// sees. glob is given the shim's own directory functions (GLOB_ALTDIRFUNC, glibc's interface
+// for exactly this; they pass kernel paths through, so every pattern works); scandir on a noseFS
+// directory is done here with the shim's directory streams.
+
+#[no_mangle]
+pub unsafe extern "C" fn glob(
+    pattern: *const c_char,
+    flags: c_int,
+    errfunc: Option<unsafe extern "C" fn(*const c_char, c_int) -> c_int>,
+    pglob: *mut libc::glob_t,
+) -> c_int {
+    let real = real!(glob: fn(*const c_char, c_int, Option<unsafe extern "C" fn(*const c_char, c_int) -> c_int>, *mut libc::glob_t) -> c_int);
+    if in_shim() || state::config().is_none() || pglob.is_null() || flags & GLOB_ALTDIRFUNC != 0 {
+        return unsafe { real(pattern, flags, errfunc, pglob) };
+    }
+    // SAFETY: `pglob` is the caller's glob_t (glibc's layout, GlibcGlob); the directory-function
+    // fields are ours to set when GLOB_ALTDIRFUNC is passed, and glob leaves them alone otherwise.
+    unsafe {
+        let g = &mut *pglob.cast::<GlibcGlob>();
+        g.gl_opendir = opendir as *mut c_void;
+        g.gl_readdir = readdir as *mut c_void;
+        g.gl_closedir = closedir as *mut c_void;
+        g.gl_stat = stat as *mut c_void;
+        g.gl_lstat = lstat as *mut c_void;
+        real(pattern, flags | GLOB_ALTDIRFUNC, errfunc, pglob)
+    }
+}
+
+/// glibc's GLOB_ALTDIRFUNC (not in the libc crate).
+const GLOB_ALTDIRFUNC: c_int = 1 << 9;
+
+/// glibc's `glob_t` (<glob.h>), whose directory-function fields the libc crate keeps private.
+#[repr(C)]
+struct GlibcGlob {
+    gl_pathc: size_t,
+    gl_pathv: *mut *mut c_char,
+    gl_offs: size_t,
+    gl_flags: c_int,
+    gl_closedir: *mut c_void,
+    gl_readdir: *mut c_void,
+    gl_opendir: *mut c_void,
+    gl_lstat: *mut c_void,
+    gl_stat: *mut c_void,
+}
+
+const _: () = assert!(std::mem::size_of::<GlibcGlob>() == std::mem::size_of::<libc::glob_t>());
+
+#[no_mangle]
+pub unsafe extern "C" fn glob64(
+    pattern: *const c_char,
+    flags: c_int,
+    errfunc: Option<unsafe extern "C" fn(*const c_char, c_int) -> c_int>,
+    pglob: *mut libc::glob_t,
+) -> c_int {
+    // On 64-bit glibc glob64_t and glob_t, dirent64 and dirent, stat64 and stat agree.
+    unsafe { glob(pattern, flags, errfunc, pglob) }
+}
+
+type DirentFilter = Option<unsafe extern "C" fn(*const dirent64) -> c_int>;
+type DirentCompare =
+    Option<unsafe extern "C" fn(*mut *const dirent64, *mut *const dirent64) -> c_int>;
+
+/// scandir on an open noseFS directory stream: entries copied into malloc'd records (the caller
+/// frees each and the list), filtered, then sorted with `compar`.
+unsafe fn scan_our_dir(
+    dir: *mut c_void,
+    namelist: *mut *mut *mut dirent64,
+    filter: DirentFilter,
+    compar: DirentCompare,
+) -> c_int {
+    let mut list: Vec<*mut dirent64> = Vec::new();
+    let free_all = |list: &[*mut dirent64]| {
+        for &e in list {
+            // SAFETY: each record came from malloc below.
+            unsafe { libc::free(e.cast()) };
+        }
+    };
+    loop {
+        let e = unsafe { readdir(dir) };
+        if e.is_null() {
+            break;
+        }
+        // SAFETY: readdir returned a valid entry, valid until the next readdir.
+        if let Some(f) = filter {
+            if unsafe { f(e) } == 0 {
+                continue;
+            }
+        }
+        let size = std::mem::size_of::<dirent64>();
+        // SAFETY: a fresh allocation of a whole dirent64, filled from the entry.
+        let copy = unsafe { libc::malloc(size) }.cast::<dirent64>();
+        if copy.is_null() {
+            free_all(&list);
+            unsafe { closedir(dir) };
+            set_errno(Errno(libc::ENOMEM));
+            return -1;
+        }
+        unsafe { std::ptr::copy_nonoverlapping(e, copy, 1) };
+        list.push(copy);
+    }
+    unsafe { closedir(dir) };
+    if let Some(cmp) = compar {
+        // SAFETY: qsort over the pointer array with the caller's comparison, as scandir does.
+        unsafe {
+            libc::qsort(
+                list.as_mut_ptr().cast(),
+                list.len(),
+                std::mem::size_of::<*mut dirent64>(),
+                Some(std::mem::transmute::<
+                    unsafe extern "C" fn(*mut *const dirent64, *mut *const dirent64) -> c_int,
+                    unsafe extern "C" fn(*const c_void, *const c_void) -> c_int,
+                >(cmp)),
+            )
+        };
+    }
+    let bytes = list.len().max(1) * std::mem::size_of::<*mut dirent64>();
+    // SAFETY: the caller frees the array with free().
+    let array = unsafe { libc::malloc(bytes) }.cast::<*mut dirent64>();
+    if array.is_null() {
+        free_all(&list);
+        set_errno(Errno(libc::ENOMEM));
+        return -1;
+    }
+    unsafe {
+        std::ptr::copy_nonoverlapping(list.as_ptr(), array, list.len());
+        *namelist = array;
+    }
+    list.len() as c_int
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn scandirat(
+    dirfd: c_int,
+    path: *const c_char,
+    namelist: *mut *mut *mut dirent64,
+    filter: DirentFilter,
+    compar: DirentCompare,
+) -> c_int {
+    let real = real!(scandirat: fn(c_int, *const c_char, *mut *mut *mut dirent64, DirentFilter, DirentCompare) -> c_int);
+    match unsafe { routed(dirfd, path, true) } {
+        Routed::Kernel(k) => unsafe {
+            real(
+                dirfd,
+                Routed::kernel_path(&k, path),
+                namelist,
+                filter,
+                compar,
+            )
+        },
+        Routed::Ours(f) => {
+            let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC;
+            match serve(|| ops::open(&f, flags, 0)) {
+                Ok(fd) => unsafe { scan_our_dir(new_dir(fd), namelist, filter, compar) },
+                Err(e) => fail(e),
+            }
+        }
+        Routed::Err(e) => fail(e),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn scandir(
+    path: *const c_char,
+    namelist: *mut *mut *mut dirent64,
+    filter: DirentFilter,
+    compar: DirentCompare,
+) -> c_int {
+    unsafe { scandirat(libc::AT_FDCWD, path, namelist, filter, compar) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn scandir64(
+    path: *const c_char,
+    namelist: *mut *mut *mut dirent64,
+    filter: DirentFilter,
+    compar: DirentCompare,
+) -> c_int {
+    unsafe { scandirat(libc::AT_FDCWD, path, namelist, filter, compar) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn scandirat64(
+    dirfd: c_int,
+    path: *const c_char,
+    namelist: *mut *mut *mut dirent64,
+    filter: DirentFilter,
+    compar: DirentCompare,
+) -> c_int {
+    unsafe { scandirat(dirfd, path, namelist, filter, compar) }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Temporary files.
 
 unsafe fn make_temp(
