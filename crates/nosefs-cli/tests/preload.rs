@@ -514,11 +514,22 @@ fn glob_and_scandir_from_c_see_nosefs_directories() {
     let src = setup.plain.join("../gs.c");
     std::fs::write(
         &src,
-        r#"#include <dirent.h>
+        r#"#define _GNU_SOURCE
+#include <dirent.h>
+#include <ftw.h>
 #include <glob.h>
+#include <string.h>
 #include <stdio.h>
 #include <stdlib.h>
+static size_t skip;
+static int visit(const char *path, const struct stat *st, int type, struct FTW *ftw) {
+    printf("nftw %d %d %s %s %d\n", type, ftw->level, path + skip, path + ftw->base,
+           S_ISREG(st->st_mode) ? (int)st->st_size : -1);
+    return 0;
+}
 int main(int argc, char **argv) {
+    skip = (size_t)atoi(argv[3]);
+    if (argc > 4) return nftw(argv[4], visit, 8, FTW_PHYS | (argc > 5 ? FTW_DEPTH : 0)) ? 1 : 0;
     glob_t g;
     int rc = glob(argv[1], 0, NULL, &g);
     printf("glob %d\n", rc);
@@ -547,10 +558,15 @@ int main(int argc, char **argv) {
 mkdir -p "$D/g/sub"; touch "$D/g/b.txt" "$D/g/a.txt" "$D/g/c.log"
 {bin} "$D/g/*.txt" "$D/g" ${{#D}}
 {bin} "$D/nothing/*" "$D/g/sub" ${{#D}}
+echo data > "$D/g/sub/f"; ln -s ../a.txt "$D/g/sub/link"
+{bin} - - ${{#D}} "$D/g" | sort
+{bin} - - ${{#D}} "$D/g/" depth | sort
 "#,
         bin = bin.display()
     );
     let out = same_as_kernel(&setup, &script);
     assert!(out.contains("glob 0\n/g/a.txt\n/g/b.txt\n"), "{out}");
+    assert!(out.contains("nftw 4 2 /g/sub/link link -1\n"), "{out}");
+    assert!(out.contains("nftw 5 1 /g/sub sub -1\n"), "{out}");
     setup.fsck_clean();
 }
