@@ -123,9 +123,19 @@ fn start_in_background(args: &MountArgs, device: u64) -> Result<(), String> {
         .process_group(0)
         .spawn()
         .map_err(|e| format!("cannot start the server: {e}"))?;
-    let deadline = Instant::now() + Duration::from_secs(30);
+    // Recovery takes as long as the image's contents need (linear in the names in use): wait for
+    // it as long as the server lives, showing the time on a terminal; Ctrl-C stops both.
+    let interrupted = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(signal, Arc::clone(&interrupted))
+            .map_err(|e| format!("cannot handle signals: {e}"))?;
+    }
+    let started = Instant::now();
+    let terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let mut shown_secs = 0;
     loop {
         if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
+            clear_progress(terminal && shown_secs > 0);
             let mut why = String::new();
             if let Some(mut err) = child.stderr.take() {
                 let _ = err.read_to_string(&mut why);
@@ -138,13 +148,30 @@ fn start_in_background(args: &MountArgs, device: u64) -> Result<(), String> {
             });
         }
         if device_of(&args.mountpoint).is_ok_and(|d| d != device) {
+            clear_progress(terminal && shown_secs > 0);
             return Ok(());
         }
-        if Instant::now() > deadline {
+        if interrupted.load(Ordering::Relaxed) {
+            clear_progress(terminal && shown_secs > 0);
             let _ = child.kill();
-            return Err("the mount did not come up within 30 s".into());
+            let _ = child.wait();
+            return Err("interrupted while the image was being mounted".into());
+        }
+        let secs = started.elapsed().as_secs();
+        if terminal && secs >= 1 && secs != shown_secs {
+            shown_secs = secs;
+            eprint!(
+                "\rnosefs mount: mounting {} (recovering its indexes): {secs} s",
+                args.image.display()
+            );
         }
         std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn clear_progress(shown: bool) {
+    if shown {
+        eprintln!();
     }
 }
 
