@@ -7,6 +7,7 @@
 //! it and walk again.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
 
 use parking_lot::{RwLock, RwLockWriteGuard};
 use smallvec::SmallVec;
@@ -56,6 +57,45 @@ pub struct MirrorEntry {
     pub slot: u32,
     /// The entry's position in its directory's listing (readdir cookie).
     pub seq: u64,
+}
+
+/// Buckets per lazily allocated chunk of [`Buckets`] (64 KiB of buckets).
+const CHUNK_BUCKETS: usize = 1024;
+
+/// The mirror's buckets, one per NVM bucket, allocated a chunk at a time on first use: an image
+/// with millions of buckets and few names mounts without writing (or the kernel zeroing)
+/// hundreds of megabytes of empty buckets. Reaching a bucket costs one acquire load more than a
+/// plain array.
+#[derive(Debug)]
+pub struct Buckets {
+    chunks: Box<[OnceLock<Box<[MirrorBucket]>>]>,
+    count: usize,
+}
+
+impl Buckets {
+    /// `count` empty buckets, none allocated yet.
+    pub fn new(count: usize) -> Buckets {
+        Buckets {
+            chunks: (0..count.div_ceil(CHUNK_BUCKETS))
+                .map(|_| OnceLock::new())
+                .collect(),
+            count,
+        }
+    }
+}
+
+impl std::ops::Index<usize> for Buckets {
+    type Output = MirrorBucket;
+
+    fn index(&self, bucket: usize) -> &MirrorBucket {
+        assert!(bucket < self.count, "bucket {bucket} of {}", self.count);
+        let chunk = self.chunks[bucket / CHUNK_BUCKETS].get_or_init(|| {
+            (0..CHUNK_BUCKETS)
+                .map(|_| MirrorBucket::default())
+                .collect()
+        });
+        &chunk[bucket % CHUNK_BUCKETS]
+    }
 }
 
 /// One bucket of the mirror, aligned to a cache line: buckets are reached at random, so each

@@ -40,7 +40,7 @@ use crate::format::pinode::{self, Pinode, INLINE_NAME_MAX, NAME_MAX};
 use crate::format::BLOCK_SIZE;
 use crate::image::Image;
 use inode::{Inode, InodeTable};
-use mirror::{BucketGuard, MirrorBucket, MirrorEntry};
+use mirror::{BucketGuard, Buckets, MirrorEntry};
 use pool::SlotPools;
 
 pub use file::{MAX_FILE_BYTES, WINDOW_BYTES, WINDOW_MAX_PIECES};
@@ -155,7 +155,7 @@ pub struct MountReport {
 #[derive(Debug)]
 pub struct Fs {
     image: Image,
-    mirror: Vec<MirrorBucket>,
+    mirror: Buckets,
     inodes: InodeTable,
     pinodes: SlotPools,
     long_names: SlotPools,

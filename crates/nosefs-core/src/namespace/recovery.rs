@@ -13,7 +13,7 @@ use super::file::FileState;
 use super::filemap::Space;
 use super::fjournal;
 use super::inode::{Inode, InodeTable};
-use super::mirror::{MirrorBucket, MirrorEntry};
+use super::mirror::MirrorEntry;
 use super::pool::SlotPools;
 use super::{txn, Fs, MountOptions, MountReport, ROOT_INO};
 use crate::error::{Error, Result};
@@ -46,9 +46,7 @@ pub(super) fn mount(image: Image, options: &MountOptions) -> Result<Fs> {
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let g = image.geometry();
     let mut fs = Fs {
-        mirror: (0..g.bucket_count())
-            .map(|_| MirrorBucket::default())
-            .collect(),
+        mirror: super::mirror::Buckets::new(g.bucket_count() as usize),
         inodes: InodeTable::default(),
         pinodes: SlotPools::new(cpus, scan.free_slots.iter().copied()),
         long_names: SlotPools::new(cpus, free_long_names(&image, &scan.valid)),
