@@ -32,12 +32,14 @@ if [ "$bench" = 1 ]; then
   have mkfs.nilfs2 || apt_packages+=(nilfs-tools)
 fi
 command -v git >/dev/null 2>&1 || apt_packages+=(git)
-# Real programs the preload shim's tests run: sqlite3, python3, tar, binutils (nm, readelf).
+# Real programs the preload shim's tests run: sqlite3, python3, tar, git, make, binutils (nm,
+# readelf).
 have sqlite3 || apt_packages+=(sqlite3)
 have python3 || apt_packages+=(python3)
 have tar || apt_packages+=(tar)
 have nm || apt_packages+=(binutils)
 have pkill || apt_packages+=(procps)
+have make || apt_packages+=(make)
 if ! command -v cargo >/dev/null 2>&1; then
   # Debian's own Rust, for machines without rustup. noseFS needs Rust 1.80 or newer.
   apt_packages+=(cargo rustc)

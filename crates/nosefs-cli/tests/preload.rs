@@ -327,6 +327,33 @@ od -c "$D/shared"
 }
 
 #[test]
+fn make_and_git_behave_as_on_the_kernel() {
+    let setup = setup();
+    // make and git spawn children one at a time and wait for them (embedded mode's one holder);
+    // fixed dates make git's object names the same on both sides.
+    let script = r#"set -e
+export GIT_AUTHOR_DATE=2026-01-01T00:00:00Z GIT_COMMITTER_DATE=2026-01-01T00:00:00Z
+export GIT_CONFIG_GLOBAL=/dev/null GIT_CONFIG_NOSYSTEM=1
+mkdir "$D/proj" && cd "$D/proj"
+printf 'all: out\nout: in\n\tcat in in > out\n' > Makefile
+echo x > in
+make && cat out && make
+git init -q -b main .
+git -c user.email=t@example.com -c user.name=t add Makefile in
+git -c user.email=t@example.com -c user.name=t commit -qm first
+echo y >> in
+git diff --stat | cat
+git -c user.email=t@example.com -c user.name=t commit -qam second
+git log --format='%H %s' | cat
+git status --short | cat
+git fsck --no-progress 2>&1 | cat
+"#;
+    let out = same_as_kernel(&setup, script);
+    assert!(out.contains(" second\n") && out.contains("?? out\n"), "{out}");
+    setup.fsck_clean();
+}
+
+#[test]
 fn a_second_process_gets_ebusy_naming_the_holder() {
     let setup = setup();
     // The first program holds the image (a file open) until its stdin closes.
