@@ -15,13 +15,8 @@ if [ ! -e /dev/fuse ] || [ "$(id -u)" != 0 ]; then
   exit 0
 fi
 
-tools="$PWD/target/tools"
-export PATH="$tools/bin:$PATH"
-command -v pjdfstest >/dev/null 2>&1 || cargo install --locked --quiet --root "$tools" pjdfstest --version 0.2.2
-command -v fsx >/dev/null 2>&1 || cargo install --locked --quiet --root "$tools" fsx --version 0.3.2
-# pjdfstest switches to these users to test permissions.
-id tests >/dev/null 2>&1 || echo 'tests:x:::Dummy User for pjdfstest:/:/usr/sbin/nologin' | newusers
-getent group nogroup >/dev/null || groupadd nogroup
+# shellcheck source=scripts/suite-tools.sh
+. ./scripts/suite-tools.sh
 
 cargo build --release --locked --quiet -p nosefs-cli
 nosefs="$PWD/target/release/nosefs"
