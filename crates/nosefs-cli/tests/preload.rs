@@ -349,7 +349,10 @@ git status --short | cat
 git fsck --no-progress 2>&1 | cat
 "#;
     let out = same_as_kernel(&setup, script);
-    assert!(out.contains(" second\n") && out.contains("?? out\n"), "{out}");
+    assert!(
+        out.contains(" second\n") && out.contains("?? out\n"),
+        "{out}"
+    );
     setup.fsck_clean();
 }
 
