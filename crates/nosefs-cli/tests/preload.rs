@@ -203,7 +203,9 @@ test -d "$D/a/b" && test -f "$D/a/empty" && test ! -e "$D/nothing" && echo tests
 fn tar_creates_and_extracts_a_real_tree() {
     let setup = setup();
     // A real tree: this crate's sources; archived from the kernel side, extracted into noseFS,
-    // archived again from noseFS, and compared file by file.
+    // archived again from noseFS, and compared file by file. The file list is taken before
+    // sha256sum starts: `find | xargs sha256sum` would have two processes on the image at once,
+    // which embedded mode refuses (EBUSY) whenever find has not exited yet.
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let script = format!(
         r#"set -e
@@ -212,7 +214,9 @@ tar -C {src} -cf "$D/src.tar" .
 tar -C "$D/x" -xf "$D/src.tar"
 tar -C "$D/x" -cf "$D/again.tar" .
 mkdir "$D/y" && tar -C "$D/y" -xf "$D/again.tar"
-cd "$D/y" && find . -type f | sort | xargs sha256sum
+cd "$D/y"
+files=$(find . -type f | sort)
+sha256sum $files
 "#,
         src = src.display()
     );
