@@ -94,6 +94,10 @@ struct MkfsArgs {
     /// Seed of the name hash (default: random); a fixed seed makes an image reproducible.
     #[arg(long, hide = true)]
     hash_seed: Option<u64>,
+    /// Format without high-water marks, as builds before them did: such an image mounts in time
+    /// proportional to its table sizes, and older builds can write it.
+    #[arg(long)]
+    no_marks: bool,
 }
 
 fn main() -> ExitCode {
@@ -169,6 +173,7 @@ fn run_mkfs(args: MkfsArgs) -> Result<(), Error> {
         long_names: args.long_names,
         hash_seed: args.hash_seed,
         prefault: false,
+        without_marks: args.no_marks,
     };
     let started = std::time::Instant::now();
     let g = mkfs(&args.image, &params)?;
@@ -263,6 +268,13 @@ fn run_info(path: &Path) -> Result<(), Error> {
         "journals     {} directory logs pending, {} file logs in use",
         usage.dir_logs_pending, usage.file_logs_pending
     );
+    match usage.marks {
+        Some([pinodes, long_names, extents]) => println!(
+            "high water   pinodes {pinodes}, long names {long_names}, extents {extents} \
+             (mount reads the tables up to these)"
+        ),
+        None => println!("high water   not kept (an older image: mount reads whole tables)"),
+    }
     Ok(())
 }
 

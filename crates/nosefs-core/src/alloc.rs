@@ -140,7 +140,26 @@ impl BlockAllocator {
 fn free_runs(bits: &[u8], first: u64, end: u64) -> BTreeMap<u64, u64> {
     let mut runs = BTreeMap::new();
     let mut start = None;
-    for block in first..end {
+    let mut block = first;
+    while block < end {
+        // A whole aligned word that is all free or all used moves 64 blocks at once: an empty
+        // 64 GiB image has 16 Mi bits, and mount builds these runs on every start.
+        if block % 64 == 0 && block + 64 <= end {
+            let at = (block / 8) as usize;
+            let word = u64::from_le_bytes(bits[at..at + 8].try_into().expect("8 bytes"));
+            if word == 0 {
+                start.get_or_insert(block);
+                block += 64;
+                continue;
+            }
+            if word == u64::MAX {
+                if let Some(s) = start.take() {
+                    runs.insert(s, block - s);
+                }
+                block += 64;
+                continue;
+            }
+        }
         match (bitmap::is_set(bits, block), start) {
             (false, None) => start = Some(block),
             (true, Some(s)) => {
@@ -149,6 +168,7 @@ fn free_runs(bits: &[u8], first: u64, end: u64) -> BTreeMap<u64, u64> {
             }
             _ => {}
         }
+        block += 1;
     }
     if let Some(s) = start {
         runs.insert(s, end - s);
@@ -189,6 +209,43 @@ fn insert_run(runs: &mut BTreeMap<u64, u64>, start: u64, count: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn word_skipping_finds_the_same_runs_as_a_bit_walk() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        for case in 0..200 {
+            let blocks = 64 * 9 + case % 70;
+            let mut bits = vec![0u8; 88];
+            for word in 0..11u64 {
+                seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let fill = match seed >> 62 {
+                    0 => 0,
+                    1 => u64::MAX,
+                    _ => seed.rotate_left(17),
+                };
+                bits[word as usize * 8..][..8].copy_from_slice(&fill.to_le_bytes());
+            }
+            let first = case % 3;
+            let mut naive = BTreeMap::new();
+            let mut start = None;
+            for b in first..blocks {
+                match (bitmap::is_set(&bits, b), start) {
+                    (false, None) => start = Some(b),
+                    (true, Some(s)) => {
+                        naive.insert(s, b - s);
+                        start = None;
+                    }
+                    _ => {}
+                }
+            }
+            if let Some(s) = start {
+                naive.insert(s, blocks - s);
+            }
+            assert_eq!(free_runs(&bits, first, blocks), naive, "case {case}");
+        }
+    }
 
     #[test]
     fn runs_come_from_the_bitmap_and_merge_on_free() {

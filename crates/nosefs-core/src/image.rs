@@ -11,6 +11,7 @@ use crate::format::hash_table::Bucket;
 use crate::format::journal::{DirLog, FileLog};
 use crate::format::layout::{Geometry, Zone};
 use crate::format::long_name::LongName;
+use crate::format::marks::Table;
 use crate::format::pinode::Pinode;
 use crate::format::superblock::{
     self, Superblock, BACKUP_OFFSET, PRIMARY_OFFSET, STATE_OFFSET, SUPERBLOCK_BYTES,
@@ -103,6 +104,38 @@ impl Image {
     pub fn set_state(&self, clean: bool, mount_count: u64) {
         self.region
             .store_u64_persist(STATE_OFFSET, superblock::state_word(clean, mount_count));
+    }
+
+    /// How far into `table` records may be in use: its high-water mark when the image keeps
+    /// marks (read as stored; mount validates it), else the whole table.
+    pub fn mark(&self, table: Table) -> u64 {
+        if self.geometry.high_water_marks {
+            self.region.load_u64(table.mark_offset())
+        } else {
+            self.table_count(table)
+        }
+    }
+
+    /// Raises `table`'s mark to `value` with one persisted 8-byte store (`format::marks`).
+    pub fn raise_mark(&self, table: Table, value: u64) {
+        assert!(
+            self.geometry.high_water_marks,
+            "raising a mark the image does not keep"
+        );
+        assert!(
+            value <= self.table_count(table),
+            "mark {value} past the end of the {table:?} table"
+        );
+        self.region.store_u64_persist(table.mark_offset(), value);
+    }
+
+    /// The number of records in `table`.
+    pub fn table_count(&self, table: Table) -> u64 {
+        match table {
+            Table::Pinodes => self.geometry.pinode_count(),
+            Table::LongNames => self.geometry.long_name_count(),
+            Table::Extents => self.geometry.extent_count(),
+        }
     }
 
     /// The backup superblock, if the image holds one.

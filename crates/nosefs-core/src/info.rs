@@ -2,6 +2,7 @@
 
 use crate::format::bitmap;
 use crate::format::layout::{Zone, ZoneSpan};
+use crate::format::marks::Table;
 use crate::format::pinode::{self, FLAG_LONG_NAME};
 use crate::format::BLOCK_SIZE;
 use crate::image::Image;
@@ -27,14 +28,22 @@ pub struct Usage {
     pub dir_logs_pending: u64,
     /// File logs in use.
     pub file_logs_pending: u64,
+    /// The high-water marks (pinodes, long names, extents), when the image keeps them: the scan
+    /// reads each table only below its mark.
+    pub marks: Option<[u64; 3]>,
 }
 
 impl Usage {
-    /// Scans the image's tables.
+    /// Scans the image's tables, below their high-water marks when it keeps them.
     pub fn scan(image: &Image) -> Usage {
         let g = image.geometry();
         let mut usage = Usage::default();
-        for slot in 1..g.pinode_count() {
+        // A mark is not trusted past its table (fsck reports a bad one).
+        let high = |t: Table| image.mark(t).min(image.table_count(t));
+        if g.high_water_marks {
+            usage.marks = Some(Table::ALL.map(high));
+        }
+        for slot in 1..high(Table::Pinodes) {
             let p = image.pinode(slot);
             if !p.is_valid() {
                 continue;
@@ -45,7 +54,7 @@ impl Usage {
                 u64::from(p.is_primary() && p.mode.get() & pinode::S_IFMT == pinode::S_IFDIR);
             usage.long_names_used += u64::from(p.flags.get() & FLAG_LONG_NAME != 0);
         }
-        for eno in 1..g.extent_count() {
+        for eno in 1..high(Table::Extents) {
             let e = image.extent(eno);
             if e.is_valid() {
                 usage.extents_used += 1;

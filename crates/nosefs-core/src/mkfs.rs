@@ -19,6 +19,7 @@ use zerocopy::FromZeros;
 use crate::error::{Error, Result};
 use crate::format::hash_table::{bucket_of, Bucket};
 use crate::format::layout::{Geometry, MkfsParams, Zone, FIRST_ZONE_OFFSET};
+use crate::format::marks::{Marks, MARKS_BYTES, MARKS_OFFSET, RO_COMPAT_HIGH_WATER_MARKS};
 use crate::format::pinode::{Pinode, FLAG_PRIMARY, FLAG_VALID, S_IFDIR};
 use crate::format::superblock::{
     self, Superblock, BACKUP_OFFSET, MAGIC, PRIMARY_OFFSET, SUPERBLOCK_BYTES, VERSION,
@@ -80,8 +81,11 @@ pub fn format_region(region: &Region, geometry: &Geometry, owner: (u32, u32)) ->
         region.zero_nt(start, geometry.metadata_bytes() - start);
         region.fence();
     }
-    // 3. The root directory, linked into its bucket.
+    // 3. The root directory, linked into its bucket, and the marks that say where it is.
     write_root(region, geometry, owner);
+    if geometry.high_water_marks {
+        write_marks(region, geometry);
+    }
     // 4. The backup superblock, then the primary: the image becomes valid at this last step.
     let sb = new_superblock(geometry)?;
     region.write(BACKUP_OFFSET, &sb);
@@ -117,6 +121,18 @@ fn write_root(region: &Region, geometry: &Geometry, (uid, gid): (u32, u32)) {
     region.fence();
 }
 
+/// The marks of a fresh image: the root's slot is the only one in use.
+fn write_marks(region: &Region, geometry: &Geometry) {
+    let marks = Marks {
+        pinode_high: U64::new(u64::from(geometry.root_slot) + 1),
+        long_name_high: U64::new(1),
+        extent_high: U64::new(1),
+        reserved: [0; 40],
+    };
+    region.write(MARKS_OFFSET, &marks);
+    region.persist(MARKS_OFFSET, MARKS_BYTES);
+}
+
 fn new_superblock(geometry: &Geometry) -> Result<Superblock> {
     let mut sb = Superblock::new_zeroed();
     sb.magic = MAGIC;
@@ -134,6 +150,9 @@ fn new_superblock(geometry: &Geometry) -> Result<Superblock> {
     sb.uuid = uuid;
     sb.created_ns = U64::new(now_ns().max(0) as u64);
     geometry.write_into(&mut sb);
+    if geometry.high_water_marks {
+        sb.ro_compat = U32::new(RO_COMPAT_HIGH_WATER_MARKS);
+    }
     sb.state = U64::new(superblock::state_word(true, 0));
     sb.seal();
     debug_assert_eq!(geometry.span(Zone::Data).count, sb.data_block_count.get());

@@ -95,7 +95,7 @@ fn fields_any_value_of_which_is_legal_still_open() {
 fn unknown_ro_compat_feature_allows_reading_only() {
     let t = fresh_image(SIZE);
     let mut sb = Superblock::read_from_bytes(&read_primary(&t)).unwrap();
-    sb.ro_compat = 1u32.into();
+    sb.ro_compat = (sb.ro_compat.get() | 1 << 7).into(); // bit 0 is the high-water marks
     sb.seal();
     write_primary(&t, sb.as_bytes());
     let image = Image::open(&t.path, Access::ReadOnly).unwrap();

@@ -129,6 +129,8 @@ pub struct Geometry {
     pub root_slot: u32,
     /// An unknown read-only-compatible feature is set: the image may only be read.
     pub read_only_features: bool,
+    /// The image keeps high-water marks (`format::marks`): mount reads tables only below them.
+    pub high_water_marks: bool,
     spans: [ZoneSpan; 8],
 }
 
@@ -152,6 +154,9 @@ pub struct MkfsParams {
     /// Write every metadata zone at mkfs so its pages are allocated now rather than on first use
     /// (benchmarks keep page faults out of timed regions this way). Not part of the format.
     pub prefault: bool,
+    /// Leave out the high-water marks feature (images as earlier builds made them; tests use it
+    /// to keep the full-scan mount path covered).
+    pub without_marks: bool,
 }
 
 impl Geometry {
@@ -320,6 +325,7 @@ impl Geometry {
             hash_seed: 0,
             root_slot: 1,
             read_only_features: false,
+            high_water_marks: !params.without_marks,
             spans,
         })
     }
@@ -417,6 +423,7 @@ impl Geometry {
             hash_seed: sb.hash_seed.get(),
             root_slot: root_slot as u32,
             read_only_features,
+            high_water_marks: sb.ro_compat.get() & super::marks::RO_COMPAT_HIGH_WATER_MARKS != 0,
             spans,
         })
     }

@@ -14,6 +14,7 @@ pub mod hash_table;
 pub mod journal;
 pub mod layout;
 pub mod long_name;
+pub mod marks;
 pub mod pinode;
 pub mod superblock;
 
@@ -65,6 +66,7 @@ pub const ALL_LAYOUTS: &[RecordLayout] = &[
     extent::LAYOUT,
     journal::DIR_LOG_LAYOUT,
     journal::FILE_LOG_LAYOUT,
+    marks::LAYOUT,
 ];
 
 /// Round `value` up to a multiple of `align` (a power of two).

@@ -23,7 +23,8 @@
 //!   mount and unmount never leave a torn, unverifiable superblock.
 //! - Zones are 4 KiB aligned, lie inside the image, and follow in the order of [`Zone::ALL`].
 //! - Feature flags: an unknown `incompat` bit refuses the image, an unknown `ro_compat` bit allows
-//!   only read-only use, an unknown `compat` bit is ignored. Version 1 defines none.
+//!   only read-only use, an unknown `compat` bit is ignored. Defined: `ro_compat` bit 0,
+//!   high-water marks (`format::marks`).
 
 use zerocopy::little_endian::{U32, U64};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
@@ -48,8 +49,9 @@ pub const STATE_CLEAN: u64 = 1;
 
 /// Feature bits this build understands (none yet, in each class).
 pub const KNOWN_COMPAT: u32 = 0;
-/// Read-only-compatible feature bits this build understands.
-pub const KNOWN_RO_COMPAT: u32 = 0;
+/// Read-only-compatible feature bits this build understands: high-water marks
+/// (`format::marks`).
+pub const KNOWN_RO_COMPAT: u32 = super::marks::RO_COMPAT_HIGH_WATER_MARKS;
 /// Incompatible feature bits this build understands.
 pub const KNOWN_INCOMPAT: u32 = 0;
 

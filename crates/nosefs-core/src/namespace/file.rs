@@ -620,7 +620,7 @@ impl Fs {
     fn alloc_extents(&self, count: usize) -> Result<Vec<u32>> {
         let mut enos = Vec::with_capacity(count);
         for _ in 0..count {
-            match self.alloc_or_settle(|| self.extents.alloc()) {
+            match self.alloc_or_settle(|| self.extents.alloc(&self.image)) {
                 Some(eno) => enos.push(eno),
                 None => {
                     enos.iter().for_each(|&e| self.extents.free(e));
@@ -649,7 +649,7 @@ impl Fs {
     /// one is a formality.
     fn take_file_log(&self) -> u64 {
         loop {
-            if let Some(log) = self.file_logs.alloc() {
+            if let Some(log) = self.file_logs.alloc(&self.image) {
                 return u64::from(log);
             }
             std::thread::yield_now();

@@ -431,7 +431,7 @@ impl Fs {
 
     /// Allocates a pinode slot, or ENOSPC.
     fn alloc_pinode(&self) -> Result<u32> {
-        self.alloc_or_settle(|| self.pinodes.alloc())
+        self.alloc_or_settle(|| self.pinodes.alloc(&self.image))
             .ok_or(Errno::ENOSPC.into())
     }
 

@@ -114,7 +114,7 @@ impl Fs {
             return Ok(None);
         }
         let record = self
-            .alloc_or_settle(|| self.long_names.alloc())
+            .alloc_or_settle(|| self.long_names.alloc(&self.image))
             .ok_or(Errno::ENOSPC)?;
         p.long_name = U32::new(record);
         Ok(Some((record, LongName::new(name))))

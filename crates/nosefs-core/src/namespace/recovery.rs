@@ -21,6 +21,7 @@ use crate::format::bitmap;
 use crate::format::extent::Extent;
 use crate::format::hash_table::name_hash;
 use crate::format::journal::{DirEntry, DIR_LOG_ENTRIES};
+use crate::format::marks::Table;
 use crate::format::pinode::{self, Pinode, INLINE_NAME_MAX};
 use crate::format::BLOCK_SIZE;
 use crate::image::Image;
@@ -35,12 +36,13 @@ pub(super) fn mount(image: Image, options: &MountOptions) -> Result<Fs> {
         ));
     }
     let was_clean = image.superblock().is_clean();
-    validate_dir_logs(&image)?;
+    let marks = read_marks(&image)?;
+    validate_dir_logs(&image, &marks)?;
     validate_file_logs(&image)?;
     let journal = txn::replay(&image);
     let file_journal = fjournal::replay(&image);
-    let scan = scan_pinodes(&image)?;
-    let mut data = load_data(&image, &scan)?;
+    let scan = scan_pinodes(&image, &marks)?;
+    let mut data = load_data(&image, &scan, &marks)?;
     let cpus = options
         .cpus
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
@@ -48,9 +50,9 @@ pub(super) fn mount(image: Image, options: &MountOptions) -> Result<Fs> {
     let mut fs = Fs {
         mirror: super::mirror::Buckets::new(g.bucket_count() as usize),
         inodes: InodeTable::default(),
-        pinodes: SlotPools::new(cpus, scan.free_slots.iter().copied()),
-        long_names: SlotPools::new(cpus, free_long_names(&image, &scan.valid)),
-        extents: SlotPools::new(cpus, free_extents(&image)),
+        pinodes: marks.pools(cpus, Table::Pinodes, scan.free_slots.iter().copied()),
+        long_names: marks.pools(cpus, Table::LongNames, free_long_names(&scan.valid, &marks)),
+        extents: marks.pools(cpus, Table::Extents, free_extents(&image, &marks)),
         blocks: crate::alloc::BlockAllocator::from_bitmap(&data.used, g.data_block_count(), cpus),
         logs: (0..g.dir_log_count()).map(|_| Mutex::new(())).collect(),
         settler: super::settle::Settler::new(g.dir_log_count(), cpus),
@@ -77,8 +79,52 @@ pub(super) fn mount(image: Image, options: &MountOptions) -> Result<Fs> {
     Ok(fs)
 }
 
+/// How far into each table mount reads: the high-water marks, validated, or the whole tables of
+/// an image that keeps none.
+struct Marks {
+    /// `(mark, table count)` by [`Table`].
+    by_table: [(u64, u64); 3],
+    kept: bool,
+}
+
+impl Marks {
+    fn get(&self, table: Table) -> u64 {
+        self.by_table[table as usize].0
+    }
+
+    /// The table's free slots: `listed` below the mark, and the never-used tail above it.
+    fn pools(&self, cpus: usize, table: Table, listed: impl IntoIterator<Item = u32>) -> SlotPools {
+        let (mark, count) = self.by_table[table as usize];
+        SlotPools::with_fresh(cpus, listed, mark..count, self.kept.then_some(table))
+    }
+}
+
+fn read_marks(image: &Image) -> Result<Marks> {
+    let mut by_table = [(0, 0); 3];
+    for table in Table::ALL {
+        let (mark, count) = (image.mark(table), image.table_count(table));
+        let lowest = if table == Table::Pinodes {
+            u64::from(image.geometry().root_slot) + 1
+        } else {
+            1
+        };
+        if mark < lowest || mark > count {
+            return Err(Error::corrupt(
+                "marks",
+                table.field(),
+                format!("{mark} is outside {lowest}..={count}; run nosefs fsck"),
+            ));
+        }
+        by_table[table as usize] = (mark, count);
+    }
+    Ok(Marks {
+        by_table,
+        kept: image.geometry().high_water_marks,
+    })
+}
+
 /// Committed entries are checked before replay trusts them.
-fn validate_dir_logs(image: &Image) -> Result<()> {
+fn validate_dir_logs(image: &Image, marks: &Marks) -> Result<()> {
     let g = image.geometry();
     for log in 0..g.dir_log_count() {
         let l = image.dir_log(log);
@@ -101,8 +147,8 @@ fn validate_dir_logs(image: &Image) -> Result<()> {
                 .map_err(|why| Error::corrupt("dir_log", "entries", format!("log {log}: {why}")))?;
             let slot = u64::from(entry.slot);
             if slot == 0
-                || slot >= g.pinode_count()
-                || check_pinode(image, slot, &image.pinode(slot)).is_err()
+                || slot >= marks.get(Table::Pinodes)
+                || check_pinode(image, slot, &image.pinode(slot), marks).is_err()
             {
                 return Err(Error::corrupt(
                     "dir_log",
@@ -123,7 +169,7 @@ struct Scan {
 }
 
 /// What must hold for a valid pinode to be used at all (fsck checks the rest).
-fn check_pinode(image: &Image, slot: u64, p: &Pinode) -> Result<()> {
+fn check_pinode(image: &Image, slot: u64, p: &Pinode, marks: &Marks) -> Result<()> {
     let bad = |field, detail: String| {
         Err(Error::corrupt(
             "pinode",
@@ -144,7 +190,7 @@ fn check_pinode(image: &Image, slot: u64, p: &Pinode) -> Result<()> {
     if long {
         let record = u64::from(p.long_name.get());
         if record == 0
-            || record >= image.geometry().long_name_count()
+            || record >= marks.get(Table::LongNames)
             || image.long_name(record).name_len != p.name_len
         {
             return bad(
@@ -156,20 +202,20 @@ fn check_pinode(image: &Image, slot: u64, p: &Pinode) -> Result<()> {
     Ok(())
 }
 
-fn scan_pinodes(image: &Image) -> Result<Scan> {
+fn scan_pinodes(image: &Image, marks: &Marks) -> Result<Scan> {
     let mut scan = Scan {
         valid: Vec::new(),
         free_slots: Vec::new(),
         max_ino: ROOT_INO,
         orphans_freed: 0,
     };
-    for slot in 1..image.geometry().pinode_count() {
+    for slot in 1..marks.get(Table::Pinodes) {
         let p = image.pinode(slot);
         if !p.is_valid() {
             scan.free_slots.push(slot as u32);
             continue;
         }
-        check_pinode(image, slot, &p)?;
+        check_pinode(image, slot, &p, marks)?;
         if p.flags.get() & pinode::FLAG_ORPHAN != 0 {
             // Unlinked while open when the system went down: nothing can open it again.
             txn::free_orphan(image, slot as u32);
@@ -184,19 +230,19 @@ fn scan_pinodes(image: &Image) -> Result<Scan> {
     Ok(scan)
 }
 
-fn free_long_names(image: &Image, valid: &[(u32, Pinode)]) -> Vec<u32> {
+fn free_long_names(valid: &[(u32, Pinode)], marks: &Marks) -> Vec<u32> {
     let used: HashSet<u32> = valid
         .iter()
         .filter(|(_, p)| p.flags.get() & pinode::FLAG_LONG_NAME != 0)
         .map(|(_, p)| p.long_name.get())
         .collect();
-    (1..image.geometry().long_name_count() as u32)
+    (1..marks.get(Table::LongNames) as u32)
         .filter(|r| !used.contains(r))
         .collect()
 }
 
-fn free_extents(image: &Image) -> Vec<u32> {
-    (1..image.geometry().extent_count())
+fn free_extents(image: &Image, marks: &Marks) -> Vec<u32> {
+    (1..marks.get(Table::Extents))
         .filter(|&e| !image.extent(e).is_valid())
         .map(|e| e as u32)
         .collect()
@@ -238,7 +284,7 @@ struct Data {
 /// Walks every file's extent list, checking what the rest of mount relies on: extents in range
 /// and valid, owned by the file, in file order without overlap, and no data-zone byte held twice
 /// in the whole image.
-fn load_data(image: &Image, scan: &Scan) -> Result<Data> {
+fn load_data(image: &Image, scan: &Scan, marks: &Marks) -> Result<Data> {
     let g = image.geometry();
     let mut all = Space::default();
     let mut files = HashMap::new();
@@ -248,7 +294,7 @@ fn load_data(image: &Image, scan: &Scan) -> Result<Data> {
         if ft != pinode::S_IFREG && p.extent_head.get() == 0 {
             continue;
         }
-        let extents = file_extents(image, *slot, p, &mut all)?;
+        let extents = file_extents(image, *slot, p, &mut all, marks)?;
         for &(_, _, addr, len) in &extents {
             let (first, end) = (addr / BLOCK_SIZE, (addr + len).div_ceil(BLOCK_SIZE));
             (first..end).for_each(|b| bitmap::set(&mut covered, b, true));
@@ -278,6 +324,7 @@ fn file_extents(
     slot: u32,
     p: &Pinode,
     all: &mut Space,
+    marks: &Marks,
 ) -> Result<Vec<(u32, u64, u64, u64)>> {
     let g = image.geometry();
     let bad = |detail: String| {
@@ -291,7 +338,7 @@ fn file_extents(
     let mut eno = u64::from(p.extent_head.get());
     let mut end = 0u64;
     while eno != 0 {
-        if eno >= g.extent_count() || out.len() as u64 >= g.extent_count() {
+        if eno >= marks.get(Table::Extents) || out.len() as u64 >= g.extent_count() {
             return Err(bad(format!("extent {eno} out of range or the list loops")));
         }
         let e = image.extent(eno);

@@ -76,7 +76,7 @@ impl Fs {
     /// written non-temporally, so the commit's first fence makes them durable.
     fn write_link_data(&self, ino: u64, target: &[u8]) -> Result<LinkData> {
         let eno = self
-            .alloc_or_settle(|| self.extents.alloc())
+            .alloc_or_settle(|| self.extents.alloc(&self.image))
             .ok_or(Errno::ENOSPC)?;
         let Some(block) = self.alloc_or_settle(|| self.blocks.alloc(1)) else {
             self.extents.free(eno);

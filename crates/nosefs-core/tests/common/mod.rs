@@ -6,6 +6,7 @@
 
 #![allow(dead_code)]
 
+use nosefs_core::format::marks::Table;
 use std::path::PathBuf;
 
 use nosefs_core::format::bitmap;
@@ -57,7 +58,15 @@ pub fn put_pinode(image: &Image, slot: u64, mut p: Pinode, name: &[u8]) {
         .store_u64_persist(g.bucket_offset(bucket), head.to_word());
 }
 
+/// Raises `table`'s high-water mark past `slot`, as the allocator does before handing it out.
+pub fn cover(image: &Image, table: Table, slot: u64) {
+    if image.geometry().high_water_marks && slot >= image.mark(table) {
+        image.raise_mark(table, slot + 1);
+    }
+}
+
 pub fn write_pinode(image: &Image, slot: u64, p: &Pinode) {
+    cover(image, Table::Pinodes, slot);
     let offset = image.geometry().pinode_offset(slot);
     image.region().write(offset, p);
     image.region().persist(offset, pinode::PINODE_BYTES);
@@ -75,6 +84,7 @@ pub fn new_pinode(ino: u64, parent: u64, mode: u32, name: &[u8], primary: bool) 
 }
 
 pub fn write_extent(image: &Image, eno: u64, e: &Extent) {
+    cover(image, Table::Extents, eno);
     let offset = image.geometry().extent_offset(eno);
     image.region().write(offset, e);
     image.region().persist(offset, extent::EXTENT_BYTES);
@@ -156,6 +166,7 @@ pub fn populate(image: &Image) {
     let mut l = new_pinode(LONG_INO, 1, pinode::S_IFREG | 0o600, &name, true);
     l.nlink = U32::new(1);
     l.long_name = U32::new(LONG_RECORD as u32);
+    cover(image, Table::LongNames, LONG_RECORD);
     let record_offset = image.geometry().long_name_offset(LONG_RECORD);
     image.region().write(record_offset, &LongName::new(&name));
     image.region().persist(record_offset, 256);
