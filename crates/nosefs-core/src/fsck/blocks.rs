@@ -1,0 +1,57 @@
+//! The block bitmap against the blocks the extents hold.
+
+use super::*;
+
+pub(super) fn check_bitmap(
+    image: &Image,
+    computed: &[u8],
+    pending: &Pending,
+    report: &mut FsckReport,
+) {
+    let g = image.geometry();
+    let on_media = image.bitmap();
+    let mut wrong = Vec::new();
+    for block in 0..g.bitmap_bytes() * 8 {
+        if bitmap::is_set(&on_media, block) != bitmap::is_set(computed, block)
+            && !pending.blocks.contains(&block)
+        {
+            wrong.push(block);
+        }
+    }
+    if wrong.is_empty() {
+        return;
+    }
+    let shown: Vec<String> = wrong.iter().take(8).map(u64::to_string).collect();
+    let more = if wrong.len() > 8 {
+        format!(" and {} more", wrong.len() - 8)
+    } else {
+        String::new()
+    };
+    let p = problem(
+        "bitmap",
+        "bits",
+        format!(
+            "{} blocks disagree with the extents (blocks {}{more})",
+            wrong.len(),
+            shown.join(", ")
+        ),
+    );
+    report.problems.push(p);
+}
+
+/// Rewrites the bitmap from the blocks the valid extents hold.
+pub(super) fn repair_bitmap(image: &Image) {
+    let g = image.geometry();
+    let mut computed = vec![0u8; g.bitmap_bytes() as usize];
+    for eno in 1..g.extent_count() {
+        let e = image.extent(eno);
+        if e.is_valid() {
+            let start = u64::from(e.start_block.get());
+            let end = (start + u64::from(e.block_count.get())).min(g.data_block_count());
+            (start..end).for_each(|b| bitmap::set(&mut computed, b, true));
+        }
+    }
+    let span = g.span(Zone::Bitmap);
+    image.region().write_bytes(span.offset, &computed);
+    image.region().persist(span.offset, span.count);
+}
