@@ -23,31 +23,56 @@ fn print(report: &Report) {
     ignore = "minutes in a debug build: run with cargo test --release"
 )]
 fn every_operation_alone_and_every_pair_survive_every_crash() {
-    let mut checker = Checker::new(Config::default());
+    let mut workloads: Vec<(String, Vec<_>)> = Vec::new();
     for (i, op) in singles().into_iter().enumerate() {
-        checker.check(&format!("single:{i}"), &[op]);
+        workloads.push((format!("single:{i}"), vec![op]));
     }
     for (i, ops) in file_sequences().into_iter().enumerate() {
-        checker.check(&format!("file:{i}"), &ops);
+        workloads.push((format!("file:{i}"), ops));
     }
     for (i, pair) in pairs().into_iter().enumerate() {
-        checker.check(&format!("pair:{i}"), &pair);
+        workloads.push((format!("pair:{i}"), pair.to_vec()));
     }
     for seed in 0..4 {
-        checker.check(&format!("random:{seed}"), &random(seed, 12));
+        workloads.push((format!("random:{seed}"), random(seed, 12)));
     }
-    print(&checker.report);
+    // One checker per CPU, each taking every n-th workload (CI time: the check is CPU-bound and
+    // the checkers share nothing; each deduplicates its own images).
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let reports: Vec<Report> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let mine: Vec<_> = workloads.iter().skip(t).step_by(threads).collect();
+                scope.spawn(move || {
+                    let mut checker = Checker::new(Config::default());
+                    for (name, ops) in mine {
+                        checker.check(name, ops);
+                    }
+                    checker.report
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mut report = Report::default();
+    for r in reports {
+        for (op, n) in r.images_by_op {
+            *report.images_by_op.entry(op).or_default() += n;
+        }
+        report.unique_images += r.unique_images;
+        report.recovery_images += r.recovery_images;
+        report.workloads += r.workloads;
+        report.operations += r.operations;
+        report.failures.extend(r.failures);
+    }
+    print(&report);
+    assert!(report.failures.is_empty(), "{}", report.failures[0]);
     assert!(
-        checker.report.failures.is_empty(),
-        "{}",
-        checker.report.failures[0]
-    );
-    assert!(
-        checker.report.unique_images > 1000,
+        report.unique_images > 1000,
         "the checker explored too little"
     );
     assert!(
-        checker.report.recovery_images > 0,
+        report.recovery_images > 0,
         "crashes during recovery were explored"
     );
 }

@@ -80,7 +80,6 @@ impl Checker<'_> {
             );
         }
     }
-
 }
 
 /// Rebuilds every hash chain from the repaired pinodes: the whole table is cleared, then each
@@ -99,11 +98,15 @@ pub(super) fn rebuild(s: &mut super::repair::Salvage, image: &Image) {
         }
     }
     let span = g.span(Zone::HashTable);
-    image.region().fill(span.offset, span.bytes(Zone::HashTable), 0);
+    image
+        .region()
+        .fill(span.offset, span.bytes(Zone::HashTable), 0);
     for (bucket, head) in heads {
         image
             .region()
             .store_u64(g.bucket_offset(bucket), u64::from(head));
     }
-    image.region().persist(span.offset, span.bytes(Zone::HashTable));
+    image
+        .region()
+        .persist(span.offset, span.bytes(Zone::HashTable));
 }

@@ -250,7 +250,8 @@ pub(super) fn repair_lists(s: &mut Salvage, image: &Image) {
             let Some(e) = usable_extent(image, eno, &p, carried, &owners, end, &reached) else {
                 break;
             };
-            let addr = u64::from(e.start_block.get()) * BLOCK_SIZE + u64::from(e.block_offset.get());
+            let addr =
+                u64::from(e.start_block.get()) * BLOCK_SIZE + u64::from(e.block_offset.get());
             if !claimed.try_claim(addr, u64::from(e.length.get())) {
                 break;
             }

@@ -88,7 +88,12 @@ pub(super) fn pend_data(image: &Image, slot: u64, pending: &mut Pending) {
     }
 }
 
-pub(super) fn check_file_log(image: &Image, index: u64, pending: &mut Pending, report: &mut FsckReport) {
+pub(super) fn check_file_log(
+    image: &Image,
+    index: u64,
+    pending: &mut Pending,
+    report: &mut FsckReport,
+) {
     let log = image.file_log(index);
     if log.tail.get() == 0 {
         return;
@@ -165,7 +170,9 @@ pub(super) fn repair_logs(image: &Image, replay_safe: bool, notes: &mut Vec<Stri
                     "file_log[{index}]: committed entries discarded: replaying them could follow damaged links"
                 ));
             }
-            image.region().store_u64_persist(g.file_log_offset(index), 0);
+            image
+                .region()
+                .store_u64_persist(g.file_log_offset(index), 0);
         }
     }
     if replay_safe {

@@ -30,6 +30,7 @@ mod superblock;
 
 use blocks::check_bitmap;
 use logs::{check_journals, Pending};
+pub(crate) use superblock::repair_backup;
 pub use superblock::restore_primary_superblock;
 use superblock::{check_superblock_extras, superblock_problem};
 
@@ -51,7 +52,6 @@ use crate::mkfs::ROOT_INO;
 use crate::namespace::fjournal;
 use crate::namespace::txn::{log_intact, TAIL_COUNT_MASK};
 use crate::pmem::{Access, Region, RegionOptions};
-
 
 /// One broken invariant.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -166,9 +166,11 @@ pub fn fsck_region(region: Region, options: FsckOptions) -> Result<FsckReport> {
     let mut notes = Vec::new();
     let left = check_image(&image, &mut notes);
     let left_text: HashSet<String> = left.iter().map(Problem::to_string).collect();
-    report
-        .repaired
-        .extend(found.into_iter().filter(|p| !left_text.contains(&p.to_string())));
+    report.repaired.extend(
+        found
+            .into_iter()
+            .filter(|p| !left_text.contains(&p.to_string())),
+    );
     report.problems.extend(left.into_iter().map(|mut p| {
         p.detail += " (left after repair: no rule of the repair settles this damage)";
         p
@@ -303,5 +305,4 @@ impl Checker<'_> {
         }
         Ok(record.name().to_vec())
     }
-
 }

@@ -235,7 +235,6 @@ impl Checker<'_> {
             );
         }
     }
-
 }
 
 // ---- Repair (see `repair` for the order of the steps) ----
@@ -355,7 +354,11 @@ fn inline_length(p: &Pinode) -> Option<usize> {
     {
         return Some(stated);
     }
-    let first_zero = p.name.iter().position(|&b| b == 0).unwrap_or(INLINE_NAME_MAX);
+    let first_zero = p
+        .name
+        .iter()
+        .position(|&b| b == 0)
+        .unwrap_or(INLINE_NAME_MAX);
     (first_zero > 0).then_some(first_zero)
 }
 
@@ -371,7 +374,11 @@ fn identities(s: &Salvage) -> (HashMap<u64, Vec<u64>>, HashMap<u64, Vec<u64>>) {
     let (mut primaries, mut links): (HashMap<u64, Vec<u64>>, HashMap<u64, Vec<u64>>) =
         Default::default();
     for (&slot, p) in &s.pinodes {
-        let map = if p.is_primary() { &mut primaries } else { &mut links };
+        let map = if p.is_primary() {
+            &mut primaries
+        } else {
+            &mut links
+        };
         map.entry(p.ino.get()).or_default().push(slot);
     }
     (primaries, links)
@@ -396,7 +403,10 @@ pub(super) fn repair_identities(s: &mut Salvage, image: &Image) {
         if let Some(slot) = flipped_ino(s, &primaries, &parents, &links, ino) {
             let old = s.pinodes[&slot].ino.get();
             s.edit(slot).ino = U64::new(ino);
-            primaries.get_mut(&old).expect("listed").retain(|&x| x != slot);
+            primaries
+                .get_mut(&old)
+                .expect("listed")
+                .retain(|&x| x != slot);
             primaries.entry(ino).or_default().push(slot);
         } else if let Some(slot) = best_link(s, links.get(&ino), parents.contains(&ino)) {
             let p = s.edit(slot);
@@ -404,7 +414,12 @@ pub(super) fn repair_identities(s: &mut Salvage, image: &Image) {
             primaries.entry(ino).or_default().push(slot);
         } else if ino == ROOT_INO {
             if let Some(root) = s.add_directory(0, b"", u64::from(image.geometry().root_slot)) {
-                let slot = *s.pinodes.iter().find(|(_, p)| p.ino.get() == root).expect("added").0;
+                let slot = *s
+                    .pinodes
+                    .iter()
+                    .find(|(_, p)| p.ino.get() == root)
+                    .expect("added")
+                    .0;
                 primaries.entry(ROOT_INO).or_default().push(slot);
             }
         }
@@ -420,9 +435,8 @@ pub(super) fn repair_identities(s: &mut Salvage, image: &Image) {
             .get(&p.ino.get())
             .and_then(|list| list.first())
             .map(|slot| &s.pinodes[slot]);
-        let agrees = primary.is_some_and(|q| {
-            !q.is_dir() && q.mode.get() & S_IFMT == p.mode.get() & S_IFMT
-        });
+        let agrees =
+            primary.is_some_and(|q| !q.is_dir() && q.mode.get() & S_IFMT == p.mode.get() & S_IFMT);
         if !agrees {
             s.clear(slot); // a hard link to nothing, to a directory, or of another file type
         }
@@ -506,10 +520,8 @@ fn settle_duplicate_primaries(
             .unwrap_or(slots[0]);
         for slot in slots.into_iter().filter(|&x| x != keep) {
             let p = &s.pinodes[&slot];
-            let like_a_link = !p.is_dir()
-                && p.nlink.get() == 0
-                && p.extent_head.get() == 0
-                && p.size.get() == 0;
+            let like_a_link =
+                !p.is_dir() && p.nlink.get() == 0 && p.extent_head.get() == 0 && p.size.get() == 0;
             if like_a_link {
                 let q = s.edit(slot);
                 q.flags = U32::new(q.flags.get() & !FLAG_PRIMARY);

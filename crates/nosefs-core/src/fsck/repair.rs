@@ -88,9 +88,18 @@ impl Salvage {
     }
 
     /// Adds a new directory `name` under `parent` with mode 0700; returns its inode number.
-    pub(super) fn add_directory(&mut self, parent: u64, name: &[u8], wanted_slot: u64) -> Option<u64> {
+    pub(super) fn add_directory(
+        &mut self,
+        parent: u64,
+        name: &[u8],
+        wanted_slot: u64,
+    ) -> Option<u64> {
         let slot = self.free_slot(wanted_slot)?;
-        let ino = if parent == 0 { ROOT_INO } else { self.new_ino() };
+        let ino = if parent == 0 {
+            ROOT_INO
+        } else {
+            self.new_ino()
+        };
         let now = I64::new(crate::mkfs::now_ns());
         let mut p = Pinode::new_zeroed();
         p.ino = U64::new(ino);

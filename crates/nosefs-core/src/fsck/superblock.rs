@@ -138,7 +138,7 @@ pub(super) fn repair_marks(image: &Image) {
 }
 
 /// Rewrites the backup superblock from the (valid) primary when they differ.
-pub(super) fn repair_backup(image: &Image) {
+pub(crate) fn repair_backup(image: &Image) {
     let primary = image.superblock();
     if image
         .backup_superblock()

@@ -42,7 +42,8 @@ pub(super) fn mount(image: Image, options: &MountOptions) -> Result<Fs> {
     let journal = txn::replay(&image);
     let file_journal = fjournal::replay(&image);
     let scan = scan_pinodes(&image, &marks)?;
-    let mut data = load_data(&image, &scan, &marks)?;
+    let free_extents = free_extents(&image, &marks);
+    let mut data = load_data(&image, &scan, &marks, free_extents.len() as u64)?;
     let cpus = options
         .cpus
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
@@ -52,7 +53,7 @@ pub(super) fn mount(image: Image, options: &MountOptions) -> Result<Fs> {
         inodes: InodeTable::default(),
         pinodes: marks.pools(cpus, Table::Pinodes, scan.free_slots.iter().copied()),
         long_names: marks.pools(cpus, Table::LongNames, free_long_names(&scan.valid, &marks)),
-        extents: marks.pools(cpus, Table::Extents, free_extents(&image, &marks)),
+        extents: marks.pools(cpus, Table::Extents, free_extents),
         blocks: crate::alloc::BlockAllocator::from_bitmap(&data.used, g.data_block_count(), cpus),
         logs: (0..g.dir_log_count()).map(|_| Mutex::new(())).collect(),
         settler: super::settle::Settler::new(g.dir_log_count(), cpus),
@@ -72,7 +73,9 @@ pub(super) fn mount(image: Image, options: &MountOptions) -> Result<Fs> {
         },
         image,
     };
-    build_tree(&fs, &scan, &mut data.files)?;
+    let bucket_of_slot = build_tree(&fs, &scan, &mut data.files)?;
+    check_chains(&fs.image, &scan, &bucket_of_slot)?;
+    repair_derived(&fs.image, &data);
     fs.report.nlinks_fixed = fix_link_counts(&fs);
     let count = fs.image.superblock().mount_count() + 1;
     fs.image.set_state(false, count);
@@ -163,6 +166,8 @@ fn validate_dir_logs(image: &Image, marks: &Marks) -> Result<()> {
 
 struct Scan {
     valid: Vec<(u32, Pinode)>,
+    /// Slots read: those below the pinode mark.
+    slots_read: u64,
     free_slots: Vec<u32>,
     max_ino: u64,
     orphans_freed: u64,
@@ -183,6 +188,24 @@ fn check_pinode(image: &Image, slot: u64, p: &Pinode, marks: &Marks) -> Result<(
     if !pinode::is_valid_file_type(p.mode.get()) {
         return bad("mode", format!("{:#o}", p.mode.get()));
     }
+    if p.flags.get() & !pinode::KNOWN_FLAGS != 0 {
+        return bad("flags", format!("unknown bits {:#x}", p.flags.get()));
+    }
+    let is_root = p.ino.get() == ROOT_INO;
+    if is_root != (p.name_len == 0) || (is_root && (p.parent.get() != 0 || !p.is_primary())) {
+        return bad(
+            "name_len",
+            "only the root has an empty name and no parent".into(),
+        );
+    }
+    let inline = p.inline_name();
+    if p.name[inline.len()..].iter().any(|&b| b != 0)
+        || inline.iter().any(|&b| b == 0 || b == b'/')
+        || inline == b"."
+        || inline == b".."
+    {
+        return bad("name", "not a valid file name".into());
+    }
     let long = p.flags.get() & pinode::FLAG_LONG_NAME != 0;
     if long != (usize::from(p.name_len) > INLINE_NAME_MAX) {
         return bad("flags", "LONG_NAME disagrees with name_len".into());
@@ -192,6 +215,12 @@ fn check_pinode(image: &Image, slot: u64, p: &Pinode, marks: &Marks) -> Result<(
         if record == 0
             || record >= marks.get(Table::LongNames)
             || image.long_name(record).name_len != p.name_len
+            || image.long_name(record).name()[..INLINE_NAME_MAX] != p.name[..]
+            || image
+                .long_name(record)
+                .name()
+                .iter()
+                .any(|&b| b == 0 || b == b'/')
         {
             return bad(
                 "long_name",
@@ -205,6 +234,7 @@ fn check_pinode(image: &Image, slot: u64, p: &Pinode, marks: &Marks) -> Result<(
 fn scan_pinodes(image: &Image, marks: &Marks) -> Result<Scan> {
     let mut scan = Scan {
         valid: Vec::new(),
+        slots_read: marks.get(Table::Pinodes),
         free_slots: Vec::new(),
         max_ino: ROOT_INO,
         orphans_freed: 0,
@@ -284,17 +314,19 @@ struct Data {
 /// Walks every file's extent list, checking what the rest of mount relies on: extents in range
 /// and valid, owned by the file, in file order without overlap, and no data-zone byte held twice
 /// in the whole image.
-fn load_data(image: &Image, scan: &Scan, marks: &Marks) -> Result<Data> {
+fn load_data(image: &Image, scan: &Scan, marks: &Marks, free_extent_count: u64) -> Result<Data> {
     let g = image.geometry();
     let mut all = Space::default();
     let mut files = HashMap::new();
     let mut covered = vec![0u8; g.bitmap_bytes() as usize];
+    let mut reached_extents = 0u64;
     for (slot, p) in scan.valid.iter().filter(|(_, p)| p.is_primary()) {
         let ft = p.mode.get() & pinode::S_IFMT;
         if ft != pinode::S_IFREG && p.extent_head.get() == 0 {
             continue;
         }
         let extents = file_extents(image, *slot, p, &mut all, marks)?;
+        reached_extents += extents.len() as u64;
         for &(_, _, addr, len) in &extents {
             let (first, end) = (addr / BLOCK_SIZE, (addr + len).div_ceil(BLOCK_SIZE));
             (first..end).for_each(|b| bitmap::set(&mut covered, b, true));
@@ -305,15 +337,28 @@ fn load_data(image: &Image, scan: &Scan, marks: &Marks) -> Result<Data> {
             files.insert(p.ino.get(), state);
         }
     }
-    let mut used = image.bitmap();
-    let mut mismatches = 0;
-    for (u, c) in used.iter_mut().zip(&covered) {
-        mismatches += u64::from((*u ^ c).count_ones());
-        *u |= c;
+    let on_media = image.bitmap();
+    let mismatches: u64 = on_media
+        .iter()
+        .zip(&covered)
+        .map(|(u, c)| u64::from((u ^ c).count_ones()))
+        .sum();
+    let valid_extents = (marks.get(Table::Extents) - 1) - free_extent_count;
+    if reached_extents != valid_extents {
+        return Err(Error::corrupt(
+            "extent",
+            "flags",
+            format!(
+                "{} valid extents are in no file's list; run nosefs fsck",
+                valid_extents.abs_diff(reached_extents)
+            ),
+        ));
     }
+    // Extents are the truth and every one is accounted for: a bitmap that disagrees is rewritten
+    // from them (repair_derived), and the allocator works from them.
     Ok(Data {
         files,
-        used,
+        used: covered,
         mismatches,
     })
 }
@@ -351,7 +396,13 @@ fn file_extents(
             && offset < BLOCK_SIZE
             && start + Extent::blocks_needed(offset, len) <= g.data_block_count()
             && e.file_offset.get() >= end
-            && e.file_offset.get().checked_add(len).is_some();
+            && e.file_offset.get().checked_add(len).is_some()
+            && u64::from(e.block_count.get()) == Extent::blocks_needed(offset, len)
+            && e.flags.get() & !crate::format::extent::KNOWN_FLAGS == 0
+            && u64::from(e.prev.get())
+                == out
+                    .last()
+                    .map_or(0, |x: &(u32, u64, u64, u64)| u64::from(x.0));
         let addr = start * BLOCK_SIZE + offset;
         if !usable || !all.try_add(addr, len) {
             return Err(bad(format!("extent {eno} is unusable or overlaps another")));
@@ -359,6 +410,12 @@ fn file_extents(
         end = e.file_offset.get() + len;
         out.push((eno as u32, e.file_offset.get(), addr, len));
         eno = u64::from(e.next.get());
+    }
+    if end > p.size.get() {
+        return Err(bad(format!(
+            "the extents reach byte {end}, past the size {}",
+            p.size.get()
+        )));
     }
     Ok(out)
 }
@@ -368,16 +425,25 @@ fn file_extents(
 struct InodeNames<'a> {
     slots: SmallVec<[u32; 2]>,
     primaries: SmallVec<[(u32, &'a Pinode); 1]>,
+    /// The file type of the first name, and whether another name has a different one.
+    file_type: u32,
+    mixed_types: bool,
 }
 
 /// Inodes, names, listings and the mirror, from the valid pinodes.
-fn build_tree(fs: &Fs, scan: &Scan, files: &mut HashMap<u64, FileState>) -> Result<()> {
+/// Returns the bucket of each valid slot (`u64::MAX` for the others), for [`check_chains`].
+fn build_tree(fs: &Fs, scan: &Scan, files: &mut HashMap<u64, FileState>) -> Result<Vec<u64>> {
     let corrupt =
         |detail: String| Error::corrupt("pinode", "parent", format!("{detail}; run nosefs fsck"));
     // One pass groups every name by inode and notes its primary pinode(s): linear in the names.
     let mut names: HashMap<u64, InodeNames<'_>> = HashMap::with_capacity(scan.valid.len());
     for (slot, p) in &scan.valid {
         let entry = names.entry(p.ino.get()).or_default();
+        let file_type = p.mode.get() & pinode::S_IFMT;
+        if entry.slots.is_empty() {
+            entry.file_type = file_type;
+        }
+        entry.mixed_types |= entry.file_type != file_type;
         entry.slots.push(*slot);
         if p.is_primary() {
             entry.primaries.push((*slot, p));
@@ -390,6 +456,15 @@ fn build_tree(fs: &Fs, scan: &Scan, files: &mut HashMap<u64, FileState>) -> Resu
                 found.primaries.len()
             )));
         };
+        let file_type = p.mode.get() & pinode::S_IFMT;
+        if found.slots.len() > 1 && file_type == pinode::S_IFDIR {
+            return Err(corrupt(format!("directory {ino} has a second name")));
+        }
+        if found.mixed_types {
+            return Err(corrupt(format!(
+                "a name of inode {ino} has another file type"
+            )));
+        }
         let inode = Inode::new(
             ino,
             *primary,
@@ -407,19 +482,29 @@ fn build_tree(fs: &Fs, scan: &Scan, files: &mut HashMap<u64, FileState>) -> Resu
     {
         return Err(corrupt("the root directory is missing".into()));
     }
+    let mut bucket_of_slot = vec![u64::MAX; scan.slots_read as usize];
     for (slot, p) in &scan.valid {
-        add_to_tree(fs, *slot, p).map_err(corrupt)?;
+        bucket_of_slot[*slot as usize] = add_to_tree(fs, *slot, p).map_err(corrupt)?;
     }
-    Ok(())
+    Ok(bucket_of_slot)
 }
 
-fn add_to_tree(fs: &Fs, slot: u32, p: &Pinode) -> std::result::Result<(), String> {
+/// Adds one name to its directory's listing and the mirror; returns its bucket.
+fn add_to_tree(fs: &Fs, slot: u32, p: &Pinode) -> std::result::Result<u64, String> {
     let name = txn::full_name(&fs.image, p);
     let hash = name_hash(fs.image.geometry().hash_seed, p.parent.get(), &name);
-    let bucket = &fs.mirror[fs.bucket_index(hash) as usize];
+    let index = fs.bucket_index(hash);
+    let bucket = &fs.mirror[index as usize];
     if p.ino.get() == ROOT_INO {
         bucket.push_unlocked(MirrorEntry { hash, slot, seq: 0 });
-        return Ok(());
+        return Ok(index);
+    }
+    let twin = bucket.candidates(hash, |e| {
+        let q = fs.image.pinode(u64::from(e.slot));
+        q.parent == p.parent && txn::full_name(&fs.image, &q) == name
+    });
+    if let Some(twin) = twin {
+        return Err(format!("slots {slot} and {} hold the same name", twin.slot));
     }
     let parent = fs.inodes.get(p.parent.get()).ok_or_else(|| {
         format!(
@@ -439,7 +524,84 @@ fn add_to_tree(fs: &Fs, slot: u32, p: &Pinode) -> std::result::Result<(), String
     if p.is_dir() && p.is_primary() {
         parent.data.lock().subdirs += 1;
     }
+    Ok(index)
+}
+
+/// The NVM hash table against the names mount found: every chain holds only valid names of its
+/// bucket, without a cycle, and every valid name is in one. Linear in the buckets and names; the
+/// links are followed in DRAM, from the scan.
+fn check_chains(image: &Image, scan: &Scan, bucket_of_slot: &[u64]) -> Result<()> {
+    let g = image.geometry();
+    let corrupt = |field, detail: String| {
+        Err(Error::corrupt(
+            "bucket",
+            field,
+            format!("{detail}; run nosefs fsck"),
+        ))
+    };
+    let mut next = vec![0u32; bucket_of_slot.len()];
+    for (slot, p) in &scan.valid {
+        next[*slot as usize] = p.hash_next.get();
+    }
+    let mut visited = vec![0u64; bucket_of_slot.len().div_ceil(64)];
+    let mut linked = 0usize;
+    let span = g.span(crate::format::layout::Zone::HashTable);
+    let mut chunk = vec![0u8; 64 << 10];
+    let mut bucket = 0u64;
+    while bucket < g.bucket_count() {
+        let words = ((g.bucket_count() - bucket) as usize).min(chunk.len() / 8);
+        image
+            .region()
+            .read_bytes(span.offset + bucket * 8, &mut chunk[..words * 8]);
+        for word in chunk[..words * 8].chunks_exact(8) {
+            let word = u64::from_le_bytes(word.try_into().expect("8 bytes"));
+            if word >> 32 != 0 {
+                return corrupt("reserved", format!("bucket {bucket}: not zero"));
+            }
+            let mut at = word as u32 as usize;
+            while at != 0 {
+                if bucket_of_slot.get(at) != Some(&bucket) {
+                    return corrupt(
+                        "head",
+                        format!(
+                            "bucket {bucket}'s chain reaches slot {at}, not a name of this bucket"
+                        ),
+                    );
+                }
+                if visited[at / 64] & (1 << (at % 64)) != 0 {
+                    return corrupt(
+                        "head",
+                        format!("bucket {bucket}'s chain loops at slot {at}"),
+                    );
+                }
+                visited[at / 64] |= 1 << (at % 64);
+                linked += 1;
+                at = next[at] as usize;
+            }
+            bucket += 1;
+        }
+    }
+    if linked != scan.valid.len() {
+        return corrupt(
+            "head",
+            format!(
+                "{} valid names are in no hash chain",
+                scan.valid.len() - linked
+            ),
+        );
+    }
     Ok(())
+}
+
+/// Derived state that disagrees with what it derives from is rewritten: the bitmap from the
+/// extents, the backup superblock from the (checksummed) primary.
+fn repair_derived(image: &Image, data: &Data) {
+    if data.mismatches > 0 {
+        let span = image.geometry().span(crate::format::layout::Zone::Bitmap);
+        image.region().write_bytes(span.offset, &data.used);
+        image.region().persist(span.offset, span.count);
+    }
+    crate::fsck::repair_backup(image);
 }
 
 /// Link counts are derived state: recompute them and repair any a crash left stale.
