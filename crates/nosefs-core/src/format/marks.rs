@@ -91,6 +91,14 @@ impl Table {
     }
 }
 
+/// The smallest legal value of `table`'s mark: above the root's slot for pinodes, else 1.
+pub fn lowest(table: Table, root_slot: u32) -> u64 {
+    match table {
+        Table::Pinodes => u64::from(root_slot) + 1,
+        Table::LongNames | Table::Extents => 1,
+    }
+}
+
 /// The value a mark is raised to so that slot `needed - 1` lies below it: a step of an eighth of
 /// the current mark (at least [`MIN_STEP`]), never past the table's `count`.
 pub fn raised(current: u64, needed: u64, count: u64) -> u64 {

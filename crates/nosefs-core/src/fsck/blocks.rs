@@ -39,8 +39,8 @@ pub(super) fn check_bitmap(
     report.problems.push(p);
 }
 
-/// Rewrites the bitmap from the blocks the valid extents hold.
-pub(super) fn repair_bitmap(image: &Image) {
+/// The blocks covered by valid extents that lie inside the data zone.
+pub(super) fn referenced_blocks(image: &Image) -> Vec<u8> {
     let g = image.geometry();
     let mut computed = vec![0u8; g.bitmap_bytes() as usize];
     for eno in 1..g.extent_count() {
@@ -51,7 +51,13 @@ pub(super) fn repair_bitmap(image: &Image) {
             (start..end).for_each(|b| bitmap::set(&mut computed, b, true));
         }
     }
-    let span = g.span(Zone::Bitmap);
+    computed
+}
+
+/// Rewrites the bitmap from the blocks the valid extents hold.
+pub(super) fn repair_bitmap(image: &Image) {
+    let computed = referenced_blocks(image);
+    let span = image.geometry().span(Zone::Bitmap);
     image.region().write_bytes(span.offset, &computed);
     image.region().persist(span.offset, span.count);
 }

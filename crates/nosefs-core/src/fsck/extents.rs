@@ -175,24 +175,6 @@ impl Checker<'_> {
             self.push(&at, "file_offset", "offset plus length overflows");
         }
     }
-
-    /// The blocks covered by valid extents that lie inside the data zone.
-    pub(super) fn referenced_blocks(&self) -> Vec<u8> {
-        let g = self.geometry;
-        let mut computed = vec![0u8; g.bitmap_bytes() as usize];
-        for eno in 1..g.extent_count() {
-            let e = self.image.extent(eno);
-            if !e.is_valid() {
-                continue;
-            }
-            let start = u64::from(e.start_block.get());
-            let end = (start + u64::from(e.block_count.get())).min(g.data_block_count());
-            for block in start..end {
-                bitmap::set(&mut computed, block, true);
-            }
-        }
-        computed
-    }
 }
 
 // ---- Repair ----

@@ -202,7 +202,7 @@ fn check_image(image: &Image, notes: &mut Vec<String>) -> Vec<Problem> {
     checker.check_chains();
     checker.check_pinodes();
     checker.check_extents();
-    let computed = checker.referenced_blocks();
+    let computed = blocks::referenced_blocks(image);
     check_bitmap(image, &computed, &pending, &mut report);
     notes.append(&mut report.notes);
     report.problems

@@ -580,12 +580,11 @@ pub(super) fn repair_tree(s: &mut Salvage, image: &Image, notes: &mut Vec<String
             dropped += 1;
             continue;
         }
-        let Some(lf) = lost_found(s, image, &mut names, &mut dirs) else {
+        let Some(lf) = lost_found(s, &mut names, &mut dirs) else {
             s.clear(slot);
             dropped += 1;
             continue;
         };
-        let old = s.name_of(image, &s.pinodes[&slot]);
         names.retain(|_, v| *v != slot);
         let ino = s.pinodes[&slot].ino.get();
         let mut name = format!("#{ino}").into_bytes();
@@ -597,7 +596,6 @@ pub(super) fn repair_tree(s: &mut Salvage, image: &Image, notes: &mut Vec<String
         set_inline_name(p, &name);
         names.insert((lf, name), slot);
         moved += 1;
-        let _ = old;
     }
     if moved + dropped > 0 {
         notes.push(format!(
@@ -646,7 +644,6 @@ fn directories_in_cycles(s: &Salvage) -> Vec<u64> {
 /// The inode number of `/lost+found`, made if missing.
 fn lost_found(
     s: &mut Salvage,
-    image: &Image,
     names: &mut HashMap<(u64, Vec<u8>), u64>,
     dirs: &mut HashSet<u64>,
 ) -> Option<u64> {
@@ -669,7 +666,6 @@ fn lost_found(
             let slot = *s.pinodes.iter().rev().find(|(_, p)| p.ino.get() == ino)?.0;
             names.insert((ROOT_INO, name), slot);
             dirs.insert(ino);
-            let _ = image;
             ino
         }
     };

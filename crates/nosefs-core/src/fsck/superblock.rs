@@ -93,12 +93,8 @@ impl Checker<'_> {
     }
 }
 
-/// The smallest legal mark of `table`: above the root's slot for pinodes, else 1.
 fn lowest_mark(image: &Image, table: Table) -> u64 {
-    match table {
-        Table::Pinodes => u64::from(image.geometry().root_slot) + 1,
-        _ => 1,
-    }
+    crate::format::marks::lowest(table, image.geometry().root_slot)
 }
 
 /// The highest record in use in each table (by [`Table`] index), from a full scan.

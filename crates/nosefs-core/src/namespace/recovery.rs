@@ -106,11 +106,7 @@ fn read_marks(image: &Image) -> Result<Marks> {
     let mut by_table = [(0, 0); 3];
     for table in Table::ALL {
         let (mark, count) = (image.mark(table), image.table_count(table));
-        let lowest = if table == Table::Pinodes {
-            u64::from(image.geometry().root_slot) + 1
-        } else {
-            1
-        };
+        let lowest = crate::format::marks::lowest(table, image.geometry().root_slot);
         if mark < lowest || mark > count {
             return Err(Error::corrupt(
                 "marks",
