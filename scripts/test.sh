@@ -24,6 +24,8 @@ echo "== cargo test"
 cargo test --workspace --locked
 echo "== crash-consistency checker (release build: every operation, every pair of operations)"
 cargo test --release --locked -p nosefs-crash -- --nocapture
+echo "== large image: 10^6 names created, unmounted, remounted, listed, read, fsck'd (release build)"
+cargo run --release --locked -p nosefs-bench --example mount_scale -- 1000000 4
 echo "== external suites against the FUSE mount: pjdfstest, fsx"
 ./scripts/fuse-suites.sh
 echo "== external suites through the preload shim: pjdfstest, fsx"

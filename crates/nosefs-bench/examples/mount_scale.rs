@@ -1,6 +1,8 @@
 //! Mount time against image contents (issue: large images). Builds an image of N names in one
 //! directory (a tenth of them with 100 bytes of data) through the native library, unmounts it
-//! cleanly, then times mount and unmount, and reports the DRAM the mounted file system holds.
+//! cleanly, then times mount, readdir and unmount, reports the heap the mounted file system
+//! holds, times `fsck` and `info`'s usage scan, and checks what it times: every name listed, the
+//! data read back, fsck clean. It exits non-zero if a check fails (CI runs it with 10^6 names).
 //!
 //! `cargo run --release -p nosefs-bench --example mount_scale -- 100000 [IMAGE_SIZE_GIB]`
 //!
@@ -9,17 +11,12 @@
 use std::path::Path;
 use std::time::Instant;
 
+use nosefs_bench::sys::{live_heap_bytes, CountingAllocator};
 use nosefs_core::format::layout::MkfsParams;
 use nosefs_core::namespace::{Fs, MountOptions, Owner, ROOT_INO};
 
-fn rss_kib() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("RssAnon:"))
-        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
-        .unwrap_or(0)
-}
+#[global_allocator]
+static ALLOCATOR: CountingAllocator = CountingAllocator;
 
 fn main() {
     let names: u64 = std::env::args()
@@ -61,11 +58,11 @@ fn main() {
         started.elapsed().as_secs_f64()
     );
     for round in 0..3 {
-        let rss_before = rss_kib();
+        let heap_before = live_heap_bytes();
         let started = Instant::now();
         let fs = Fs::mount(path, &options).expect("mount");
         let mount_s = started.elapsed().as_secs_f64();
-        let rss_after = rss_kib();
+        let heap_after = live_heap_bytes();
         let started = Instant::now();
         let mut listed = 0u64;
         fs.readdir(ROOT_INO, 0, |_| {
@@ -74,14 +71,40 @@ fn main() {
         })
         .expect("readdir");
         let readdir_s = started.elapsed().as_secs_f64();
+        // Every name and ".", "..".
+        assert_eq!(
+            listed,
+            names.saturating_sub(1) + 2,
+            "readdir lists every name"
+        );
+        if names > 1 {
+            let mut buf = [0u8; 128];
+            let ino = fs.lookup(ROOT_INO, b"f00000000").expect("lookup").ino;
+            let read = fs.read(ino, 0, &mut buf).expect("read");
+            assert_eq!(&buf[..read], &data[..], "the data survives the remount");
+        }
         let started = Instant::now();
         drop(fs.unmount());
         let unmount_s = started.elapsed().as_secs_f64();
         println!(
             "round {round}: mount {mount_s:.3} s, readdir of {listed} entries {readdir_s:.3} s, unmount {unmount_s:.3} s, \
-             DRAM held after mount {:.0} bytes per name",
-            (rss_after.saturating_sub(rss_before) * 1024) as f64 / names.max(1) as f64
+             heap held by the mounted file system {:.0} bytes per name",
+            heap_after.saturating_sub(heap_before) as f64 / names.max(1) as f64
         );
     }
+    let started = Instant::now();
+    let report =
+        nosefs_core::fsck::fsck(path, nosefs_core::fsck::FsckOptions::default()).expect("fsck");
+    let fsck_s = started.elapsed().as_secs_f64();
+    assert!(report.problems.is_empty(), "fsck: {:?}", report.problems);
+    let started = Instant::now();
+    let image =
+        nosefs_core::image::Image::open(path, nosefs_core::pmem::Access::ReadOnly).expect("open");
+    let usage = nosefs_core::info::Usage::scan(&image);
+    println!(
+        "fsck (clean) {fsck_s:.3} s, info's usage scan {:.3} s ({} pinodes in use)",
+        started.elapsed().as_secs_f64(),
+        usage.pinodes_used
+    );
     let _ = std::fs::remove_file(path);
 }

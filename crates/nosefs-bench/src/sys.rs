@@ -85,3 +85,41 @@ pub fn fs_type(path: &CStr) -> io::Result<i64> {
     check(unsafe { libc::statfs(path.as_ptr(), &mut st) })?;
     Ok(st.f_type as i64)
 }
+
+/// A global allocator that forwards to the system's and counts the bytes live, for examples that
+/// report what a mounted file system holds (RSS is no measure of it: freed pages stay with the
+/// process). Install it with `#[global_allocator]`; read it with [`live_heap_bytes`].
+#[derive(Debug)]
+pub struct CountingAllocator;
+
+static LIVE_HEAP_BYTES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Heap bytes allocated and not yet freed through [`CountingAllocator`].
+pub fn live_heap_bytes() -> usize {
+    LIVE_HEAP_BYTES.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+// SAFETY: every call is forwarded unchanged to the system allocator; only a counter is added.
+unsafe impl std::alloc::GlobalAlloc for CountingAllocator {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        LIVE_HEAP_BYTES.fetch_add(layout.size(), std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: the caller's layout contract is passed on unchanged.
+        unsafe { std::alloc::System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        LIVE_HEAP_BYTES.fetch_sub(layout.size(), std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: `ptr` came from this allocator's `alloc` with this layout.
+        unsafe { std::alloc::System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, size: usize) -> *mut u8 {
+        // SAFETY: as for `dealloc` and `alloc`.
+        let new = unsafe { std::alloc::System.realloc(ptr, layout, size) };
+        if !new.is_null() {
+            LIVE_HEAP_BYTES.fetch_add(size, std::sync::atomic::Ordering::Relaxed);
+            LIVE_HEAP_BYTES.fetch_sub(layout.size(), std::sync::atomic::Ordering::Relaxed);
+        }
+        new
+    }
+}

@@ -125,7 +125,8 @@ fn programs_use_the_mount_and_unmounting_leaves_a_clean_image() {
     umount(m);
     let out = fsck(&s.image);
     assert!(out.status.success(), "fsck after umount: {out:?}");
-    assert!(mount(&s).status.success());
+    let out = mount(&s);
+    assert!(out.status.success(), "mount: {out:?}");
     assert_eq!(std::fs::read(m.join("data")).unwrap(), want);
     assert_eq!(std::fs::read(m.join("h")).unwrap(), b"hello");
     assert_eq!(
@@ -162,7 +163,8 @@ fn errors_are_clear() {
         .output()
         .unwrap();
     assert!(String::from_utf8_lossy(&no_dir.stderr).contains("mountpoint"));
-    assert!(mount(&s).status.success());
+    let out = mount(&s);
+    assert!(out.status.success(), "mount: {out:?}");
     let busy = mount(&s);
     assert!(!busy.status.success());
     assert!(
@@ -235,7 +237,8 @@ fn a_killed_server_loses_no_fsynced_file() {
     assert!(lazy.status.success(), "{lazy:?}");
     let out = fsck(&s.image);
     assert!(out.status.success(), "fsck after SIGKILL: {out:?}");
-    assert!(mount(&s).status.success());
+    let out = mount(&s);
+    assert!(out.status.success(), "mount: {out:?}");
     for (path, data) in &synced {
         let mut got = Vec::new();
         std::fs::File::open(path)

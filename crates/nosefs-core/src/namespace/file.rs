@@ -41,6 +41,7 @@ use super::inode::Inode;
 use super::Fs;
 use crate::error::{Errno, Result};
 use crate::format::extent::{self, Extent};
+use crate::format::pinode::Pinode;
 use crate::format::BLOCK_SIZE;
 use crate::mkfs::now_ns;
 
@@ -201,7 +202,8 @@ fn join(
 type Placement = SmallVec<[(u64, u64); 2]>;
 
 impl Fs {
-    /// The data state of a regular file, made from its primary pinode on first use; EISDIR /
+    /// The data state of a regular file, made from its primary pinode and extent list on first
+    /// use (mount checks every list but builds no state: most files are never opened); EISDIR /
     /// EINVAL for anything else, ENOENT once the file is gone. The caller must not hold the
     /// inode lock: making the state takes it, so a concurrent utimens cannot slip between the
     /// pinode read here and the state's publication.
@@ -223,9 +225,25 @@ impl Fs {
         }
         let p = self.primary_pinode(inode)?;
         Ok(inode.file_state_or_make(|| {
-            // No state yet means no extents: the pinode's size and mtime are the whole file.
-            FileState::from_media(p.size.get(), p.mtime_ns.get(), &[])
+            // No state yet means nothing pending: the media holds the whole file.
+            FileState::from_media(p.size.get(), p.mtime_ns.get(), &self.file_extents(&p))
         }))
+    }
+
+    /// A regular file's committed extents as (eno, file offset, data-zone address, length), from
+    /// its list on the media. Mount checked every list, and only commits change them since.
+    fn file_extents(&self, p: &Pinode) -> Vec<(u32, u64, u64, u64)> {
+        let mut out = Vec::new();
+        let mut eno = p.extent_head.get();
+        while eno != 0 {
+            let e = self.image.extent(u64::from(eno));
+            assert!(e.is_valid(), "extent {eno} of a checked list is not valid");
+            let addr =
+                u64::from(e.start_block.get()) * BLOCK_SIZE + u64::from(e.block_offset.get());
+            out.push((eno, e.file_offset.get(), addr, u64::from(e.length.get())));
+            eno = e.next.get();
+        }
+        out
     }
 
     /// Reads up to `buf.len()` bytes at `offset` of regular file `ino`; returns the bytes read
@@ -472,9 +490,14 @@ impl Fs {
         inode.removed.store(true, Ordering::Release);
         self.inodes.remove(ino);
         self.release(&[slot], &[p.long_name.get()]);
-        self.hold_back(|limbo| limbo.extents.extend(data.iter().map(|d| d.0)));
-        if let Some(file) = inode.file_state() {
-            self.release_file_space(&mut file.lock());
+        match inode.file_state() {
+            // The state knows every block the file holds, committed or not.
+            Some(file) => {
+                self.hold_back(|limbo| limbo.extents.extend(data.iter().map(|d| d.0)));
+                self.release_file_space(&mut file.lock());
+            }
+            // Never used since mount: the media's list is the whole file.
+            None => self.release_data(&data),
         }
         Ok(())
     }

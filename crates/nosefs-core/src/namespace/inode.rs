@@ -236,6 +236,13 @@ impl InodeTable {
         self.shard(inode.ino).write().insert(inode.ino, inode);
     }
 
+    /// Makes room for `more` inodes spread over the shards, so that mount's inserts never rehash.
+    pub fn reserve(&self, more: usize) {
+        for shard in &self.shards {
+            shard.write().reserve(more.div_ceil(SHARDS));
+        }
+    }
+
     /// Removes an inode.
     pub fn remove(&self, ino: u64) {
         self.shard(ino).write().remove(&ino);

@@ -62,35 +62,60 @@ pub struct MirrorEntry {
 /// Buckets per lazily allocated chunk of [`Buckets`] (64 KiB of buckets).
 const CHUNK_BUCKETS: usize = 1024;
 
-/// The mirror's buckets, one per NVM bucket, allocated a chunk at a time on first use: an image
-/// with millions of buckets and few names mounts without writing (or the kernel zeroing)
-/// hundreds of megabytes of empty buckets. Reaching a bucket costs one acquire load more than a
-/// plain array.
+/// NVM buckets per mirror bucket. An NVM bucket costs 8 bytes, a mirror bucket 64 (a cache
+/// line), and mkfs makes at least one NVM bucket per pinode: one mirror bucket per NVM bucket would
+/// hold 64-128 bytes of DRAM per name of a full image. Two per mirror bucket hold 32-64, and
+/// a full image still averages at most two names per mirror bucket, which its inline entries hold.
+pub const NVM_BUCKETS_PER_MIRROR_BUCKET: usize = 2;
+
+/// The mirror's buckets, allocated a chunk at a time on first use: an image with millions of
+/// buckets and few names mounts without writing (or the kernel zeroing) hundreds of megabytes of
+/// empty buckets. Reaching a bucket costs one acquire load more than a plain array.
+///
+/// Callers name buckets by their NVM bucket index (`hash & (NVM buckets - 1)`); NVM bucket `b`
+/// lives in mirror bucket `b & (count - 1)` ([`Buckets::key`]). Both counts are powers of two,
+/// so names that share an NVM bucket share a mirror bucket, whose lock therefore covers their
+/// NVM chain, and whose sequence and last-commit mark cover every NVM bucket it holds (a mark
+/// shared by two NVM buckets only settles a log a little sooner than needed).
 #[derive(Debug)]
 pub struct Buckets {
     chunks: Box<[OnceLock<Box<[MirrorBucket]>>]>,
+    /// Mirror buckets.
     count: usize,
+    /// NVM buckets, the range of the indexes callers pass.
+    nvm_count: usize,
 }
 
 impl Buckets {
-    /// `count` empty buckets, none allocated yet.
-    pub fn new(count: usize) -> Buckets {
+    /// The empty mirror of an NVM table of `nvm_count` buckets (a power of two), none allocated
+    /// yet.
+    pub fn new(nvm_count: usize) -> Buckets {
+        assert!(nvm_count.is_power_of_two(), "{nvm_count} NVM buckets");
+        let count = (nvm_count / NVM_BUCKETS_PER_MIRROR_BUCKET).max(1);
         Buckets {
             chunks: (0..count.div_ceil(CHUNK_BUCKETS))
                 .map(|_| OnceLock::new())
                 .collect(),
             count,
+            nvm_count,
         }
+    }
+
+    /// The mirror bucket that holds NVM bucket `nvm`: what a set of locks is deduplicated by.
+    pub fn key(&self, nvm: u64) -> u64 {
+        nvm & (self.count as u64 - 1)
     }
 }
 
 impl std::ops::Index<usize> for Buckets {
     type Output = MirrorBucket;
 
-    fn index(&self, bucket: usize) -> &MirrorBucket {
-        assert!(bucket < self.count, "bucket {bucket} of {}", self.count);
+    /// The mirror bucket of NVM bucket `nvm`.
+    fn index(&self, nvm: usize) -> &MirrorBucket {
+        assert!(nvm < self.nvm_count, "bucket {nvm} of {}", self.nvm_count);
+        let bucket = nvm & (self.count - 1);
         let chunk = self.chunks[bucket / CHUNK_BUCKETS].get_or_init(|| {
-            (0..CHUNK_BUCKETS)
+            (0..CHUNK_BUCKETS.min(self.count))
                 .map(|_| MirrorBucket::default())
                 .collect()
         });

@@ -528,15 +528,31 @@ impl Fs {
         }
     }
 
-    /// Locks mirror buckets in ascending order, once each.
+    /// Locks the mirror buckets of NVM buckets `buckets` in ascending order, once each. The
+    /// guards are keyed by [`Buckets::key`](mirror::Buckets::key); find one with
+    /// [`Fs::guard_of`].
     fn lock_buckets(&self, buckets: &[u64]) -> SmallVec<[(u64, BucketGuard<'_>); 6]> {
-        let mut sorted: SmallVec<[u64; 6]> = SmallVec::from_slice(buckets);
+        let mut sorted: SmallVec<[u64; 6]> = buckets.iter().map(|&b| self.mirror.key(b)).collect();
         sorted.sort_unstable();
         sorted.dedup();
         sorted
             .into_iter()
             .map(|b| (b, self.mirror[b as usize].lock()))
             .collect()
+    }
+
+    /// The guard of NVM bucket `bucket` among those [`Fs::lock_buckets`] took.
+    fn guard_of<'a, 'b>(
+        &self,
+        guards: &'a mut [(u64, BucketGuard<'b>)],
+        bucket: u64,
+    ) -> &'a mut BucketGuard<'b> {
+        let key = self.mirror.key(bucket);
+        &mut guards
+            .iter_mut()
+            .find(|(b, _)| *b == key)
+            .expect("bucket is locked")
+            .1
     }
 
     /// Free data blocks, as the allocator sees them (blocks files reserve as their partly used
@@ -553,17 +569,6 @@ impl Fs {
         let free = (self.pinodes.free_count() + self.settler.held_pinodes()) as u64;
         (total - free, free)
     }
-}
-
-fn guard_of<'a, 'b>(
-    guards: &'a mut [(u64, BucketGuard<'b>)],
-    bucket: u64,
-) -> &'a mut BucketGuard<'b> {
-    &mut guards
-        .iter_mut()
-        .find(|(b, _)| *b == bucket)
-        .expect("bucket is locked")
-        .1
 }
 
 /// ENAMETOOLONG for names over NAME_MAX; ENOENT for the empty name.

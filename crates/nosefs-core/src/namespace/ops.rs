@@ -11,7 +11,7 @@ use zerocopy::little_endian::{I64, U32, U64};
 use super::inode::{Inode, InodeData};
 use super::mirror::MirrorEntry;
 use super::txn::{InPlace, Txn};
-use super::{check_name_len, check_new_name, guard_of, Attr, Fs};
+use super::{check_name_len, check_new_name, Attr, Fs};
 use crate::error::{Errno, Result};
 use crate::format::long_name::LongName;
 use crate::format::pinode::{self, Pinode, INLINE_NAME_MAX};
@@ -170,7 +170,7 @@ impl Fs {
         self.prefetch_nvm_bucket(bucket);
         let mut guards = self.lock_buckets(&[bucket]);
         if self
-            .find_locked(guard_of(&mut guards, bucket), parent, name)
+            .find_locked(self.guard_of(&mut guards, bucket), parent, name)
             .is_some()
         {
             return Err(Errno::EEXIST.into());
@@ -186,11 +186,12 @@ impl Fs {
     pub(super) fn list_name(&self, dir: &Inode, new: &mut NewName<'_>, slot: u32) {
         let state = dir.dir.as_ref().expect("names are listed in directories");
         let seq = state.next_seq();
-        guard_of(&mut new.guards, new.bucket).insert(MirrorEntry {
-            hash: new.hash,
-            slot,
-            seq,
-        });
+        self.guard_of(&mut new.guards, new.bucket)
+            .insert(MirrorEntry {
+                hash: new.hash,
+                slot,
+                seq,
+            });
         state.children.insert(seq, slot);
     }
 
@@ -380,7 +381,7 @@ impl Fs {
         let mut guards = self.lock_buckets(&[bucket]);
         self.commit(&[bucket], &mut txn);
         dir_data.subdirs -= 1;
-        guard_of(&mut guards, bucket).remove(entry.slot);
+        self.guard_of(&mut guards, bucket).remove(entry.slot);
         dir.dir
             .as_ref()
             .expect("parent is a directory")
@@ -492,7 +493,7 @@ impl Fs {
             ..Txn::default()
         };
         self.commit(&[bucket], &mut txn);
-        let guard = guard_of(&mut guards, bucket);
+        let guard = self.guard_of(&mut guards, bucket);
         let seq = guard.repoint(old_slot, slot);
         self.relist(slot, seq);
         if inode.primary_slot() == old_slot {
@@ -630,7 +631,8 @@ impl Fs {
         guards: &mut [(u64, super::mirror::BucketGuard<'_>)],
     ) {
         let long = plan.long_name;
-        guard_of(guards, self.bucket_index(entry.hash)).remove(entry.slot);
+        self.guard_of(guards, self.bucket_index(entry.hash))
+            .remove(entry.slot);
         dir.dir
             .as_ref()
             .expect("parent is a directory")
@@ -640,7 +642,7 @@ impl Fs {
         let mut freed: SmallVec<[u32; 2]> = smallvec![entry.slot];
         if let Some((heir, new_slot)) = plan.promoted {
             let heir_bucket = plan.buckets[1];
-            let guard = guard_of(guards, heir_bucket);
+            let guard = self.guard_of(guards, heir_bucket);
             let heir_seq = guard.repoint(heir, new_slot);
             self.relist(new_slot, heir_seq);
             data.names

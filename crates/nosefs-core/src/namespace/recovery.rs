@@ -1,15 +1,13 @@
 //! Mount: validate and replay the directory journal, then rebuild every DRAM structure from one
 //! scan of the pinode table (seed 001, III-E "Recovery").
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use smallvec::SmallVec;
 use zerocopy::little_endian::U32;
 
-use super::file::FileState;
 use super::filemap::Space;
 use super::fjournal;
 use super::inode::{Inode, InodeTable};
@@ -43,7 +41,7 @@ pub(super) fn mount(image: Image, options: &MountOptions) -> Result<Fs> {
     let file_journal = fjournal::replay(&image);
     let scan = scan_pinodes(&image, &marks)?;
     let free_extents = free_extents(&image, &marks);
-    let mut data = load_data(&image, &scan, &marks, free_extents.len() as u64)?;
+    let data = load_data(&image, &scan, &marks, free_extents.len() as u64)?;
     let cpus = options
         .cpus
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
@@ -73,10 +71,10 @@ pub(super) fn mount(image: Image, options: &MountOptions) -> Result<Fs> {
         },
         image,
     };
-    let bucket_of_slot = build_tree(&fs, &scan, &mut data.files)?;
-    check_chains(&fs.image, &scan, &bucket_of_slot)?;
+    let tree = build_tree(&fs, &scan)?;
+    check_chains(&fs.image, &scan, &tree.bucket_of_slot)?;
     repair_derived(&fs.image, &data);
-    fs.report.nlinks_fixed = fix_link_counts(&fs);
+    fs.report.nlinks_fixed = fix_link_counts(&fs.image, &tree.inodes);
     let count = fs.image.superblock().mount_count() + 1;
     fs.image.set_state(false, count);
     Ok(fs)
@@ -160,8 +158,49 @@ fn validate_dir_logs(image: &Image, marks: &Marks) -> Result<()> {
     Ok(())
 }
 
+/// What mount keeps of one valid pinode once [`check_pinode`] passed it: 48 bytes instead of the
+/// record's 128, so the scan of 10^6 names holds 48 MB of DRAM, not 128. Names are read again from
+/// the image when they are needed (mount is the image's only user, so they cannot change).
+#[derive(Debug, Clone, Copy)]
+struct Found {
+    ino: u64,
+    parent: u64,
+    slot: u32,
+    mode: u32,
+    flags: u32,
+    nlink: u32,
+    hash_next: u32,
+    extent_head: u32,
+    long_name: u32,
+}
+
+impl Found {
+    fn new(slot: u32, p: &Pinode) -> Found {
+        Found {
+            ino: p.ino.get(),
+            parent: p.parent.get(),
+            slot,
+            mode: p.mode.get(),
+            flags: p.flags.get(),
+            nlink: p.nlink.get(),
+            hash_next: p.hash_next.get(),
+            extent_head: p.extent_head.get(),
+            long_name: p.long_name.get(),
+        }
+    }
+
+    fn is_primary(&self) -> bool {
+        self.flags & pinode::FLAG_PRIMARY != 0
+    }
+
+    fn file_type(&self) -> u32 {
+        self.mode & pinode::S_IFMT
+    }
+}
+
 struct Scan {
-    valid: Vec<(u32, Pinode)>,
+    /// In slot order.
+    valid: Vec<Found>,
     /// Slots read: those below the pinode mark.
     slots_read: u64,
     free_slots: Vec<u32>,
@@ -251,16 +290,16 @@ fn scan_pinodes(image: &Image, marks: &Marks) -> Result<Scan> {
             continue;
         }
         scan.max_ino = scan.max_ino.max(p.ino.get());
-        scan.valid.push((slot as u32, p));
+        scan.valid.push(Found::new(slot as u32, &p));
     }
     Ok(scan)
 }
 
-fn free_long_names(valid: &[(u32, Pinode)], marks: &Marks) -> Vec<u32> {
+fn free_long_names(valid: &[Found], marks: &Marks) -> Vec<u32> {
     let used: HashSet<u32> = valid
         .iter()
-        .filter(|(_, p)| p.flags.get() & pinode::FLAG_LONG_NAME != 0)
-        .map(|(_, p)| p.long_name.get())
+        .filter(|f| f.flags & pinode::FLAG_LONG_NAME != 0)
+        .map(|f| f.long_name)
         .collect();
     (1..marks.get(Table::LongNames) as u32)
         .filter(|r| !used.contains(r))
@@ -297,10 +336,9 @@ fn validate_file_logs(image: &Image) -> Result<()> {
     Ok(())
 }
 
-/// Every file's data as the media holds it.
+/// What the extent lists say of the data zone. No file's data state is built here: a file gets
+/// it on first use ([`Fs::file_of`](super::Fs)), so a mount holds no DRAM per file with data.
 struct Data {
-    /// Regular files' states by inode number.
-    files: HashMap<u64, FileState>,
     /// Blocks marked in the bitmap or held by an extent: mount hands out neither.
     used: Vec<u8>,
     /// Blocks on which bitmap and extents disagree.
@@ -313,24 +351,19 @@ struct Data {
 fn load_data(image: &Image, scan: &Scan, marks: &Marks, free_extent_count: u64) -> Result<Data> {
     let g = image.geometry();
     let mut all = Space::default();
-    let mut files = HashMap::new();
     let mut covered = vec![0u8; g.bitmap_bytes() as usize];
     let mut reached_extents = 0u64;
-    for (slot, p) in scan.valid.iter().filter(|(_, p)| p.is_primary()) {
-        let ft = p.mode.get() & pinode::S_IFMT;
-        if ft != pinode::S_IFREG && p.extent_head.get() == 0 {
-            continue;
-        }
-        let extents = file_extents(image, *slot, p, &mut all, marks)?;
+    for found in scan
+        .valid
+        .iter()
+        .filter(|f| f.is_primary() && f.extent_head != 0)
+    {
+        let p = image.pinode(u64::from(found.slot));
+        let extents = file_extents(image, found.slot, &p, &mut all, marks)?;
         reached_extents += extents.len() as u64;
         for &(_, _, addr, len) in &extents {
             let (first, end) = (addr / BLOCK_SIZE, (addr + len).div_ceil(BLOCK_SIZE));
             (first..end).for_each(|b| bitmap::set(&mut covered, b, true));
-        }
-        // A file without extents gets its state on first use, from its pinode.
-        if ft == pinode::S_IFREG && !extents.is_empty() {
-            let state = FileState::from_media(p.size.get(), p.mtime_ns.get(), &extents);
-            files.insert(p.ino.get(), state);
         }
     }
     let on_media = image.bitmap();
@@ -353,7 +386,6 @@ fn load_data(image: &Image, scan: &Scan, marks: &Marks, free_extent_count: u64) 
     // Extents are the truth and every one is accounted for: a bitmap that disagrees is rewritten
     // from them (repair_derived), and the allocator works from them.
     Ok(Data {
-        files,
         used: covered,
         mismatches,
     })
@@ -416,59 +448,50 @@ fn file_extents(
     Ok(out)
 }
 
-/// The names of one inode found by the scan, and which of them claim to be its primary.
-#[derive(Default)]
-struct InodeNames<'a> {
-    slots: SmallVec<[u32; 2]>,
-    primaries: SmallVec<[(u32, &'a Pinode); 1]>,
-    /// The file type of the first name, and whether another name has a different one.
-    file_type: u32,
-    mixed_types: bool,
+/// What [`build_tree`] found on the way, for the checks after it.
+struct Tree {
+    /// The NVM bucket of each valid slot (`u64::MAX` for the others), for [`check_chains`].
+    bucket_of_slot: Vec<u64>,
+    /// Every inode with the link count its primary pinode holds, for [`fix_link_counts`].
+    inodes: Vec<(Arc<Inode>, u32)>,
 }
 
 /// Inodes, names, listings and the mirror, from the valid pinodes.
-/// Returns the bucket of each valid slot (`u64::MAX` for the others), for [`check_chains`].
-fn build_tree(fs: &Fs, scan: &Scan, files: &mut HashMap<u64, FileState>) -> Result<Vec<u64>> {
+fn build_tree(fs: &Fs, scan: &Scan) -> Result<Tree> {
     let corrupt =
         |detail: String| Error::corrupt("pinode", "parent", format!("{detail}; run nosefs fsck"));
-    // One pass groups every name by inode and notes its primary pinode(s): linear in the names.
-    let mut names: HashMap<u64, InodeNames<'_>> = HashMap::with_capacity(scan.valid.len());
-    for (slot, p) in &scan.valid {
-        let entry = names.entry(p.ino.get()).or_default();
-        let file_type = p.mode.get() & pinode::S_IFMT;
-        if entry.slots.is_empty() {
-            entry.file_type = file_type;
-        }
-        entry.mixed_types |= entry.file_type != file_type;
-        entry.slots.push(*slot);
-        if p.is_primary() {
-            entry.primaries.push((*slot, p));
-        }
-    }
-    for (ino, found) in names {
-        let [(primary, p)] = found.primaries.as_slice() else {
-            return Err(corrupt(format!(
-                "inode {ino} has {} primary pinodes",
-                found.primaries.len()
-            )));
+    // The names grouped by inode: a sort of 8-byte keys, not a hash map of 10^6 groups, whose
+    // random inserts cost a cache miss each.
+    let mut by_ino: Vec<(u64, u32)> = (0..scan.valid.len() as u32)
+        .map(|i| (scan.valid[i as usize].ino, i))
+        .collect();
+    by_ino.sort_unstable();
+    let mut inodes = Vec::with_capacity(by_ino.len());
+    fs.inodes.reserve(by_ino.len());
+    for group in by_ino.chunk_by(|a, b| a.0 == b.0) {
+        let ino = group[0].0;
+        let found = |&(_, i): &(u64, u32)| &scan.valid[i as usize];
+        let mut primaries = group.iter().map(found).filter(|f| f.is_primary());
+        let (Some(primary), None) = (primaries.next(), primaries.next()) else {
+            let count = group.iter().map(found).filter(|f| f.is_primary()).count();
+            return Err(corrupt(format!("inode {ino} has {count} primary pinodes")));
         };
-        let file_type = p.mode.get() & pinode::S_IFMT;
-        if found.slots.len() > 1 && file_type == pinode::S_IFDIR {
+        let file_type = primary.file_type();
+        if group.len() > 1 && file_type == pinode::S_IFDIR {
             return Err(corrupt(format!("directory {ino} has a second name")));
         }
-        if found.mixed_types {
+        if group.iter().map(found).any(|f| f.file_type() != file_type) {
             return Err(corrupt(format!(
                 "a name of inode {ino} has another file type"
             )));
         }
-        let inode = Inode::new(
-            ino,
-            *primary,
-            p.mode.get() & pinode::S_IFMT,
-            files.remove(&ino),
-        );
-        inode.data.lock().names = found.slots;
-        fs.inodes.insert(Arc::new(inode));
+        let inode = Inode::new(ino, primary.slot, file_type, None);
+        if group.len() > 1 {
+            inode.data.lock().names = group.iter().map(|g| found(g).slot).collect();
+        }
+        let inode = Arc::new(inode);
+        fs.inodes.insert(Arc::clone(&inode));
+        inodes.push((inode, primary.nlink));
     }
     if fs
         .inodes
@@ -479,45 +502,60 @@ fn build_tree(fs: &Fs, scan: &Scan, files: &mut HashMap<u64, FileState>) -> Resu
         return Err(corrupt("the root directory is missing".into()));
     }
     let mut bucket_of_slot = vec![u64::MAX; scan.slots_read as usize];
-    for (slot, p) in &scan.valid {
-        bucket_of_slot[*slot as usize] = add_to_tree(fs, *slot, p).map_err(corrupt)?;
+    // Names of one directory tend to sit together: the last parent is kept, not looked up again.
+    let mut parent: Option<Arc<Inode>> = None;
+    for found in &scan.valid {
+        let is_root = found.ino == ROOT_INO;
+        if !is_root && parent.as_ref().map_or(true, |p| p.ino != found.parent) {
+            parent = Some(fs.inodes.get(found.parent).ok_or_else(|| {
+                corrupt(format!(
+                    "slot {}: parent inode {} does not exist",
+                    found.slot, found.parent
+                ))
+            })?);
+        }
+        let parent = if is_root { None } else { parent.as_deref() };
+        bucket_of_slot[found.slot as usize] = add_to_tree(fs, found, parent).map_err(corrupt)?;
     }
-    Ok(bucket_of_slot)
+    Ok(Tree {
+        bucket_of_slot,
+        inodes,
+    })
 }
 
-/// Adds one name to its directory's listing and the mirror; returns its bucket.
-fn add_to_tree(fs: &Fs, slot: u32, p: &Pinode) -> std::result::Result<u64, String> {
-    let name = txn::full_name(&fs.image, p);
-    let hash = name_hash(fs.image.geometry().hash_seed, p.parent.get(), &name);
-    let index = fs.bucket_index(hash);
-    let bucket = &fs.mirror[index as usize];
-    if p.ino.get() == ROOT_INO {
-        bucket.push_unlocked(MirrorEntry { hash, slot, seq: 0 });
-        return Ok(index);
-    }
-    let twin = bucket.candidates(hash, |e| {
-        let q = fs.image.pinode(u64::from(e.slot));
-        q.parent == p.parent && txn::full_name(&fs.image, &q) == name
+/// Adds one name to its directory's listing and the mirror; returns its bucket. `parent` is the
+/// name's parent inode (`None` only for the root).
+fn add_to_tree(fs: &Fs, found: &Found, parent: Option<&Inode>) -> std::result::Result<u64, String> {
+    let slot = found.slot;
+    let p = fs.image.pinode(u64::from(slot));
+    let (hash, twin) = txn::with_full_name(&fs.image, &p, |name| {
+        let hash = name_hash(fs.image.geometry().hash_seed, found.parent, name);
+        let twin = fs.mirror[fs.bucket_index(hash) as usize].candidates(hash, |e| {
+            let q = fs.image.pinode(u64::from(e.slot));
+            q.parent.get() == found.parent
+                && txn::with_full_name(&fs.image, &q, |other| other == name)
+        });
+        (hash, twin)
     });
     if let Some(twin) = twin {
         return Err(format!("slots {slot} and {} hold the same name", twin.slot));
     }
-    let parent = fs.inodes.get(p.parent.get()).ok_or_else(|| {
-        format!(
-            "slot {slot}: parent inode {} does not exist",
-            p.parent.get()
-        )
-    })?;
+    let index = fs.bucket_index(hash);
+    let bucket = &fs.mirror[index as usize];
+    let Some(parent) = parent else {
+        bucket.push_unlocked(MirrorEntry { hash, slot, seq: 0 });
+        return Ok(index);
+    };
     let dir = parent.dir.as_ref().ok_or_else(|| {
         format!(
             "slot {slot}: parent inode {} is not a directory",
-            p.parent.get()
+            found.parent
         )
     })?;
     let seq = dir.next_seq();
     dir.children.insert(seq, slot);
     bucket.push_unlocked(MirrorEntry { hash, slot, seq });
-    if p.is_dir() && p.is_primary() {
+    if found.file_type() == pinode::S_IFDIR && found.is_primary() {
         parent.data.lock().subdirs += 1;
     }
     Ok(index)
@@ -536,8 +574,8 @@ fn check_chains(image: &Image, scan: &Scan, bucket_of_slot: &[u64]) -> Result<()
         ))
     };
     let mut next = vec![0u32; bucket_of_slot.len()];
-    for (slot, p) in &scan.valid {
-        next[*slot as usize] = p.hash_next.get();
+    for found in &scan.valid {
+        next[found.slot as usize] = found.hash_next;
     }
     let mut visited = vec![0u64; bucket_of_slot.len().div_ceil(64)];
     let mut linked = 0usize;
@@ -600,21 +638,22 @@ fn repair_derived(image: &Image, data: &Data) {
     crate::fsck::repair_backup(image);
 }
 
-/// Link counts are derived state: recompute them and repair any a crash left stale.
-fn fix_link_counts(fs: &Fs) -> u64 {
+/// Link counts are derived state: recompute them and repair any a crash left stale. `inodes` has
+/// each inode with the count its primary pinode held at the scan.
+fn fix_link_counts(image: &Image, inodes: &[(Arc<Inode>, u32)]) -> u64 {
     let mut fixed = 0;
-    for inode in fs.inodes.all() {
+    for (inode, on_media) in inodes {
         let data = inode.data.lock();
         let want = if inode.dir.is_some() {
             2 + data.subdirs
         } else {
             data.names.len() as u32
         };
-        let slot = u64::from(inode.primary_slot());
-        if fs.image.pinode(slot).nlink.get() != want {
-            let offset = fs.image.geometry().pinode_offset(slot) + NLINK_OFFSET;
-            fs.image.region().write(offset, &U32::new(want));
-            fs.image.region().persist(offset, 4);
+        if *on_media != want {
+            let slot = u64::from(inode.primary_slot());
+            let offset = image.geometry().pinode_offset(slot) + NLINK_OFFSET;
+            image.region().write(offset, &U32::new(want));
+            image.region().persist(offset, 4);
             fixed += 1;
         }
     }

@@ -15,7 +15,7 @@ use super::inode::Inode;
 use super::mirror::MirrorEntry;
 use super::ops::{held, held_mut, DataGuard, DropPlan, NewLongName};
 use super::txn::Txn;
-use super::{check_name_len, check_new_name, guard_of, Fs, ROOT_INO};
+use super::{check_name_len, check_new_name, Fs, ROOT_INO};
 use crate::error::{Errno, Result};
 use crate::format::pinode::{self, Pinode};
 use crate::mkfs::now_ns;
@@ -355,7 +355,8 @@ impl Fs {
             } else {
                 freed.push(dst.slot);
                 freed_long.push(self.image.pinode(u64::from(dst.slot)).long_name.get());
-                guard_of(guards, self.bucket_index(dst.hash)).remove(dst.slot);
+                self.guard_of(guards, self.bucket_index(dst.hash))
+                    .remove(dst.slot);
                 s.to.dir
                     .as_ref()
                     .expect("directory")
@@ -386,7 +387,8 @@ impl Fs {
         locked: &mut [(u64, DataGuard)],
         guards: &mut [(u64, super::mirror::BucketGuard<'_>)],
     ) {
-        guard_of(guards, self.bucket_index(old.hash)).remove(old.slot);
+        self.guard_of(guards, self.bucket_index(old.hash))
+            .remove(old.slot);
         from.dir
             .as_ref()
             .expect("directory")
@@ -394,11 +396,12 @@ impl Fs {
             .remove(&old.seq);
         let to_state = to.dir.as_ref().expect("directory");
         let seq = to_state.next_seq();
-        guard_of(guards, self.bucket_index(hash)).insert(MirrorEntry {
-            hash,
-            slot: new_slot,
-            seq,
-        });
+        self.guard_of(guards, self.bucket_index(hash))
+            .insert(MirrorEntry {
+                hash,
+                slot: new_slot,
+                seq,
+            });
         to_state.children.insert(seq, new_slot);
         let data = held_mut(locked, inode.ino);
         data.names
