@@ -5,7 +5,7 @@ use super::*;
 impl Checker<'_> {
     pub(super) fn check_chains(&mut self) {
         let g = self.geometry;
-        let mut in_chain: HashSet<u64> = HashSet::new();
+        let mut in_chain: HashSet<u64> = HashSet::default();
         for bucket in 0..g.bucket_count() {
             let b = self.image.bucket(bucket);
             if b.reserved.get() != 0 {
@@ -13,23 +13,23 @@ impl Checker<'_> {
             }
             let mut slot = u64::from(b.head.get());
             let mut field = "head";
-            let mut structure = format!("bucket[{bucket}]");
+            let mut structure = Label("bucket", bucket);
             while slot != 0 {
                 if slot >= g.pinode_count() {
-                    self.push(&structure, field, format!("slot {slot} out of range"));
+                    self.push(structure, field, format!("slot {slot} out of range"));
                     break;
                 }
                 if !in_chain.insert(slot) {
                     self.push(
-                        &structure,
+                        structure,
                         field,
                         format!("slot {slot} is already in a chain (cycle or shared tail)"),
                     );
                     break;
                 }
                 let p = self.image.pinode(slot);
-                self.check_chain_member(bucket, slot, &p, &structure, field);
-                structure = format!("pinode[{slot}]");
+                self.check_chain_member(bucket, slot, &p, structure, field);
+                structure = Label("pinode", slot);
                 field = "hash_next";
                 slot = u64::from(p.hash_next.get());
             }
@@ -58,7 +58,7 @@ impl Checker<'_> {
         bucket: u64,
         slot: u64,
         p: &Pinode,
-        structure: &str,
+        structure: Label,
         field: &'static str,
     ) {
         if !p.is_valid() {
@@ -86,7 +86,7 @@ impl Checker<'_> {
 /// valid pinode is linked at the head of its bucket, in slot order.
 pub(super) fn rebuild(s: &mut super::repair::Salvage, image: &Image) {
     let g = image.geometry();
-    let mut heads: HashMap<u64, u32> = HashMap::new();
+    let mut heads: HashMap<u64, u32> = HashMap::default();
     let slots: Vec<u64> = s.pinodes.keys().copied().collect();
     for slot in slots {
         let p = s.pinodes[&slot].clone();

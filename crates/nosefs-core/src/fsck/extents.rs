@@ -5,7 +5,7 @@ use super::*;
 impl Checker<'_> {
     pub(super) fn check_extents(&mut self) {
         let g = self.geometry;
-        let mut reached: HashSet<u64> = HashSet::new();
+        let mut reached: HashSet<u64> = HashSet::default();
         for (slot, p) in &self.scan.valid {
             if self.pending.files.contains(&p.ino.get()) {
                 let mut eno = u64::from(p.extent_head.get());
@@ -67,22 +67,22 @@ impl Checker<'_> {
 
     pub(super) fn walk_extent_list(&mut self, slot: u64, p: &Pinode, reached: &mut HashSet<u64>) {
         let g = self.geometry;
-        let here = format!("pinode[{slot}]");
+        let here = Label("pinode", slot);
         let ft = p.mode.get() & pinode::S_IFMT;
         if ft != pinode::S_IFREG && ft != pinode::S_IFLNK {
             self.push(
-                &here,
+                here,
                 "extent_head",
                 "only regular files and symlinks hold data",
             );
         }
         let (mut prev, mut eno, mut end) = (0u64, u64::from(p.extent_head.get()), 0u64);
         while eno != 0 {
-            let at = format!("extent[{eno}]");
+            let at = Label("extent", eno);
             if eno >= g.extent_count() || !reached.insert(eno) {
                 self.push(
                     if prev == 0 {
-                        here.clone()
+                        String::from(here)
                     } else {
                         format!("extent[{prev}]")
                     },
@@ -94,25 +94,25 @@ impl Checker<'_> {
             let e = self.image.extent(eno);
             self.check_extent_record(eno, &e);
             if !e.is_valid() && !self.pending.file_extents.contains(&eno) {
-                self.push(&at, "flags", "in a file's list but not valid");
+                self.push(at, "flags", "in a file's list but not valid");
             }
             if e.ino.get() != p.ino.get() {
                 self.push(
-                    &at,
+                    at,
                     "ino",
                     format!("{} but listed by inode {}", e.ino.get(), p.ino.get()),
                 );
             }
             if u64::from(e.prev.get()) != prev {
                 self.push(
-                    &at,
+                    at,
                     "prev",
                     format!("{} but follows extent {prev}", e.prev.get()),
                 );
             }
             if e.file_offset.get() < end {
                 self.push(
-                    &at,
+                    at,
                     "file_offset",
                     format!(
                         "{} overlaps the previous extent ending at {end}",
@@ -125,7 +125,7 @@ impl Checker<'_> {
         }
         if end > p.size.get() {
             self.push(
-                &here,
+                here,
                 "size",
                 format!("{} but extents reach {end}", p.size.get()),
             );
@@ -133,26 +133,26 @@ impl Checker<'_> {
     }
 
     pub(super) fn check_extent_record(&mut self, eno: u64, e: &Extent) {
-        let at = format!("extent[{eno}]");
+        let at = Label("extent", eno);
         let flags = e.flags.get();
         if flags & !extent::KNOWN_FLAGS != 0 {
-            self.push(&at, "flags", format!("unknown bits {flags:#x}"));
+            self.push(at, "flags", format!("unknown bits {flags:#x}"));
         }
         let (offset, length) = (u64::from(e.block_offset.get()), u64::from(e.length.get()));
         let blocks = u64::from(e.block_count.get());
         if length == 0 {
-            self.push(&at, "length", "0: an extent holds at least one byte");
+            self.push(at, "length", "0: an extent holds at least one byte");
         }
         if offset >= BLOCK_SIZE {
             self.push(
-                &at,
+                at,
                 "block_offset",
                 format!("{offset} is not inside a block"),
             );
         }
         if blocks != Extent::blocks_needed(offset, length) {
             self.push(
-                &at,
+                at,
                 "block_count",
                 format!(
                     "{blocks} but {length} bytes at offset {offset} need {}",
@@ -163,7 +163,7 @@ impl Checker<'_> {
         let start = u64::from(e.start_block.get());
         if start + blocks > self.geometry.data_block_count() {
             self.push(
-                &at,
+                at,
                 "start_block",
                 format!(
                     "run {start}+{blocks} passes the data zone ({} blocks)",
@@ -172,7 +172,7 @@ impl Checker<'_> {
             );
         }
         if e.file_end().is_none() {
-            self.push(&at, "file_offset", "offset plus length overflows");
+            self.push(at, "file_offset", "offset plus length overflows");
         }
     }
 }
@@ -213,7 +213,7 @@ pub(super) fn repair_lists(s: &mut Salvage, image: &Image) {
         .filter(|p| p.is_primary())
         .map(|p| p.ino.get())
         .collect();
-    let mut reached: HashSet<u64> = HashSet::new();
+    let mut reached: HashSet<u64> = HashSet::default();
     let mut claimed = Claimed::default();
     let slots: Vec<u64> = s.pinodes.keys().copied().collect();
     for slot in slots {

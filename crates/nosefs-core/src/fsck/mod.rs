@@ -34,7 +34,6 @@ pub(crate) use superblock::repair_backup;
 pub use superblock::restore_primary_superblock;
 use superblock::{check_superblock_extras, superblock_problem};
 
-use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::path::Path;
 
@@ -208,6 +207,66 @@ fn check_image(image: &Image, notes: &mut Vec<String>) -> Vec<Problem> {
     report.problems
 }
 
+/// Hash maps keyed by slots, inode numbers and names, with a multiplicative hash: fsck of 10^6
+/// names makes millions of inserts, and SipHash's resistance to chosen keys buys nothing against
+/// an image (a crafted one slows fsck down, it cannot make it wrong).
+type HashMap<K, V> = std::collections::HashMap<K, V, std::hash::BuildHasherDefault<FastHasher>>;
+/// See [`HashMap`].
+type HashSet<K> = std::collections::HashSet<K, std::hash::BuildHasherDefault<FastHasher>>;
+
+/// FxHash's mix (one rotate, xor and multiply per word), then MurmurHash3's finaliser: a
+/// product's low bits depend only on its inputs' low bits, and the table indexes by the low bits,
+/// so without the finaliser names that differ only in their high bytes ("f0000001", "f0000002")
+/// all land in one bucket.
+#[derive(Debug, Default, Clone, Copy)]
+struct FastHasher(u64);
+
+impl std::hash::Hasher for FastHasher {
+    fn finish(&self) -> u64 {
+        let mut h = self.0;
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+        h ^ (h >> 33)
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        let mut words = bytes.chunks_exact(8);
+        for word in &mut words {
+            self.write_u64(u64::from_le_bytes(word.try_into().expect("8 bytes")));
+        }
+        for &b in words.remainder() {
+            self.write_u64(u64::from(b));
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
+}
+
+/// Where a problem is ("pinode[7]"), formatted only when one is reported: fsck labels every
+/// record it checks, and most records have no problem.
+#[derive(Debug, Clone, Copy)]
+struct Label(&'static str, u64);
+
+impl From<Label> for String {
+    fn from(label: Label) -> String {
+        format!("{}[{}]", label.0, label.1)
+    }
+}
+
+impl From<&Label> for String {
+    fn from(label: &Label) -> String {
+        String::from(*label)
+    }
+}
+
 fn problem(
     structure: impl Into<String>,
     field: &'static str,
@@ -226,14 +285,21 @@ struct Scan {
     /// Valid pinodes by slot.
     valid: Vec<(u64, Pinode)>,
     /// Slot of each valid pinode, by slot index (`u32::MAX`: not valid).
-    index_of_slot: HashMap<u64, usize>,
+    /// Indexes into `valid` by slot (`u32::MAX`: not valid): a vector, not a map, because
+    /// fsck looks a slot up for every name and every chain link.
+    index_of_slot: Vec<u32>,
     /// For each ino, the slots of its valid primary pinodes.
-    primaries: HashMap<u64, Vec<u64>>,
+    /// Ordered, not hashed: inode numbers grow with the slots, so the scan's lookups in slot
+    /// order walk the tree's last path, where a hash map would miss the cache on each.
+    primaries: std::collections::BTreeMap<u64, Vec<u64>>,
 }
 
 impl Scan {
     fn read(image: &Image) -> Scan {
-        let mut scan = Scan::default();
+        let mut scan = Scan {
+            index_of_slot: vec![u32::MAX; image.geometry().pinode_count() as usize],
+            ..Scan::default()
+        };
         for slot in 0..image.geometry().pinode_count() {
             let p = image.pinode(slot);
             if !p.is_valid() {
@@ -242,14 +308,15 @@ impl Scan {
             if p.is_primary() {
                 scan.primaries.entry(p.ino.get()).or_default().push(slot);
             }
-            scan.index_of_slot.insert(slot, scan.valid.len());
+            scan.index_of_slot[slot as usize] = scan.valid.len() as u32;
             scan.valid.push((slot, p));
         }
         scan
     }
 
     fn pinode(&self, slot: u64) -> Option<&Pinode> {
-        self.index_of_slot.get(&slot).map(|&i| &self.valid[i].1)
+        let index = *self.index_of_slot.get(usize::try_from(slot).ok()?)?;
+        (index != u32::MAX).then(|| &self.valid[index as usize].1)
     }
 
     /// The primary pinode of `ino`, when there is exactly one.

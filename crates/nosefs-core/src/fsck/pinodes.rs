@@ -4,13 +4,13 @@ use super::*;
 
 impl Checker<'_> {
     pub(super) fn check_pinodes(&mut self) {
-        let mut names: HashMap<(u64, Vec<u8>), u64> = HashMap::new();
-        let mut long_names: HashMap<u64, u64> = HashMap::new();
-        let mut names_per_ino: HashMap<u64, u32> = HashMap::new();
-        let mut subdirs: HashMap<u64, u32> = HashMap::new();
+        let mut names: HashMap<(u64, Vec<u8>), u64> = HashMap::default();
+        let mut long_names: HashMap<u64, u64> = HashMap::default();
+        let mut names_per_ino: HashMap<u64, u32> = HashMap::default();
+        let mut subdirs: HashMap<u64, u32> = HashMap::default();
         let valid = &self.scan.valid;
         for (slot, p) in valid {
-            let here = format!("pinode[{slot}]");
+            let here = Label("pinode", *slot);
             self.check_pinode_fields(*slot, p);
             if p.flags.get() & pinode::FLAG_ORPHAN == 0 {
                 *names_per_ino.entry(p.ino.get()).or_default() += 1;
@@ -18,7 +18,7 @@ impl Checker<'_> {
             if p.flags.get() & pinode::FLAG_LONG_NAME != 0 {
                 if let Some(other) = long_names.insert(u64::from(p.long_name.get()), *slot) {
                     self.push(
-                        &here,
+                        here,
                         "long_name",
                         format!(
                             "record {} is also used by pinode {other}",
@@ -34,13 +34,13 @@ impl Checker<'_> {
                 Ok(name) => {
                     if let Some(other) = names.insert((p.parent.get(), name), *slot) {
                         self.push(
-                            &here,
+                            here,
                             "name",
                             format!("same parent and name as pinode {other}"),
                         );
                     }
                 }
-                Err(why) => self.push(&here, "long_name", why),
+                Err(why) => self.push(here, "long_name", why),
             }
             if p.is_dir() && p.flags.get() & pinode::FLAG_ORPHAN == 0 {
                 *subdirs.entry(p.parent.get()).or_default() += 1;
@@ -51,24 +51,24 @@ impl Checker<'_> {
     }
 
     pub(super) fn check_pinode_fields(&mut self, slot: u64, p: &Pinode) {
-        let here = format!("pinode[{slot}]");
+        let here = Label("pinode", slot);
         let flags = p.flags.get();
         if flags & !pinode::KNOWN_FLAGS != 0 {
             self.push(
-                &here,
+                here,
                 "flags",
                 format!("unknown bits {:#x}", flags & !pinode::KNOWN_FLAGS),
             );
         }
         if slot == 0 {
-            self.push(&here, "flags", "slot 0 is reserved but marked valid");
+            self.push(here, "flags", "slot 0 is reserved but marked valid");
         }
         if p.ino.get() == 0 {
-            self.push(&here, "ino", "0 is not an inode number");
+            self.push(here, "ino", "0 is not an inode number");
         }
         if !pinode::is_valid_file_type(p.mode.get()) {
             self.push(
-                &here,
+                here,
                 "mode",
                 format!("{:#o} has no valid file type", p.mode.get()),
             );
@@ -78,12 +78,12 @@ impl Checker<'_> {
     }
 
     pub(super) fn check_name(&mut self, slot: u64, p: &Pinode) {
-        let here = format!("pinode[{slot}]");
+        let here = Label("pinode", slot);
         let len = usize::from(p.name_len);
         let is_root = p.ino.get() == ROOT_INO;
         if is_root != (len == 0) {
             self.push(
-                &here,
+                here,
                 "name_len",
                 format!("{len}: only the root has an empty name"),
             );
@@ -91,7 +91,7 @@ impl Checker<'_> {
         let long = p.flags.get() & pinode::FLAG_LONG_NAME != 0;
         if long != (len > INLINE_NAME_MAX) {
             self.push(
-                &here,
+                here,
                 "flags",
                 format!("LONG_NAME flag disagrees with name_len {len}"),
             );
@@ -99,12 +99,12 @@ impl Checker<'_> {
         debug_assert!(len <= NAME_MAX);
         let inline = p.inline_name();
         if p.name[inline.len()..].iter().any(|&b| b != 0) {
-            self.push(&here, "name", "bytes past the name are not zero");
+            self.push(here, "name", "bytes past the name are not zero");
         }
         if let Ok(name) = self.full_name(p) {
             if name.contains(&b'/') || name.contains(&0) || name == b"." || name == b".." {
                 self.push(
-                    &here,
+                    here,
                     "name",
                     format!(
                         "{:?} is not a valid file name",
@@ -117,13 +117,13 @@ impl Checker<'_> {
 
     /// Root, primary and parent relations of one pinode.
     pub(super) fn check_identity(&mut self, slot: u64, p: &Pinode) {
-        let here = format!("pinode[{slot}]");
+        let here = Label("pinode", slot);
         let ino = p.ino.get();
         match self.scan.primaries.get(&ino).map(Vec::len).unwrap_or(0) {
             1 => {}
-            0 => self.push(&here, "ino", format!("inode {ino} has no primary pinode")),
+            0 => self.push(here, "ino", format!("inode {ino} has no primary pinode")),
             n if p.is_primary() => self.push(
-                &here,
+                here,
                 "flags",
                 format!("inode {ino} has {n} primary pinodes"),
             ),
@@ -132,7 +132,7 @@ impl Checker<'_> {
         if let Some(primary) = self.scan.primary(ino) {
             if primary.mode.get() & pinode::S_IFMT != p.mode.get() & pinode::S_IFMT {
                 self.push(
-                    &here,
+                    here,
                     "mode",
                     format!("file type differs from its primary pinode (inode {ino})"),
                 );
@@ -145,7 +145,7 @@ impl Checker<'_> {
         if ino == ROOT_INO {
             if p.parent.get() != 0 || !p.is_dir() || !p.is_primary() {
                 self.push(
-                    &here,
+                    here,
                     "parent",
                     "the root must be a primary directory with parent 0",
                 );
@@ -155,19 +155,19 @@ impl Checker<'_> {
         match self.scan.primary(p.parent.get()) {
             Some(parent) if parent.is_dir() => {}
             Some(_) => self.push(
-                &here,
+                here,
                 "parent",
                 format!("inode {} is not a directory", p.parent.get()),
             ),
             None => self.push(
-                &here,
+                here,
                 "parent",
                 format!("inode {} does not exist", p.parent.get()),
             ),
         }
         if p.is_dir() && !p.is_primary() {
             self.push(
-                &here,
+                here,
                 "flags",
                 "a directory cannot have a second name (hard link)",
             );
@@ -546,7 +546,7 @@ pub(super) fn repair_tree(s: &mut Salvage, image: &Image, notes: &mut Vec<String
         .map(|p| p.ino.get())
         .collect();
     let mut homeless = Vec::new();
-    let mut names: HashMap<(u64, Vec<u8>), u64> = HashMap::new();
+    let mut names: HashMap<(u64, Vec<u8>), u64> = HashMap::default();
     let slots: Vec<u64> = s.pinodes.keys().copied().collect();
     for &slot in &slots {
         let p = s.pinodes[&slot].clone();
@@ -612,13 +612,13 @@ fn directories_in_cycles(s: &Salvage) -> Vec<u64> {
         .filter(|(_, p)| p.is_primary() && p.is_dir())
         .map(|(&slot, p)| (p.ino.get(), (slot, p.parent.get())))
         .collect();
-    let mut reaches_root: HashMap<u64, bool> = HashMap::from([(ROOT_INO, true)]);
+    let mut reaches_root: HashMap<u64, bool> = [(ROOT_INO, true)].into_iter().collect();
     let mut cut = Vec::new();
     let mut inos: Vec<u64> = dirs.keys().copied().collect();
     inos.sort_unstable();
     for start in inos {
         let mut path = Vec::new();
-        let mut on_path = HashSet::new();
+        let mut on_path = HashSet::default();
         let mut ino = start;
         let ok = loop {
             if let Some(&known) = reaches_root.get(&ino) {
@@ -675,8 +675,8 @@ fn lost_found(
 
 /// Link counts from the names: a directory has 2 plus its subdirectories, a file its names.
 pub(super) fn repair_link_counts(s: &mut Salvage) {
-    let mut names: HashMap<u64, u32> = HashMap::new();
-    let mut subdirs: HashMap<u64, u32> = HashMap::new();
+    let mut names: HashMap<u64, u32> = HashMap::default();
+    let mut subdirs: HashMap<u64, u32> = HashMap::default();
     for p in s.pinodes.values() {
         *names.entry(p.ino.get()).or_default() += 1;
         if p.is_dir() && p.is_primary() && p.ino.get() != ROOT_INO {

@@ -55,7 +55,7 @@ impl Salvage {
             touched: BTreeSet::new(),
             long_names: BTreeMap::new(),
             next_ino: next_ino.max(ROOT_INO + 1),
-            renumbered: HashMap::new(),
+            renumbered: HashMap::default(),
             lost_found: None,
             pinode_count: g.pinode_count(),
         }
