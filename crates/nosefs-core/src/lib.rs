@@ -8,6 +8,7 @@
 
 pub mod alloc;
 pub mod error;
+pub mod file;
 pub mod format;
 pub mod fsck;
 pub mod image;

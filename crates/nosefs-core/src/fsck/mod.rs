@@ -38,6 +38,7 @@ use std::fmt;
 use std::path::Path;
 
 use crate::error::{Error, Result};
+use crate::file::journal as fjournal;
 use crate::format::bitmap;
 use crate::format::extent::{self, Extent};
 use crate::format::hash_table::bucket_of;
@@ -48,7 +49,6 @@ use crate::format::superblock::{Superblock, BACKUP_OFFSET, PRIMARY_OFFSET, SUPER
 use crate::format::BLOCK_SIZE;
 use crate::image::{read_superblock, Image};
 use crate::mkfs::ROOT_INO;
-use crate::namespace::fjournal;
 use crate::namespace::txn::{log_intact, TAIL_COUNT_MASK};
 use crate::pmem::{Access, Region, RegionOptions};
 

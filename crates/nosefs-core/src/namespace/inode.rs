@@ -113,14 +113,14 @@ pub struct Inode {
     /// files a create makes are never written by the process that made them, and the state is the
     /// largest part of an inode, so creates do not pay for it. Locked after the inode lock when
     /// both are taken.
-    file: OnceLock<Box<Mutex<super::file::FileState>>>,
+    file: OnceLock<Box<Mutex<crate::file::FileState>>>,
 }
 
 impl Inode {
     /// A new inode whose primary pinode is at `slot`, of type `file_type` (the `S_IFMT` bits of
     /// its mode): a directory gets an empty listing; a regular file gets `file`, its data as
     /// mount found it, or no state yet when it has no extents.
-    pub fn new(ino: u64, slot: u32, file_type: u32, file: Option<super::file::FileState>) -> Inode {
+    pub fn new(ino: u64, slot: u32, file_type: u32, file: Option<crate::file::FileState>) -> Inode {
         let is_file = file_type == S_IFREG;
         assert!(
             is_file || file.is_none(),
@@ -155,7 +155,7 @@ impl Inode {
 
     /// The regular file's data state, if a file operation has made it. `None` means no extents
     /// and nothing pending.
-    pub fn file_state(&self) -> Option<&Mutex<super::file::FileState>> {
+    pub fn file_state(&self) -> Option<&Mutex<crate::file::FileState>> {
         self.file.get().map(|state| &**state)
     }
 
@@ -163,8 +163,8 @@ impl Inode {
     /// the inode lock, so the pinode `make` reads cannot change under it.
     pub fn file_state_or_make(
         &self,
-        make: impl FnOnce() -> super::file::FileState,
-    ) -> &Mutex<super::file::FileState> {
+        make: impl FnOnce() -> crate::file::FileState,
+    ) -> &Mutex<crate::file::FileState> {
         assert!(self.is_file, "only regular files have data state");
         self.file.get_or_init(|| Box::new(Mutex::new(make())))
     }
@@ -276,7 +276,7 @@ mod tests {
     fn only_regular_files_get_data_state() {
         let file = Inode::new(5, 9, S_IFREG, None);
         assert!(file.is_file() && file.file_state().is_none() && file.dir.is_none());
-        let state = file.file_state_or_make(|| super::super::file::FileState::new(0));
+        let state = file.file_state_or_make(|| crate::file::FileState::new(0));
         assert!(std::ptr::eq(state, file.file_state().unwrap()), "made once");
         let dir = Inode::new(6, 10, S_IFDIR, None);
         assert!(!dir.is_file() && dir.file_state().is_none() && dir.dir.is_some());

@@ -13,11 +13,7 @@
 //! place with atomic stores after the commit, and mount recomputes link counts from the tree, so a
 //! crash between the commit and those stores is repaired.
 
-mod chunkmap;
-mod file;
-mod filemap;
-pub mod fjournal;
-mod inode;
+pub(crate) mod inode;
 mod mirror;
 mod ops;
 pub mod perm;
@@ -43,7 +39,7 @@ use inode::{Inode, InodeTable};
 use mirror::{BucketGuard, Buckets, MirrorEntry};
 use pool::SlotPools;
 
-pub use file::{MAX_FILE_BYTES, WINDOW_BYTES, WINDOW_MAX_PIECES};
+pub use crate::file::{MAX_FILE_BYTES, WINDOW_BYTES, WINDOW_MAX_PIECES};
 pub use ops::{Owner, SetAttr, LINK_MAX};
 pub use rename::RenameFlags;
 pub use symlink::SYMLINK_MAX;
@@ -154,18 +150,18 @@ pub struct MountReport {
 /// A mounted noseFS file system.
 #[derive(Debug)]
 pub struct Fs {
-    image: Image,
+    pub(crate) image: Image,
     mirror: Buckets,
-    inodes: InodeTable,
+    pub(crate) inodes: InodeTable,
     pinodes: SlotPools,
     long_names: SlotPools,
-    extents: SlotPools,
-    blocks: crate::alloc::BlockAllocator,
+    pub(crate) extents: SlotPools,
+    pub(crate) blocks: crate::alloc::BlockAllocator,
     logs: Vec<Mutex<()>>,
     /// Which directory logs may hold a replayable record, and what is held back meanwhile.
     settler: settle::Settler,
-    file_logs: SlotPools,
-    sync_writes: bool,
+    pub(crate) file_logs: SlotPools,
+    pub(crate) sync_writes: bool,
     next_ino: AtomicU64,
     /// Serialises moves of a directory to another parent, so two of them cannot build a cycle.
     topology: Mutex<()>,
@@ -250,7 +246,7 @@ impl Fs {
         guard.find(hash, |e| self.name_matches(e.slot, parent, name))
     }
 
-    fn inode(&self, ino: u64) -> Result<Arc<Inode>> {
+    pub(crate) fn inode(&self, ino: u64) -> Result<Arc<Inode>> {
         self.inodes.get(ino).ok_or(Errno::ENOENT.into())
     }
 
@@ -264,7 +260,7 @@ impl Fs {
     }
 
     /// The primary pinode of an inode, read consistently with concurrent new versions.
-    fn primary_pinode(&self, inode: &Inode) -> Result<Pinode> {
+    pub(crate) fn primary_pinode(&self, inode: &Inode) -> Result<Pinode> {
         loop {
             let slot = inode.primary_slot();
             let p = self.image.pinode(u64::from(slot));
@@ -438,7 +434,7 @@ impl Fs {
     /// Runs `alloc`; when it finds nothing, settles the directory logs, returns what directory
     /// commits held back, and runs it again (also when this settle found nothing: a concurrent
     /// one may just have returned what it took, and `settle_all` waits for it).
-    fn alloc_or_settle<T>(&self, alloc: impl Fn() -> Option<T>) -> Option<T> {
+    pub(crate) fn alloc_or_settle<T>(&self, alloc: impl Fn() -> Option<T>) -> Option<T> {
         alloc().or_else(|| {
             self.settle_all();
             alloc()
@@ -447,13 +443,13 @@ impl Fs {
 
     /// Settles every directory log and returns what directory commits held back to the pools
     /// ([`settle`]). Returns whether anything was held back.
-    fn settle_all(&self) -> bool {
+    pub(crate) fn settle_all(&self) -> bool {
         self.settler
             .settle_all(&self.image, |released| self.return_to_pools(released))
     }
 
     /// Holds back resources a directory commit freed until the logs are settled ([`settle`]).
-    fn hold_back(&self, hold: impl FnOnce(&mut settle::Limbo)) {
+    pub(crate) fn hold_back(&self, hold: impl FnOnce(&mut settle::Limbo)) {
         if txn::fault::active(txn::fault::Fault::SkipLimbo) {
             let mut limbo = settle::Limbo::default();
             hold(&mut limbo);
@@ -501,7 +497,7 @@ impl Fs {
     /// The log is left unsettled ([`settle`]); the log of the last commit that touched one of the
     /// buckets, if that commit is still unsettled, is settled first, so it can never be replayed
     /// over this one.
-    fn commit(&self, buckets: &[u64], txn: &mut txn::Txn) {
+    pub(crate) fn commit(&self, buckets: &[u64], txn: &mut txn::Txn) {
         let log_count = self.image.geometry().dir_log_count();
         let mut logs: SmallVec<[u64; 6]> =
             buckets.iter().map(|b| 1 + b % (log_count - 1)).collect();
@@ -531,7 +527,7 @@ impl Fs {
     /// Locks the mirror buckets of NVM buckets `buckets` in ascending order, once each. The
     /// guards are keyed by [`Buckets::key`](mirror::Buckets::key); find one with
     /// [`Fs::guard_of`].
-    fn lock_buckets(&self, buckets: &[u64]) -> SmallVec<[(u64, BucketGuard<'_>); 6]> {
+    pub(crate) fn lock_buckets(&self, buckets: &[u64]) -> SmallVec<[(u64, BucketGuard<'_>); 6]> {
         let mut sorted: SmallVec<[u64; 6]> = buckets.iter().map(|&b| self.mirror.key(b)).collect();
         sorted.sort_unstable();
         sorted.dedup();
@@ -595,6 +591,4 @@ fn check_new_name(name: &[u8]) -> Result<()> {
 }
 
 #[cfg(test)]
-mod file_tests;
-#[cfg(test)]
-mod tests;
+pub(crate) mod tests;

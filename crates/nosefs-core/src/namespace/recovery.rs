@@ -8,13 +8,13 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use zerocopy::little_endian::U32;
 
-use super::filemap::Space;
-use super::fjournal;
 use super::inode::{Inode, InodeTable};
 use super::mirror::MirrorEntry;
 use super::pool::SlotPools;
 use super::{txn, Fs, MountOptions, MountReport, ROOT_INO};
 use crate::error::{Error, Result};
+use crate::file::filemap::Space;
+use crate::file::journal as fjournal;
 use crate::format::bitmap;
 use crate::format::extent::Extent;
 use crate::format::hash_table::name_hash;

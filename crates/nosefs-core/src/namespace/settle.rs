@@ -27,7 +27,7 @@
 //! in any order: by the rules above, only the commits a crash interrupted change anything, and
 //! those touch disjoint buckets and slots (each held its buckets' locks and its own new slots).
 //!
-//! File logs are not affected: [`super::fjournal::commit`] still clears its log durably.
+//! File logs are not affected: [`crate::file::journal::commit`] still clears its log durably.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 

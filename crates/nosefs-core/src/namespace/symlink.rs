@@ -154,7 +154,7 @@ impl Fs {
     }
 
     /// The extents and block runs in a primary pinode's list: (eno, start block, blocks).
-    pub(super) fn data_of(&self, p: &Pinode) -> Vec<(u32, u64, u64)> {
+    pub(crate) fn data_of(&self, p: &Pinode) -> Vec<(u32, u64, u64)> {
         let g = self.image.geometry();
         let mut out = Vec::new();
         let mut eno = u64::from(p.extent_head.get());
@@ -172,7 +172,7 @@ impl Fs {
 
     /// Returns extent slots and block runs to their pools once a commit has released them and
     /// no unsettled log can name them ([`super::settle`]).
-    pub(super) fn release_data(&self, data: &[(u32, u64, u64)]) {
+    pub(crate) fn release_data(&self, data: &[(u32, u64, u64)]) {
         self.hold_back(|limbo| {
             for &(eno, start, count) in data {
                 limbo.extents.push(eno);

@@ -5,17 +5,17 @@ use crate::format::layout::MkfsParams;
 use crate::fsck::{fsck_region, FsckOptions};
 use crate::pmem::Region;
 
-pub(super) const OWNER: Owner = Owner {
+pub(crate) const OWNER: Owner = Owner {
     uid: 1000,
     gid: 100,
 };
 
 /// A mounted file system on an in-memory image; `remount` simulates a crash when `clean` is false.
-pub(super) struct Harness {
-    pub(super) fs: Option<Fs>,
+pub(crate) struct Harness {
+    pub(crate) fs: Option<Fs>,
 }
 
-pub(super) fn fresh(pinodes: Option<u64>) -> Harness {
+pub(crate) fn fresh(pinodes: Option<u64>) -> Harness {
     let params = MkfsParams {
         image_bytes: 8 << 20,
         pinodes,
@@ -44,12 +44,12 @@ fn mount_two_cpus(image: Image) -> Fs {
 }
 
 impl Harness {
-    pub(super) fn fs(&self) -> &Fs {
+    pub(crate) fn fs(&self) -> &Fs {
         self.fs.as_ref().unwrap()
     }
 
     /// Unmounts (or drops, like a crash), checks the image with fsck, and mounts it again.
-    pub(super) fn remount(&mut self, clean: bool) -> MountReport {
+    pub(crate) fn remount(&mut self, clean: bool) -> MountReport {
         let fs = self.fs.take().unwrap();
         let image = if clean { fs.unmount() } else { fs.image };
         let bytes = image.region().snapshot();
@@ -90,7 +90,7 @@ impl Harness {
     }
 }
 
-pub(super) fn errno<T: std::fmt::Debug>(r: Result<T>) -> Errno {
+pub(crate) fn errno<T: std::fmt::Debug>(r: Result<T>) -> Errno {
     r.expect_err("the operation must fail").errno()
 }
 
@@ -541,7 +541,7 @@ fn threads_in_one_and_in_separate_directories() {
 
 /// Lines left in flight, other than directory-log tails cleared lazily ([`super::settle`]): a
 /// call that returns has made everything else durable.
-pub(super) fn in_flight_besides_clears(fs: &Fs) -> Vec<u64> {
+pub(crate) fn in_flight_besides_clears(fs: &Fs) -> Vec<u64> {
     let g = fs.image().geometry();
     let region = fs.image().region();
     let lines = region.recorder().unwrap().unpersisted_lines();

@@ -25,25 +25,31 @@
 //! **fsync** ([`Fs::fsync`]) merges pending pieces with neighbours they continue (in the file and
 //! in the data zone), rewrites any 64 KiB window of the file that has grown more than 32 pieces
 //! (the fragmentation policy), then commits all pending pieces as extents and retires the extents
-//! they replace in one file-journal transaction ([`super::fjournal::commit`]). Everything written
+//! they replace in one file-journal transaction ([`super::journal::commit`]). Everything written
 //! since the previous commit becomes durable at once; a crash before leaves the file as the
 //! previous commit left it. A truncate is a commit too (metadata operations are durable on return),
 //! and so it also commits pending writes.
+
+pub(crate) mod chunkmap;
+pub(crate) mod filemap;
+pub mod journal;
+#[cfg(test)]
+mod tests;
 
 use std::sync::atomic::Ordering;
 
 use smallvec::SmallVec;
 use zerocopy::little_endian::{U16, U32, U64};
 
-use super::filemap::{BlockRefs, FileMap, Piece, Punched};
-use super::fjournal::{self, FileCommit};
-use super::inode::Inode;
-use super::Fs;
 use crate::error::{Errno, Result};
 use crate::format::extent::{self, Extent};
 use crate::format::pinode::Pinode;
 use crate::format::BLOCK_SIZE;
 use crate::mkfs::now_ns;
+use crate::namespace::inode::Inode;
+use crate::namespace::Fs;
+use filemap::{BlockRefs, FileMap, Piece, Punched};
+use journal::FileCommit;
 
 /// Largest file size (64 TiB); offsets past it are EFBIG for writes and EINVAL for reads.
 pub const MAX_FILE_BYTES: u64 = 1 << 46;
@@ -477,11 +483,11 @@ impl Fs {
         let slot = inode.primary_slot();
         let p = self.image.pinode(u64::from(slot));
         let data = self.data_of(&p);
-        let bucket = super::txn::bucket_of_pinode(&self.image, &p);
+        let bucket = crate::namespace::txn::bucket_of_pinode(&self.image, &p);
         let _guards = self.lock_buckets(&[bucket]);
-        let mut txn = super::txn::Txn {
+        let mut txn = crate::namespace::txn::Txn {
             removes: smallvec::smallvec![slot],
-            ..super::txn::Txn::default()
+            ..crate::namespace::txn::Txn::default()
         };
         if !data.is_empty() {
             txn.data_removes.push(slot);
@@ -603,7 +609,7 @@ impl Fs {
         let log = self.take_file_log();
         // Blocks of the retired extents that no new extent covers: no piece covers them whole
         // (they held retired bytes), so the counts tell whether one still uses them.
-        fjournal::commit(&self.image, log, &overflow, &c, &|b| {
+        journal::commit(&self.image, log, &overflow, &c, &|b| {
             state.map.refs().touched(b)
         });
         self.file_logs.free(log as u32);

@@ -1,8 +1,10 @@
 //! File data through the public API: NCOW placement, packing, merging, the fragmentation policy,
 //! truncate, limits, ENOSPC, fences, and crash recovery of commits.
 
-use super::tests::{errno, fresh, Harness, OWNER};
 use super::*;
+use crate::image::Image;
+use crate::namespace::tests::{errno, fresh, Harness, OWNER};
+use crate::namespace::{MountOptions, RenameFlags, SetAttr, ROOT_INO};
 
 fn new_file(h: &Harness, name: &[u8]) -> u64 {
     h.fs()
@@ -253,7 +255,7 @@ fn stores_of(fs: &Fs, op: impl FnOnce(&Fs)) -> Vec<(u64, Vec<u8>)> {
     fs.image().region().recorder().unwrap().take_events();
     op(fs);
     assert_eq!(
-        super::tests::in_flight_besides_clears(fs),
+        crate::namespace::tests::in_flight_besides_clears(fs),
         Vec::<u64>::new(),
         "stores left in flight"
     );
