@@ -237,19 +237,17 @@ impl Fs {
     }
 
     /// A regular file's committed extents as (eno, file offset, data-zone address, length), from
-    /// its list on the media. Mount checked every list, and only commits change them since.
+    /// its list on the media.
     fn file_extents(&self, p: &Pinode) -> Vec<(u32, u64, u64, u64)> {
-        let mut out = Vec::new();
-        let mut eno = p.extent_head.get();
-        while eno != 0 {
-            let e = self.image.extent(u64::from(eno));
-            assert!(e.is_valid(), "extent {eno} of a checked list is not valid");
-            let addr =
-                u64::from(e.start_block.get()) * BLOCK_SIZE + u64::from(e.block_offset.get());
-            out.push((eno, e.file_offset.get(), addr, u64::from(e.length.get())));
-            eno = e.next.get();
-        }
-        out
+        self.extent_list(p)
+            .into_iter()
+            .map(|(eno, e)| {
+                assert!(e.is_valid(), "extent {eno} of a checked list is not valid");
+                let addr =
+                    u64::from(e.start_block.get()) * BLOCK_SIZE + u64::from(e.block_offset.get());
+                (eno, e.file_offset.get(), addr, u64::from(e.length.get()))
+            })
+            .collect()
     }
 
     /// Reads up to `buf.len()` bytes at `offset` of regular file `ino`; returns the bytes read

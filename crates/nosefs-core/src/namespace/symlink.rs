@@ -153,21 +153,31 @@ impl Fs {
         Ok(target)
     }
 
-    /// The extents and block runs in a primary pinode's list: (eno, start block, blocks).
-    pub(crate) fn data_of(&self, p: &Pinode) -> Vec<(u32, u64, u64)> {
-        let g = self.image.geometry();
+    /// The extents in a primary pinode's list, in file order, as (eno, record). Mount checked
+    /// every list and only commits change them since; the bounds only keep a broken invariant
+    /// from looping.
+    pub(crate) fn extent_list(&self, p: &Pinode) -> Vec<(u32, Extent)> {
+        let count = self.image.geometry().extent_count();
         let mut out = Vec::new();
         let mut eno = u64::from(p.extent_head.get());
-        while eno != 0 && eno < g.extent_count() && out.len() < g.extent_count() as usize {
+        while eno != 0 && eno < count && (out.len() as u64) < count {
             let e = self.image.extent(eno);
-            out.push((
-                eno as u32,
-                u64::from(e.start_block.get()),
-                u64::from(e.block_count.get()),
-            ));
-            eno = u64::from(e.next.get());
+            let next = u64::from(e.next.get());
+            out.push((eno as u32, e));
+            eno = next;
         }
         out
+    }
+
+    /// The extents and block runs in a primary pinode's list: (eno, start block, blocks).
+    pub(crate) fn data_of(&self, p: &Pinode) -> Vec<(u32, u64, u64)> {
+        self.extent_list(p)
+            .into_iter()
+            .map(|(eno, e)| {
+                let (start, blocks) = (e.start_block.get(), e.block_count.get());
+                (eno, u64::from(start), u64::from(blocks))
+            })
+            .collect()
     }
 
     /// Returns extent slots and block runs to their pools once a commit has released them and
