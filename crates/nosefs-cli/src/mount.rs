@@ -180,10 +180,16 @@ fn serve(args: &MountArgs, options: &Options) -> Result<(), String> {
         sync: options.sync,
         ..MountOptions::default()
     };
-    let fs = Fs::mount(&args.image, &mount_options).map_err(|e| e.to_string())?;
+    let fs = Arc::new(Fs::mount(&args.image, &mount_options).map_err(|e| e.to_string())?);
     let mut config = Config::default();
     config.mount_options = vec![
-        MountOption::FSName(args.image.display().to_string()),
+        MountOption::FSName(
+            args.image
+                .canonicalize()
+                .unwrap_or_else(|_| args.image.clone())
+                .display()
+                .to_string(),
+        ),
         MountOption::Subtype("nosefs".into()),
         MountOption::DefaultPermissions,
     ];
@@ -199,18 +205,63 @@ fn serve(args: &MountArgs, options: &Options) -> Result<(), String> {
         signal_hook::flag::register(signal, Arc::clone(&stop))
             .map_err(|e| format!("cannot handle signals: {e}"))?;
     }
-    let session = fuser::spawn_mount(NoseFuse::new(fs), &args.mountpoint, &config)
+    let session = fuser::spawn_mount(NoseFuse::shared(Arc::clone(&fs)), &args.mountpoint, &config)
         .map_err(|e| format!("cannot mount at {}: {e}", args.mountpoint.display()))?;
+    // Shim clients (`nosefs run --at MOUNTPOINT`) are served beside the kernel; what they change
+    // is invalidated in the kernel's caches before they get their reply.
+    let server = if options.read_only {
+        None // clients would write: they use the FUSE mount's read-only view instead
+    } else {
+        let server_options = nosefs_daemon::server::Options {
+            allow_other: options.allow_other,
+            invalidate: Some(Box::new(Invalidator(session.notifier()))),
+        };
+        match nosefs_daemon::server::Server::start(
+            Arc::clone(&fs),
+            &args.mountpoint,
+            server_options,
+        ) {
+            Ok(server) => Some(server),
+            Err(e) => {
+                eprintln!("nosefs mount: shim clients cannot be served ({e}); the FUSE mount can");
+                None
+            }
+        }
+    };
     while !stop.load(Ordering::Relaxed) && !session.guard.is_finished() {
         std::thread::sleep(Duration::from_millis(20));
     }
-    if session.guard.is_finished() {
+    // Clients first (they get EIO), then the kernel, then the image.
+    drop(server);
+    let ended = if session.guard.is_finished() {
         // Unmounted from outside: the session ended and destroy committed everything.
-        return session
+        session
             .join()
-            .map_err(|e| format!("the session failed: {e}"));
+            .map_err(|e| format!("the session failed: {e}"))
+    } else {
+        session
+            .umount_and_join()
+            .map_err(|e| format!("unmount failed: {e}"))
+    };
+    if let Ok(fs) = Arc::try_unwrap(fs) {
+        drop(fs.unmount());
     }
-    session
-        .umount_and_join()
-        .map_err(|e| format!("unmount failed: {e}"))
+    ended
+}
+
+/// The kernel's caches, told what a shim client changed (errors mean the kernel had nothing
+/// cached, or the mount is going away: nothing to do either way).
+struct Invalidator(fuser::Notifier);
+
+impl nosefs_daemon::server::Invalidate for Invalidator {
+    fn entry(&self, parent: u64, name: &[u8]) {
+        use std::os::unix::ffi::OsStrExt;
+        let _ = self
+            .0
+            .inval_entry(fuser::INodeNo(parent), std::ffi::OsStr::from_bytes(name));
+    }
+
+    fn inode(&self, ino: u64) {
+        let _ = self.0.inval_inode(fuser::INodeNo(ino), 0, 0);
+    }
 }

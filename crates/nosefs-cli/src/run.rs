@@ -1,5 +1,6 @@
 //! `nosefs run`: runs a program with the preload shim, so its calls on paths under `--at` are
-//! served by noseFS in its own process (embedded mode).
+//! served by noseFS: in its own process with `--image` (embedded mode), or by the `nosefs mount`
+//! daemon of the mount point `--at` (daemon mode: every process shares the image).
 
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
@@ -11,11 +12,14 @@ const SHIM_FILE: &str = "libnosefs_preload.so";
 
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
-    /// The image to serve (formatted with `nosefs mkfs`).
+    /// The image to serve in the program's own process (embedded mode). Without it, `--at`
+    /// must be a `nosefs mount` mount point, whose daemon serves the program.
     #[arg(long)]
-    image: PathBuf,
-    /// The directory under which paths are noseFS's (created if missing; it stays empty: the
-    /// kernel sees it as an empty directory, so a call the shim cannot serve fails there).
+    image: Option<PathBuf>,
+    /// The directory under which paths are noseFS's. With `--image`, created if missing; it
+    /// stays empty: the kernel sees it as an empty directory, so a call the shim cannot serve
+    /// fails there. Without, a noseFS mount point: calls the shim cannot serve reach the same
+    /// files through the FUSE mount.
     #[arg(long)]
     at: PathBuf,
     /// Mount options: `sync` (every write durable on return), `populate` (fault the whole image
@@ -56,10 +60,12 @@ pub fn run(args: &RunArgs) -> Result<std::convert::Infallible, String> {
     let shim = shim_path()?
         .canonicalize()
         .map_err(|e| format!("shim library: {e}"))?;
-    let image = args
-        .image
+    let Some(image) = &args.image else {
+        return run_on_daemon(args, &shim);
+    };
+    let image = image
         .canonicalize()
-        .map_err(|e| format!("image {}: {e}", args.image.display()))?;
+        .map_err(|e| format!("image {}: {e}", image.display()))?;
     // Refuse what is not a noseFS image now, with the core's message, rather than in the program.
     // An image in use is not refused here: the program starts, and its noseFS calls get EBUSY
     // with a line naming the holder, as embedded mode promises.
@@ -78,18 +84,60 @@ pub fn run(args: &RunArgs) -> Result<std::convert::Infallible, String> {
     if !at.is_dir() || at == Path::new("/") {
         return Err(format!("{} must be a directory other than /", at.display()));
     }
+    exec_with_shim(args, &shim, Some(&image), &at)
+}
+
+/// Daemon mode: `--at` must be a noseFS mount point.
+fn run_on_daemon(args: &RunArgs, shim: &Path) -> Result<std::convert::Infallible, String> {
+    if !args.options.is_empty() {
+        return Err("mount options belong to `nosefs mount` in daemon mode".into());
+    }
+    let at = args
+        .at
+        .canonicalize()
+        .map_err(|e| format!("{}: {e}", args.at.display()))?;
+    match nosefs_daemon::client::Remote::connect(at.as_os_str().as_bytes()) {
+        Ok(Some(_)) => {}
+        Ok(None) | Err(nosefs_core::Errno(libc::EIO)) => {
+            return Err(format!(
+                "{} is not a noseFS mount: start one with `nosefs mount IMAGE {}`, or give --image for embedded mode",
+                at.display(),
+                at.display()
+            ))
+        }
+        Err(e) => {
+            return Err(format!(
+                "the daemon of {} refused this user: {}",
+                at.display(),
+                std::io::Error::from_raw_os_error(e.0)
+            ))
+        }
+    }
+    exec_with_shim(args, shim, None, &at)
+}
+
+fn exec_with_shim(
+    args: &RunArgs,
+    shim: &Path,
+    image: Option<&Path>,
+    at: &Path,
+) -> Result<std::convert::Infallible, String> {
     let mut preload = shim.as_os_str().to_owned();
     if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|v| !v.as_bytes().is_empty()) {
         preload.push(":");
         preload.push(old);
     }
     let (program, rest) = args.program.split_first().expect("clap requires a program");
-    let error = std::process::Command::new(program)
+    let mut command = std::process::Command::new(program);
+    command
         .args(rest)
         .env("LD_PRELOAD", preload)
-        .env("NOSEFS_IMAGE", &image)
-        .env("NOSEFS_AT", &at)
-        .env("NOSEFS_OPTIONS", args.options.join(","))
-        .exec();
+        .env("NOSEFS_AT", at)
+        .env("NOSEFS_OPTIONS", args.options.join(","));
+    match image {
+        Some(image) => command.env("NOSEFS_IMAGE", image),
+        None => command.env_remove("NOSEFS_IMAGE"),
+    };
+    let error = command.exec();
     Err(format!("cannot run {}: {error}", program.to_string_lossy()))
 }

@@ -16,5 +16,6 @@ pub mod info;
 pub mod mkfs;
 pub mod namespace;
 pub mod pmem;
+pub mod vfs;
 
 pub use error::{Errno, Error, Result};

@@ -16,6 +16,7 @@
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
@@ -34,12 +35,18 @@ const TTL: Duration = Duration::from_secs(1);
 /// The mounted file system, served to the kernel.
 #[derive(Debug)]
 pub struct NoseFuse {
-    fs: Option<Fs>,
+    fs: Option<Arc<Fs>>,
 }
 
 impl NoseFuse {
     /// Serves `fs`. Unmounting commits every file and marks the image clean.
     pub fn new(fs: Fs) -> NoseFuse {
+        NoseFuse::shared(Arc::new(fs))
+    }
+
+    /// Serves `fs`, which others (the daemon's shim clients) serve too. Unmounting commits
+    /// every file, and unmounts the image if no one else holds it.
+    pub fn shared(fs: Arc<Fs>) -> NoseFuse {
         NoseFuse { fs: Some(fs) }
     }
 
@@ -138,7 +145,10 @@ fn set_time(t: Option<TimeOrNow>) -> Option<i64> {
 impl Filesystem for NoseFuse {
     fn destroy(&mut self) {
         if let Some(fs) = self.fs.take() {
-            drop(fs.unmount());
+            match Arc::try_unwrap(fs) {
+                Ok(fs) => drop(fs.unmount()),
+                Err(shared) => drop(shared.sync_all()),
+            }
         }
     }
 

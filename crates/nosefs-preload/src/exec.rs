@@ -13,9 +13,13 @@
 //! Descriptors that shared one description (dup) share it again, and a description whose offset
 //! a fork made shared (`offsets`) keeps its slot: the area's memfd travels with the table.
 //!
-//! Table format, one line each: `nosefs-exec 3 <area descriptor or ->`, then per descriptor
-//! `<fd> <placeholder's kernel inode> <description number> <ino> <kind f|d|p> <status flags>
-//! <offset> <offset slot, 0 if private> <path as hex>`.
+//! In daemon mode the descriptions that survive are handed over in a ticket (their references
+//! held by the daemon until the new program claims them at its first call, or this process
+//! ends), and each line carries the daemon's handle.
+//!
+//! Table format, one line each: `nosefs-exec 4 <area descriptor or -> <ticket, 0 for none>`,
+//! then per descriptor `<fd> <placeholder's kernel inode> <description number> <ino> <handle>
+//! <kind f|d|p> <status flags> <offset> <offset slot, 0 if private> <path as hex>`.
 
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -32,6 +36,8 @@ use crate::state::{self, ENV_AT, ENV_CWD, ENV_EXEC_TABLE, ENV_IMAGE, ENV_OPTIONS
 
 /// The table and area descriptors of the exec in progress, closed if the exec fails.
 static PENDING: Mutex<Vec<OwnedFd>> = Mutex::new(Vec::new());
+/// The daemon ticket of the exec in progress, claimed back if the exec fails.
+static PENDING_TICKET: Mutex<u64> = Mutex::new(0);
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
@@ -54,6 +60,7 @@ pub fn prepare(env: Option<Vec<CString>>) -> Result<Vec<CString>, Errno> {
     let mut table = String::new();
     let mut descriptions: Vec<*const OpenFile> = Vec::new();
     let mut any_slot = false;
+    let mut handles: Vec<u64> = Vec::new();
     for (fd, file) in fdtable::all() {
         if !crate::ffi::survives_exec(fd) {
             continue;
@@ -70,6 +77,7 @@ pub fn prepare(env: Option<Vec<CString>>) -> Result<Vec<CString>, Errno> {
             Some(n) => n,
             None => {
                 descriptions.push(Arc::as_ptr(&file));
+                handles.push(file.handle);
                 descriptions.len() - 1
             }
         };
@@ -78,11 +86,18 @@ pub fn prepare(env: Option<Vec<CString>>) -> Result<Vec<CString>, Errno> {
         let slot = file.offset.slot();
         any_slot |= slot != 0;
         table.push_str(&format!(
-            "{fd} {placeholder} {number} {} {kind} {flags} {offset} {slot} {}\n",
+            "{fd} {placeholder} {number} {} {} {kind} {flags} {offset} {slot} {}\n",
             file.ino,
+            file.handle,
             hex(&file.path)
         ));
     }
+    let ticket = state::hold_for_child(&handles);
+    if ticket != 0 {
+        let me = rustix::process::getpid().as_raw_nonzero().get();
+        state::with_remote(|r| r.bind(ticket, me));
+    }
+    *PENDING_TICKET.lock() = ticket;
     state::unmount();
     let mut vars: Vec<CString> = match env {
         Some(env) => env,
@@ -133,7 +148,7 @@ pub fn prepare(env: Option<Vec<CString>>) -> Result<Vec<CString>, Errno> {
         pending.extend(area);
         let memfd =
             rustix::fs::memfd_create("nosefs-exec", rustix::fs::MemfdFlags::empty()).map_err(io)?;
-        let text = format!("nosefs-exec 3 {area_fd}\n{table}");
+        let text = format!("nosefs-exec 4 {area_fd} {ticket}\n{table}");
         rustix::io::write(&memfd, text.as_bytes()).map_err(io)?;
         vars.extend(CString::new(format!("{ENV_EXEC_TABLE}={}", memfd.as_raw_fd())).ok());
         pending.push(memfd);
@@ -144,6 +159,7 @@ pub fn prepare(env: Option<Vec<CString>>) -> Result<Vec<CString>, Errno> {
 /// The exec failed: this program goes on (it mounts again at its next noseFS call).
 pub fn failed() {
     PENDING.lock().clear();
+    state::exec_failed(std::mem::take(&mut *PENDING_TICKET.lock()));
 }
 
 /// Reads and closes the descriptor table an exec handed over in memfd `fd`.
@@ -165,6 +181,7 @@ struct Entry {
     placeholder: u64,
     number: usize,
     ino: u64,
+    handle: u64,
     kind: Kind,
     flags: i32,
     offset: u64,
@@ -179,15 +196,16 @@ fn parse_entry(line: &str) -> Option<Entry> {
         placeholder: f.get(1)?.parse().ok()?,
         number: f.get(2)?.parse().ok()?,
         ino: f.get(3)?.parse().ok()?,
-        kind: match *f.get(4)? {
+        handle: f.get(4)?.parse().ok()?,
+        kind: match *f.get(5)? {
             "f" => Kind::File,
             "d" => Kind::Dir,
             _ => Kind::Path,
         },
-        flags: f.get(5)?.parse().ok()?,
-        offset: f.get(6)?.parse().ok()?,
-        slot: f.get(7)?.parse().ok()?,
-        path: unhex(f.get(8)?)?,
+        flags: f.get(6)?.parse().ok()?,
+        offset: f.get(7)?.parse().ok()?,
+        slot: f.get(8)?.parse().ok()?,
+        path: unhex(f.get(9)?)?,
     })
 }
 
@@ -207,12 +225,19 @@ pub fn adopt() {
         return;
     };
     let mut lines = table.lines();
-    let Some(area) = lines.next().and_then(|h| h.strip_prefix("nosefs-exec 3 ")) else {
+    let Some((area, ticket)) = lines
+        .next()
+        .and_then(|h| h.strip_prefix("nosefs-exec 4 "))
+        .and_then(|h| h.split_once(' '))
+    else {
         state::say("the noseFS descriptor table handed over by exec is malformed; inherited noseFS descriptors are not usable");
         return;
     };
     if let Ok(area_fd) = area.parse::<i32>() {
         crate::offsets::adopt_area(area_fd);
+    }
+    if let Ok(ticket @ 1..) = ticket.parse::<u64>() {
+        state::claim_at_connect(ticket);
     }
     let mut descriptions: Vec<(usize, Arc<OpenFile>)> = Vec::new();
     for e in lines.filter_map(parse_entry) {
@@ -225,7 +250,7 @@ pub fn adopt() {
         let file = match descriptions.iter().find(|(n, _)| *n == e.number) {
             Some((_, file)) => file.clone(),
             None => {
-                let mut file = OpenFile::new(e.ino, e.kind, e.flags, e.path);
+                let mut file = OpenFile::new(e.ino, e.handle, e.kind, e.flags, e.path);
                 file.offset = Offset::in_slot(e.slot, e.offset);
                 let file = Arc::new(file);
                 descriptions.push((e.number, file.clone()));

@@ -76,22 +76,16 @@ pub fn internal() -> Vec<RawFd> {
     v
 }
 
-/// What an open file description refers to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    /// A regular file.
-    File,
-    /// A directory.
-    Dir,
-    /// Anything opened with O_PATH (or a symlink with O_PATH | O_NOFOLLOW).
-    Path,
-}
+pub use nosefs_core::vfs::OpenKind as Kind;
 
 /// One noseFS open file description.
 #[derive(Debug)]
 pub struct OpenFile {
     /// The inode.
     pub ino: u64,
+    /// The service's name for it: the inode number in embedded mode, the daemon's token in
+    /// daemon mode.
+    pub handle: u64,
     /// What it is.
     pub kind: Kind,
     /// Access mode and status flags (O_ACCMODE, O_APPEND, O_NONBLOCK, ...), as F_GETFL reports.
@@ -107,9 +101,10 @@ pub struct OpenFile {
 
 impl OpenFile {
     /// A new description, not yet counted as open.
-    pub fn new(ino: u64, kind: Kind, flags: i32, path: Vec<u8>) -> OpenFile {
+    pub fn new(ino: u64, handle: u64, kind: Kind, flags: i32, path: Vec<u8>) -> OpenFile {
         OpenFile {
             ino,
+            handle,
             kind,
             flags: AtomicI32::new(flags),
             offset: Offset::new(0),
@@ -118,7 +113,8 @@ impl OpenFile {
         }
     }
 
-    /// Counts the open in the core, so the inode outlives its last name while this is open.
+    /// Embedded mode: counts the open in the core, so the inode outlives its last name while
+    /// this is open (the daemon counts its clients' opens itself).
     pub fn count_open(&self, fs: &Fs) {
         if self.kind == Kind::File
             && !self.counted.load(Ordering::Relaxed)
@@ -152,6 +148,11 @@ impl Drop for OpenFile {
             let ino = self.ino;
             let _ = crate::state::with_fs(|fs| fs.close(ino).map_err(|e| e.errno()));
         }
+        // A process that never connected (a forked child) holds nothing to release: what it
+        // inherited waits in its ticket.
+        crate::state::with_remote(|remote| {
+            nosefs_daemon::service::Service::close(remote, self.handle)
+        });
     }
 }
 

@@ -1634,12 +1634,11 @@ fn chown_change(uid: uid_t, gid: gid_t) -> SetAttr {
 }
 
 fn setattr_found(f: &Found, change: &SetAttr, now: bool) -> Result<(), Errno> {
-    ops::setattr(f.existing()?.ino, change, now)
+    ops::setattr(f, change, now)
 }
 
 fn setattr_fd(fd: c_int, change: &SetAttr, now: bool) -> Result<(), Errno> {
-    let file = fdtable::get(fd).ok_or(Errno::EBADF)?;
-    ops::setattr(file.ino, change, now)
+    ops::fsetattr(fd, change, now)
 }
 
 #[no_mangle]
@@ -3641,7 +3640,34 @@ unsafe fn map_copy(
 pub unsafe extern "C" fn vfork() -> pid_t {
     // A vfork child shares our memory: anything it did to the shim's state (an exec unmounts)
     // would happen to the parent too. fork is a correct vfork.
-    unsafe { real!(fork: fn() -> pid_t)() }
+    unsafe { fork() }
+}
+
+/// In daemon mode the child shares this process's open descriptions: they are handed to it in
+/// a ticket made before the fork (so none is released before the child claims it at its first
+/// call), which the parent then ties to the child's pid (the child's end releases what it did
+/// not claim).
+#[no_mangle]
+pub unsafe extern "C" fn fork() -> pid_t {
+    if in_shim() || !state::daemon_mode() {
+        return unsafe { real!(fork: fn() -> pid_t)() };
+    }
+    let ticket = {
+        let _guard = Guard::enter();
+        let mut handles = Vec::new();
+        fdtable::for_each(|file| handles.push(file.handle));
+        handles.sort_unstable();
+        handles.dedup();
+        state::hold_for_child(&handles)
+    };
+    let pid = unsafe { real!(fork: fn() -> pid_t)() };
+    if pid == 0 {
+        state::claim_at_connect(ticket);
+    } else {
+        let _guard = Guard::enter();
+        state::after_fork_in_parent(ticket, pid);
+    }
+    pid
 }
 
 macro_rules! before_spawn {

@@ -1,21 +1,32 @@
-//! This process's noseFS: the configuration from the environment, the image mounted in the
-//! process (embedded mode: mapped and mounted at the first noseFS call, unmounted at exit and
-//! before exec), the caller's credentials and umask, and what happens at fork.
+//! This process's noseFS: the configuration from the environment, the backend that serves it,
+//! the caller's credentials and umask, and what happens at fork.
 //!
-//! Embedded mode serves an image in one process at a time (the image's `flock`). A second process
-//! that wants it gets EBUSY and one line naming the holder. A process that holds the image gives
-//! it up at fork and spawn (see [`before_fork`]), so a shell can run one child at a time on it.
+//! Two backends serve the same calls ([`nosefs_daemon::service::Service`]):
+//! - **embedded** (`NOSEFS_IMAGE` set): the image mapped and mounted in this process at the first
+//!   noseFS call, unmounted at exit and before exec. One process at a time holds it (the image's
+//!   `flock`); a second gets EBUSY and one line naming the holder. A process that holds the image
+//!   gives it up at fork and spawn (see [`before_fork`]), so a shell can run one child at a time.
+//! - **daemon** (no image: `NOSEFS_AT` is a `nosefs mount` mount point): a connection to the
+//!   mount's daemon, made at the first noseFS call, whose server checks every call with this
+//!   process's credentials. Every process on the machine shares the image. A forked child makes
+//!   its own connection at its first call and claims the descriptions its parent handed it
+//!   ([`hold_for_child`]); an exec'd program claims those its predecessor handed over.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::OnceLock;
 
+use std::sync::atomic::AtomicU64;
+
 use nosefs_core::namespace::perm::Cred;
 use nosefs_core::namespace::{Fs, MountOptions};
 use nosefs_core::{Errno, Error};
+use nosefs_daemon::client::Remote;
+use nosefs_daemon::service::{Handle, Local, Service};
 use parking_lot::RwLock;
 
-/// Environment variable: the image to serve.
+/// Environment variable: the image to serve in this process (embedded mode); without it, the
+/// daemon of the noseFS mount at `NOSEFS_AT` serves.
 pub const ENV_IMAGE: &str = "NOSEFS_IMAGE";
 /// Environment variable: the absolute directory under which paths are noseFS's.
 pub const ENV_AT: &str = "NOSEFS_AT";
@@ -30,8 +41,8 @@ pub const ENV_EXEC_TABLE: &str = "NOSEFS_EXEC_TABLE";
 /// What the environment asked for.
 #[derive(Debug)]
 pub struct Config {
-    /// The image file or device.
-    pub image: PathBuf,
+    /// The image file or device (embedded mode), or `None` (daemon mode).
+    pub image: Option<PathBuf>,
     /// The prefix, absolute, without a trailing slash.
     pub prefix: Vec<u8>,
     /// Commit every write on return.
@@ -41,7 +52,22 @@ pub struct Config {
 }
 
 static CONFIG: OnceLock<Option<Config>> = OnceLock::new();
-static FS: RwLock<Option<Fs>> = RwLock::new(None);
+/// What serves this process's noseFS calls.
+#[derive(Debug)]
+#[allow(clippy::large_enum_variant)] // one per process, in a static
+pub enum Backend {
+    /// The image, mounted in this process.
+    Embedded(Fs),
+    /// A connection to the mount's daemon.
+    Daemon(Remote),
+}
+
+static FS: RwLock<Option<Backend>> = RwLock::new(None);
+/// Set in a forked child of a daemon client: the connection it inherited is its parent's.
+static CONNECTION_STALE: AtomicBool = AtomicBool::new(false);
+/// Descriptions handed to this process (by its parent at fork, or its predecessor at exec) that
+/// it claims at its first connection; 0 for none.
+static PENDING_TICKET: AtomicU64 = AtomicU64::new(0);
 /// Set in a forked child while its parent still holds the image.
 static FORKED_WHILE_MOUNTED: AtomicBool = AtomicBool::new(false);
 static EXIT_HOOK_REGISTERED: AtomicBool = AtomicBool::new(false);
@@ -54,7 +80,7 @@ pub fn config() -> Option<&'static Config> {
 }
 
 fn read_config() -> Option<Config> {
-    let image = std::env::var_os(ENV_IMAGE)?;
+    let image = std::env::var_os(ENV_IMAGE).filter(|i| !i.is_empty());
     let at = std::env::var_os(ENV_AT)?;
     let mut prefix = std::os::unix::ffi::OsStrExt::as_bytes(at.as_os_str()).to_vec();
     while prefix.len() > 1 && prefix.ends_with(b"/") {
@@ -67,7 +93,7 @@ fn read_config() -> Option<Config> {
     let options = std::env::var(ENV_OPTIONS).unwrap_or_default();
     let option = |name: &str| options.split(',').any(|x| x == name);
     Some(Config {
-        image: PathBuf::from(image),
+        image: image.map(PathBuf::from),
         prefix,
         sync: option("sync"),
         populate: option("populate"),
@@ -80,8 +106,36 @@ pub fn say(line: &str) {
     let _ = rustix::io::write(rustix::stdio::stderr(), text.as_bytes());
 }
 
-/// Runs `f` on the mounted file system, mounting it first if this process has not yet.
+/// Whether this process is served by a daemon.
+pub fn daemon_mode() -> bool {
+    config().is_some_and(|c| c.image.is_none())
+}
+
+/// Runs `f` on the service, mounting the image or connecting to the daemon first if this
+/// process has not yet.
+pub fn with_service<T>(f: impl FnOnce(&dyn Service) -> Result<T, Errno>) -> Result<T, Errno> {
+    with_backend(|backend| match backend {
+        Backend::Embedded(fs) => {
+            let prefix = config().map_or(&b""[..], |c| &c.prefix[..]);
+            f(&Local {
+                fs,
+                prefix,
+                cred: cred(),
+            })
+        }
+        Backend::Daemon(remote) => f(remote),
+    })
+}
+
+/// Runs `f` on the mounted file system (embedded mode only: EOPNOTSUPP in daemon mode).
 pub fn with_fs<T>(f: impl FnOnce(&Fs) -> Result<T, Errno>) -> Result<T, Errno> {
+    with_backend(|backend| match backend {
+        Backend::Embedded(fs) => f(fs),
+        Backend::Daemon(_) => Err(Errno(libc::EOPNOTSUPP)),
+    })
+}
+
+fn with_backend<T>(f: impl FnOnce(&Backend) -> Result<T, Errno>) -> Result<T, Errno> {
     if FORKED_WHILE_MOUNTED.load(Ordering::Relaxed) {
         say(&format!(
             "process {} was forked while its parent held the image; noseFS calls in it fail with EBUSY until it execs (the daemon mode serves both)",
@@ -89,41 +143,84 @@ pub fn with_fs<T>(f: impl FnOnce(&Fs) -> Result<T, Errno>) -> Result<T, Errno> {
         ));
         return Err(Errno::EBUSY);
     }
-    {
-        let fs = FS.read_recursive();
-        if let Some(fs) = fs.as_ref() {
-            return f(fs);
+    if !CONNECTION_STALE.load(Ordering::Relaxed) {
+        let backend = FS.read_recursive();
+        if let Some(backend) = backend.as_ref() {
+            return f(backend);
         }
     }
     mount()?;
-    let fs = FS.read_recursive();
-    f(fs.as_ref().ok_or(Errno::EIO)?)
+    let backend = FS.read_recursive();
+    f(backend.as_ref().ok_or(Errno::EIO)?)
 }
 
 fn mount() -> Result<(), Errno> {
     let mut slot = FS.write();
+    if CONNECTION_STALE.swap(false, Ordering::Relaxed) {
+        // The parent's connection: this process gets its own.
+        *slot = None;
+    }
     if slot.is_some() {
         return Ok(());
     }
     let config = config().ok_or(Errno::ENOENT)?;
+    let backend = match &config.image {
+        Some(image) => Backend::Embedded(mount_image(image, config)?),
+        None => Backend::Daemon(connect(config)?),
+    };
+    *slot = Some(backend);
+    if !EXIT_HOOK_REGISTERED.swap(true, Ordering::Relaxed) {
+        crate::ffi::register_exit_hook();
+    }
+    Ok(())
+}
+
+fn connect(config: &Config) -> Result<Remote, Errno> {
+    let remote = match Remote::connect(&config.prefix) {
+        Ok(Some(remote)) => remote,
+        Ok(None) => {
+            say(&format!(
+                "{} is not a noseFS mount (start `nosefs mount IMAGE {}`, or set NOSEFS_IMAGE for embedded mode)",
+                String::from_utf8_lossy(&config.prefix),
+                String::from_utf8_lossy(&config.prefix)
+            ));
+            return Err(Errno::EIO);
+        }
+        Err(e) => {
+            say(&format!(
+                "cannot reach the daemon of {}: {}",
+                String::from_utf8_lossy(&config.prefix),
+                std::io::Error::from_raw_os_error(e.0)
+            ));
+            return Err(e);
+        }
+    };
+    let ticket = PENDING_TICKET.swap(0, Ordering::Relaxed);
+    if ticket != 0 {
+        let mut keep: Vec<Handle> = Vec::new();
+        crate::fdtable::for_each(|file| keep.push(file.handle));
+        if remote.claim(ticket, &keep).is_err() {
+            say("the noseFS descriptions this process inherited were released before it claimed them; they are not usable");
+        }
+    }
+    Ok(remote)
+}
+
+fn mount_image(image: &std::path::Path, config: &Config) -> Result<Fs, Errno> {
     let options = MountOptions {
         sync: config.sync,
         populate: config.populate,
         fd_floor: Some(crate::fdtable::internal_fd_floor()),
         ..MountOptions::default()
     };
-    match Fs::mount(&config.image, &options) {
+    match Fs::mount(image, &options) {
         Ok(fs) => {
             crate::fdtable::set_internal(
                 crate::fdtable::Internal::Image,
                 fs.image().region().descriptor(),
             );
             crate::fdtable::for_each(|file| file.count_open(&fs));
-            *slot = Some(fs);
-            if !EXIT_HOOK_REGISTERED.swap(true, Ordering::Relaxed) {
-                crate::ffi::register_exit_hook();
-            }
-            Ok(())
+            Ok(fs)
         }
         Err(Error::InUse(path)) => {
             say(&format!(
@@ -135,27 +232,84 @@ fn mount() -> Result<(), Errno> {
             Err(Errno::EBUSY)
         }
         Err(e) => {
-            say(&format!("cannot mount {}: {e}", config.image.display()));
+            say(&format!("cannot mount {}: {e}", image.display()));
             Err(Errno::EIO)
         }
     }
 }
 
-/// Commits everything and gives the image up. Returns whether it was mounted.
+/// Commits everything and gives the image up (or closes the connection, which releases the
+/// descriptions it held). Returns whether anything was mounted.
 pub fn unmount() -> bool {
     let mut slot = FS.write();
-    let Some(fs) = slot.take() else {
+    let Some(backend) = slot.take() else {
         return false;
     };
-    crate::fdtable::for_each(|file| file.forget_open());
-    drop(fs.unmount());
-    crate::fdtable::set_internal(crate::fdtable::Internal::Image, None);
+    if let Backend::Embedded(fs) = backend {
+        crate::fdtable::for_each(|file| file.forget_open());
+        drop(fs.unmount());
+        crate::fdtable::set_internal(crate::fdtable::Internal::Image, None);
+    }
     true
 }
 
-/// Whether the image is mounted in this process.
+/// Whether the image is mounted (or the daemon connected) in this process.
 pub fn is_mounted() -> bool {
-    FS.read_recursive().is_some()
+    !CONNECTION_STALE.load(Ordering::Relaxed) && FS.read_recursive().is_some()
+}
+
+/// The connection to the daemon, if this process has one of its own.
+pub fn with_remote<T>(f: impl FnOnce(&Remote) -> T) -> Option<T> {
+    if CONNECTION_STALE.load(Ordering::Relaxed) {
+        return None;
+    }
+    match FS.read_recursive().as_ref() {
+        Some(Backend::Daemon(remote)) => Some(f(remote)),
+        _ => None,
+    }
+}
+
+/// Daemon mode, before a fork or exec: a ticket holding a reference on every description of
+/// this process (so they outlive this process's connection until the new process claims them),
+/// or 0 when there is nothing to hand over.
+pub fn hold_for_child(handles: &[Handle]) -> u64 {
+    if handles.is_empty() || !daemon_mode() {
+        return 0;
+    }
+    with_service(|_| Ok(()))
+        .ok()
+        .and_then(|()| with_remote(|r| r.hold(handles).ok()).flatten())
+        .unwrap_or(0)
+}
+
+/// Daemon mode, after a fork: the parent ties the child's ticket to it (its end releases what
+/// it did not claim); a failed fork claims its own ticket back.
+pub fn after_fork_in_parent(ticket: u64, child: i32) {
+    if ticket == 0 {
+        return;
+    }
+    with_remote(|r| {
+        if child > 0 {
+            let _ = r.bind(ticket, child);
+        } else {
+            let mut keep: Vec<Handle> = Vec::new();
+            crate::fdtable::for_each(|file| keep.push(file.handle));
+            let _ = r.claim(ticket, &keep);
+        }
+    });
+}
+
+/// Daemon mode: this process claims `ticket` at its first connection (a forked child, or an
+/// exec'd program).
+pub fn claim_at_connect(ticket: u64) {
+    PENDING_TICKET.store(ticket, Ordering::Relaxed);
+}
+
+/// Daemon mode: an exec failed after its ticket was made; claim it back at the next call.
+pub fn exec_failed(ticket: u64) {
+    if ticket != 0 {
+        claim_at_connect(ticket);
+    }
 }
 
 /// Which process holds the image's lock, from /proc/locks (`process N`), as best known.
@@ -200,22 +354,28 @@ pub fn at_exit() {
     unmount();
 }
 
-/// Before fork or spawn: the holder commits and gives the image up, so that the child (which
-/// usually execs a program that wants it, often through a descriptor the shell opened for it)
-/// can take it; the parent mounts again at its next call. Open descriptions are (inode, offset,
-/// flags) and stay valid across the remount; their offsets are shared with the child
-/// (`offsets`). What embedded mode cannot give: an inode the child removes while the parent has
-/// it open is gone when the parent returns (its calls then fail with ENOENT). The daemon mode
-/// will not have that limit.
+/// Before fork or spawn: in embedded mode the holder commits and gives the image up, so that
+/// the child (which usually execs a program that wants it, often through a descriptor the
+/// shell opened for it) can take it; the parent mounts again at its next call. Open
+/// descriptions are (inode, offset, flags) and stay valid across the remount; their offsets are
+/// shared with the child (`offsets`). What embedded mode cannot give: an inode the child
+/// removes while the parent has it open is gone when the parent returns (its calls then fail
+/// with ENOENT). The daemon mode has neither limit and keeps its connection.
 pub fn before_fork() {
-    if is_mounted() {
+    if !daemon_mode() && is_mounted() {
         unmount();
     }
 }
 
-/// In a forked child: if the parent still holds the image, this copy of its state is stale.
+/// In a forked child: in embedded mode, if the parent still holds the image, this copy of its
+/// state is stale; in daemon mode the connection is the parent's, and the child makes its own
+/// at its first call.
 pub fn in_forked_child() {
-    if is_mounted() {
+    if daemon_mode() {
+        if FS.read_recursive().is_some() {
+            CONNECTION_STALE.store(true, Ordering::Relaxed);
+        }
+    } else if is_mounted() {
         FORKED_WHILE_MOUNTED.store(true, Ordering::Relaxed);
     }
 }

@@ -1,0 +1,338 @@
+//! Path operations with the checks the kernel makes before it calls a file system: open's flags
+//! and creation, access, mkdir, mknod, symlink, readlink, unlink, rmdir, rename, link, truncate
+//! and setattr by path or inode. Each takes a [`Found`] from [`super::walk`] and the caller.
+
+use super::{core, Caller, Found};
+use crate::format::pinode;
+use crate::namespace::perm::{self, Cred, MAY_EXEC, MAY_READ, MAY_WRITE};
+use crate::namespace::{Attr, Fs, RenameFlags, SetAttr};
+use crate::Errno;
+
+/// What an open file description refers to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpenKind {
+    /// A regular file.
+    File,
+    /// A directory.
+    Dir,
+    /// Anything opened with O_PATH (or a symlink with O_PATH | O_NOFOLLOW).
+    Path,
+}
+
+/// The status flags an open file description keeps (F_GETFL reports them).
+pub const KEPT_OPEN_FLAGS: i32 = libc::O_ACCMODE
+    | libc::O_APPEND
+    | libc::O_NONBLOCK
+    | libc::O_PATH
+    | libc::O_DIRECT
+    | libc::O_SYNC
+    | libc::O_DSYNC
+    | libc::O_NOATIME
+    | libc::O_LARGEFILE;
+
+/// `open` / `openat` of a resolved path: creates the file with O_CREAT, checks the access asked
+/// for, truncates with O_TRUNC. Returns the object's attributes (after creation and truncation)
+/// and what the description refers to.
+pub fn open(
+    fs: &Fs,
+    caller: &Caller,
+    found: &Found,
+    flags: i32,
+    mode: u32,
+) -> Result<(Attr, OpenKind), Errno> {
+    if flags & libc::O_TMPFILE == libc::O_TMPFILE {
+        return Err(Errno(libc::EOPNOTSUPP));
+    }
+    let cred = &caller.cred;
+    let accmode = flags & libc::O_ACCMODE;
+    let wants_write = accmode == libc::O_WRONLY || accmode == libc::O_RDWR;
+    let mut attr = match found.attr {
+        Some(_) if flags & libc::O_CREAT != 0 && flags & libc::O_EXCL != 0 => {
+            return Err(Errno::EEXIST)
+        }
+        Some(attr) => attr,
+        None if flags & libc::O_CREAT == 0 => return Err(Errno::ENOENT),
+        None => {
+            if found.trailing_slash || flags & libc::O_DIRECTORY != 0 {
+                return Err(Errno::EISDIR);
+            }
+            core(perm::check(&found.parent_attr, cred, MAY_WRITE | MAY_EXEC))?;
+            let requested = pinode::S_IFREG | (mode & 0o7777 & !caller.umask);
+            let (owner, perm_bits) = perm::new_inode_owner(&found.parent_attr, cred, requested);
+            let exclusive = flags & libc::O_EXCL != 0;
+            core(fs.create(found.parent, &found.name, perm_bits, owner, exclusive))?
+        }
+    };
+    let ft = attr.mode & pinode::S_IFMT;
+    let kind = if flags & libc::O_PATH != 0 {
+        OpenKind::Path
+    } else {
+        match ft {
+            pinode::S_IFDIR => OpenKind::Dir,
+            pinode::S_IFREG => OpenKind::File,
+            pinode::S_IFLNK => return Err(Errno::ELOOP), // O_NOFOLLOW on a symlink
+            // Device nodes, FIFOs and sockets on noseFS cannot be served from the process.
+            _ => return Err(Errno(libc::ENXIO)),
+        }
+    };
+    if kind != OpenKind::Path {
+        if ft == pinode::S_IFDIR && (wants_write || flags & (libc::O_CREAT | libc::O_TRUNC) != 0) {
+            return Err(Errno::EISDIR);
+        }
+        if flags & libc::O_DIRECTORY != 0 && ft != pinode::S_IFDIR {
+            return Err(Errno::ENOTDIR);
+        }
+        let mut mask = 0;
+        if accmode == libc::O_RDONLY || accmode == libc::O_RDWR {
+            mask |= MAY_READ;
+        }
+        if wants_write || flags & libc::O_TRUNC != 0 {
+            mask |= MAY_WRITE;
+        }
+        // A file just created by this open is opened with the access asked for, whatever its mode.
+        if found.attr.is_some() {
+            core(perm::check(&attr, cred, mask))?;
+        }
+        if flags & libc::O_TRUNC != 0 && ft == pinode::S_IFREG && wants_write && attr.size > 0 {
+            core(fs.truncate(attr.ino, 0))?;
+            attr.size = 0;
+        }
+    } else if flags & libc::O_DIRECTORY != 0 && ft != pinode::S_IFDIR {
+        return Err(Errno::ENOTDIR);
+    }
+    if found.trailing_slash && ft != pinode::S_IFDIR {
+        return Err(Errno::ENOTDIR);
+    }
+    Ok((attr, kind))
+}
+
+/// Attributes of a path.
+pub fn stat(found: &Found) -> Result<Attr, Errno> {
+    let attr = found.existing()?;
+    if found.trailing_slash && !attr.is_dir() {
+        return Err(Errno::ENOTDIR);
+    }
+    Ok(attr)
+}
+
+/// `access` / `faccessat`: existence, then the mode bits against the credentials.
+pub fn access(cred: &Cred, found: &Found, mask: i32) -> Result<(), Errno> {
+    let attr = stat(found)?;
+    if mask == libc::F_OK {
+        return Ok(());
+    }
+    let mut want = 0;
+    if mask & libc::R_OK != 0 {
+        want |= MAY_READ;
+    }
+    if mask & libc::W_OK != 0 {
+        want |= MAY_WRITE;
+    }
+    if mask & libc::X_OK != 0 {
+        want |= MAY_EXEC;
+    }
+    core(perm::check(&attr, cred, want))
+}
+
+/// `truncate` of a path.
+pub fn truncate(fs: &Fs, cred: &Cred, found: &Found, size: i64) -> Result<(), Errno> {
+    let attr = found.existing()?;
+    if attr.is_dir() {
+        return Err(Errno::EISDIR);
+    }
+    if attr.mode & pinode::S_IFMT != pinode::S_IFREG {
+        return Err(Errno::EINVAL);
+    }
+    let size = u64::try_from(size).map_err(|_| Errno::EINVAL)?;
+    core(perm::check(&attr, cred, MAY_WRITE))?;
+    core(fs.truncate(attr.ino, size))
+}
+
+fn check_create(cred: &Cred, found: &Found) -> Result<(), Errno> {
+    if found.attr.is_some() {
+        return Err(Errno::EEXIST);
+    }
+    core(perm::check(&found.parent_attr, cred, MAY_WRITE | MAY_EXEC))
+}
+
+/// `mkdir`.
+pub fn mkdir(fs: &Fs, caller: &Caller, found: &Found, mode: u32) -> Result<Attr, Errno> {
+    check_create(&caller.cred, found)?;
+    let requested = pinode::S_IFDIR | (mode & 0o7777 & !caller.umask);
+    let (owner, bits) = perm::new_inode_owner(&found.parent_attr, &caller.cred, requested);
+    core(fs.mkdir(found.parent, &found.name, bits, owner))
+}
+
+/// `mknod` (regular files, FIFOs, sockets and device nodes are all recorded).
+pub fn mknod(fs: &Fs, caller: &Caller, found: &Found, mode: u32, rdev: u64) -> Result<Attr, Errno> {
+    check_create(&caller.cred, found)?;
+    let ft = mode & pinode::S_IFMT;
+    if (ft == pinode::S_IFCHR || ft == pinode::S_IFBLK) && !caller.cred.is_root() {
+        return Err(Errno::EPERM);
+    }
+    let ft = if ft == 0 { pinode::S_IFREG } else { ft };
+    let requested = ft | (mode & 0o7777 & !caller.umask);
+    let (owner, bits) = perm::new_inode_owner(&found.parent_attr, &caller.cred, requested);
+    let rdev = if ft == pinode::S_IFCHR || ft == pinode::S_IFBLK {
+        u32::try_from(rdev).map_err(|_| Errno::EINVAL)?
+    } else {
+        0
+    };
+    core(fs.mknod(found.parent, &found.name, ft | bits, rdev, owner))
+}
+
+/// `symlink`.
+pub fn symlink(fs: &Fs, cred: &Cred, target: &[u8], found: &Found) -> Result<Attr, Errno> {
+    check_create(cred, found)?;
+    let (owner, _) = perm::new_inode_owner(&found.parent_attr, cred, pinode::S_IFLNK | 0o777);
+    core(fs.symlink(found.parent, &found.name, target, owner))
+}
+
+/// `readlink`.
+pub fn readlink(fs: &Fs, found: &Found) -> Result<Vec<u8>, Errno> {
+    let attr = found.existing()?;
+    if attr.mode & pinode::S_IFMT != pinode::S_IFLNK {
+        return Err(Errno::EINVAL);
+    }
+    core(fs.readlink(attr.ino))
+}
+
+fn check_remove(cred: &Cred, found: &Found) -> Result<Attr, Errno> {
+    let attr = found.existing()?;
+    if found.name == b"." {
+        return Err(if found.is_root() {
+            Errno::EBUSY
+        } else {
+            Errno::EINVAL
+        });
+    }
+    core(perm::check_delete(&found.parent_attr, &attr, cred))?;
+    Ok(attr)
+}
+
+/// `unlink`.
+pub fn unlink(fs: &Fs, cred: &Cred, found: &Found) -> Result<(), Errno> {
+    let attr = check_remove(cred, found)?;
+    if attr.is_dir() {
+        return Err(Errno::EISDIR);
+    }
+    core(fs.unlink(found.parent, &found.name))
+}
+
+/// `rmdir` of a path whose last component, as the caller wrote it, was `last`: `.` is EINVAL
+/// and `..` ENOTEMPTY, as the kernel answers before looking at the directory (resolution has
+/// already left them).
+pub fn rmdir(fs: &Fs, cred: &Cred, found: &Found, last: &[u8]) -> Result<(), Errno> {
+    match last {
+        b"." => return Err(Errno::EINVAL),
+        b".." => return Err(Errno::ENOTEMPTY),
+        _ => {}
+    }
+    let attr = check_remove(cred, found)?;
+    if !attr.is_dir() {
+        return Err(Errno::ENOTDIR);
+    }
+    core(fs.rmdir(found.parent, &found.name))
+}
+
+/// `rename` / `renameat2` within noseFS (`flags`: RENAME_NOREPLACE, RENAME_EXCHANGE).
+pub fn rename(fs: &Fs, cred: &Cred, from: &Found, to: &Found, flags: u32) -> Result<(), Errno> {
+    let src = check_remove(cred, from)?;
+    if to.name == b"." {
+        return Err(Errno::EBUSY);
+    }
+    match to.attr {
+        Some(dst) => core(perm::check_delete(&to.parent_attr, &dst, cred))?,
+        None => core(perm::check(&to.parent_attr, cred, MAY_WRITE | MAY_EXEC))?,
+    }
+    if (from.trailing_slash || to.trailing_slash) && !src.is_dir() {
+        return Err(Errno::ENOTDIR);
+    }
+    if src.is_dir() && from.parent != to.parent {
+        // Moving a directory rewrites its "..": write permission on it, as the kernel asks.
+        core(perm::check(&src, cred, MAY_WRITE))?;
+    }
+    let known = libc::RENAME_NOREPLACE | libc::RENAME_EXCHANGE;
+    if flags & !known != 0 {
+        return Err(Errno::EINVAL);
+    }
+    let flags = RenameFlags {
+        noreplace: flags & libc::RENAME_NOREPLACE != 0,
+        exchange: flags & libc::RENAME_EXCHANGE != 0,
+    };
+    core(fs.rename(from.parent, &from.name, to.parent, &to.name, flags))
+}
+
+/// `link`.
+pub fn link(fs: &Fs, cred: &Cred, from: &Found, to: &Found) -> Result<Attr, Errno> {
+    let src = from.existing()?;
+    if src.is_dir() {
+        return Err(Errno::EPERM);
+    }
+    check_create(cred, to)?;
+    core(fs.link(src.ino, to.parent, &to.name))
+}
+
+/// chmod, chown and utimens of an inode, with the kernel's rules (`times_now`: both times are
+/// set to now, which needs only write permission).
+pub fn setattr(
+    fs: &Fs,
+    cred: &Cred,
+    ino: u64,
+    change: &SetAttr,
+    times_now: bool,
+) -> Result<Attr, Errno> {
+    let attr = core(fs.getattr(ino))?;
+    let change = core(perm::check_setattr(&attr, change, cred, times_now))?;
+    core(fs.setattr(ino, &change))
+}
+
+/// `chdir` into a resolved directory (search permission on it).
+pub fn chdir(cred: &Cred, found: &Found) -> Result<(), Errno> {
+    let attr = found.existing()?;
+    if !attr.is_dir() {
+        return Err(Errno::ENOTDIR);
+    }
+    core(perm::check(&attr, cred, MAY_EXEC))
+}
+
+/// `fallocate` of an open file: mode 0 extends the size (noseFS allocates on write, so no space
+/// is reserved); KEEP_SIZE succeeds with nothing to do; PUNCH_HOLE (with KEEP_SIZE) and
+/// ZERO_RANGE write zeros over the range, which reads as the hole would. Collapse and insert
+/// range are not supported.
+pub fn fallocate(fs: &Fs, ino: u64, mode: i32, offset: i64, len: i64) -> Result<(), Errno> {
+    if offset < 0 || len <= 0 {
+        return Err(Errno::EINVAL);
+    }
+    let (offset, len) = (offset as u64, len as u64);
+    let end = offset.checked_add(len).ok_or(Errno(libc::EFBIG))?;
+    let size = core(fs.getattr(ino))?.size;
+    match mode {
+        0 => {
+            if end > size {
+                core(fs.truncate(ino, end))?;
+            }
+            Ok(())
+        }
+        libc::FALLOC_FL_KEEP_SIZE => Ok(()),
+        m if m == libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE
+            || m == libc::FALLOC_FL_ZERO_RANGE
+            || m == libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE =>
+        {
+            let stop = if m & libc::FALLOC_FL_KEEP_SIZE != 0 {
+                end.min(size)
+            } else {
+                end
+            };
+            let zeros = vec![0u8; 1 << 16];
+            let mut at = offset;
+            while at < stop {
+                let n = (stop - at).min(zeros.len() as u64) as usize;
+                core(fs.write(ino, at, &zeros[..n]))?;
+                at += n as u64;
+            }
+            Ok(())
+        }
+        _ => Err(Errno(libc::EOPNOTSUPP)),
+    }
+}

@@ -1,0 +1,462 @@
+//! The client side, linked into the shim: a connection to the daemon of a noseFS mount, and
+//! [`Remote`], the [`Service`] that sends each call as a request in the shared area.
+//!
+//! Everything here makes its system calls through rustix's raw backend, never libc, so nothing
+//! re-enters the shim's hooks.
+//!
+//! A call takes a free slot (one per calling thread at a time), writes its request, rings the
+//! doorbell if the server thread sleeps, then spins for [`CLIENT_SPIN`] on the slot's state
+//! and after that waits on it with a futex. While it waits it checks every
+//! [`DAEMON_CHECK`] that the daemon still holds its end of the socket: a daemon that died
+//! gives EIO, never a hang.
+
+use std::mem::MaybeUninit;
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use nosefs_core::namespace::{Attr, DirEntry, SetAttr};
+use nosefs_core::vfs::{Found, Walked};
+use nosefs_core::Errno;
+use rustix::event::{PollFd, PollFlags};
+use rustix::net::{
+    AddressFamily, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendFlags, SocketAddrUnix,
+    SocketFlags, SocketType,
+};
+use rustix::thread::futex;
+
+use crate::proto::{op, Dec, Enc};
+use crate::server::{find_daemon, socket_name, HELLO};
+use crate::service::{Handle, Opened, Service, Statfs};
+use crate::shm::{state, Area};
+
+/// How long a client spins on its slot before it sleeps on the futex.
+pub const CLIENT_SPIN: Duration = Duration::from_micros(20);
+/// How often a sleeping client checks that the daemon lives.
+pub const DAEMON_CHECK: Duration = Duration::from_millis(100);
+
+/// A connection to a daemon.
+#[derive(Debug)]
+pub struct Remote {
+    area: Area,
+    socket: OwnedFd,
+    dead: AtomicBool,
+}
+
+/// Reads a small file with raw system calls.
+fn read_small(path: &std::ffi::CStr) -> Option<String> {
+    use rustix::fs::{Mode, OFlags};
+    let fd = rustix::fs::open(path, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()).ok()?;
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match rustix::io::read(&fd, &mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+impl Remote {
+    /// Connects to the daemon of the noseFS mount at `prefix` (the mount point as this process
+    /// names it). `Ok(None)`: `prefix` is not a noseFS FUSE mount.
+    pub fn connect(prefix: &[u8]) -> Result<Option<Remote>, Errno> {
+        let Some(mountinfo) = read_small(c"/proc/self/mountinfo") else {
+            return Ok(None);
+        };
+        let Some((major, minor, owner)) = find_daemon(&mountinfo, prefix) else {
+            return Ok(None);
+        };
+        let io = |e: rustix::io::Errno| Errno(e.raw_os_error());
+        let socket = rustix::net::socket_with(
+            AddressFamily::UNIX,
+            SocketType::SEQPACKET,
+            SocketFlags::CLOEXEC,
+            None,
+        )
+        .map_err(io)?;
+        let name = socket_name(major, minor);
+        let addr = SocketAddrUnix::new_abstract_name(&name).map_err(io)?;
+        rustix::net::connect(&socket, &addr).map_err(|_| Errno::EIO)?;
+        // Anyone can bind an abstract name: talk only to the mount's owner (or root).
+        let peer = rustix::net::sockopt::socket_peercred(&socket).map_err(io)?;
+        if peer.uid.as_raw() != owner && !peer.uid.is_root() {
+            return Err(Errno::EIO);
+        }
+        let mut hello = HELLO.to_vec();
+        hello.extend_from_slice(prefix);
+        rustix::net::send(&socket, &hello, SendFlags::NOSIGNAL).map_err(io)?;
+        let mut status = [0u8; 4];
+        let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+        let mut control = RecvAncillaryBuffer::new(&mut space);
+        let got = rustix::net::recvmsg(
+            &socket,
+            &mut [std::io::IoSliceMut::new(&mut status)],
+            &mut control,
+            RecvFlags::CMSG_CLOEXEC,
+        )
+        .map_err(io)?;
+        let mut fd = None;
+        for message in control.drain() {
+            if let RecvAncillaryMessage::ScmRights(mut fds) = message {
+                fd = fds.next();
+            }
+        }
+        if got.bytes != 4 {
+            return Err(Errno::EIO);
+        }
+        let status = u32::from_le_bytes(status);
+        if status != 0 {
+            return Err(Errno(status as i32));
+        }
+        let area = fd.and_then(Area::open).ok_or(Errno::EIO)?;
+        Ok(Some(Remote {
+            area,
+            socket,
+            dead: AtomicBool::new(false),
+        }))
+    }
+
+    /// Bytes of data one request or reply carries.
+    pub fn chunk_bytes(&self) -> usize {
+        self.area.payload_bytes() - 64
+    }
+
+    fn take_slot(&self) -> usize {
+        let n = self.area.slots();
+        let start = rustix::thread::gettid().as_raw_nonzero().get() as usize % n;
+        loop {
+            for k in 0..n {
+                let slot = (start + k) % n;
+                if self.area.owner(slot).load(Ordering::Relaxed) == 0
+                    && self
+                        .area
+                        .owner(slot)
+                        .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
+                        .is_ok()
+                {
+                    return slot;
+                }
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    /// Whether the daemon has closed its end (it died or stopped).
+    fn daemon_gone(&self) -> bool {
+        let mut fds = [PollFd::new(&self.socket, PollFlags::IN)];
+        let zero = rustix::time::Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        matches!(rustix::event::poll(&mut fds, Some(&zero)), Ok(n) if n > 0)
+            && !fds[0].revents().is_empty()
+    }
+
+    /// Sends one request and returns the reply's bytes after its errno.
+    pub fn call(&self, request: &Enc) -> Result<Vec<u8>, Errno> {
+        if self.dead.load(Ordering::Relaxed) {
+            return Err(Errno::EIO);
+        }
+        assert!(
+            request.buf.len() <= self.area.payload_bytes(),
+            "requests are chunked"
+        );
+        let area = &self.area;
+        let slot = self.take_slot();
+        area.put(slot, 0, &request.buf);
+        area.len(slot)
+            .store(request.buf.len() as u32, Ordering::Relaxed);
+        area.state(slot).store(state::REQUEST, Ordering::SeqCst);
+        if area.server_sleeping().load(Ordering::SeqCst) != 0 {
+            area.doorbell().fetch_add(1, Ordering::SeqCst);
+            let _ = futex::wake(area.doorbell(), futex::Flags::empty(), 1);
+        }
+        let result = self.wait_reply(slot);
+        area.owner(slot).store(0, Ordering::Release);
+        result
+    }
+
+    fn wait_reply(&self, slot: usize) -> Result<Vec<u8>, Errno> {
+        let area = &self.area;
+        let spin_until = Instant::now() + CLIENT_SPIN;
+        let mut spins = 0u32;
+        loop {
+            let now = area.state(slot).load(Ordering::Acquire);
+            if now == state::REPLY {
+                break;
+            }
+            spins = spins.wrapping_add(1);
+            if spins % 64 != 0 || Instant::now() < spin_until {
+                std::hint::spin_loop();
+                continue;
+            }
+            area.client_waiting(slot).store(1, Ordering::SeqCst);
+            let now = area.state(slot).load(Ordering::SeqCst);
+            if now != state::REPLY {
+                let timeout = rustix::time::Timespec {
+                    tv_sec: 0,
+                    tv_nsec: DAEMON_CHECK.as_nanos() as i64,
+                };
+                let woke =
+                    futex::wait(area.state(slot), futex::Flags::empty(), now, Some(&timeout));
+                if woke == Err(rustix::io::Errno::TIMEDOUT) && self.daemon_gone() {
+                    area.client_waiting(slot).store(0, Ordering::Relaxed);
+                    self.dead.store(true, Ordering::Relaxed);
+                    return Err(Errno::EIO);
+                }
+            }
+            area.client_waiting(slot).store(0, Ordering::Relaxed);
+        }
+        let len = (area.len(slot).load(Ordering::Acquire) as usize).min(area.payload_bytes());
+        let mut reply = vec![0u8; len];
+        area.get(slot, 0, &mut reply);
+        area.state(slot).store(state::IDLE, Ordering::Release);
+        let mut d = Dec::new(&reply);
+        let errno = d.i32().map_err(|_| Errno::EIO)?;
+        if errno != 0 {
+            return Err(Errno(errno));
+        }
+        reply.drain(..4);
+        Ok(reply)
+    }
+
+    fn path_request(opcode: u32, found: &Found) -> Enc {
+        let mut e = Enc::new(opcode);
+        e.bytes(&found.path).bool(found.trailing_slash);
+        e
+    }
+
+    /// An empty request (the round trip's cost).
+    pub fn nop(&self) -> Result<(), Errno> {
+        self.call(&Enc::new(op::NOP)).map(drop)
+    }
+
+    /// Hands references on `handles` to a process about to be created (fork, spawn) or to
+    /// this process's next image (exec): returns the ticket it claims them with.
+    pub fn hold(&self, handles: &[Handle]) -> Result<u64, Errno> {
+        let mut e = Enc::new(op::HOLD);
+        e.u32(handles.len() as u32);
+        for h in handles {
+            e.u64(*h);
+        }
+        let reply = self.call(&e)?;
+        Dec::new(&reply).u64().map_err(|_| Errno::EIO)
+    }
+
+    /// Claims a ticket, keeping the references on `keep` (the rest are released).
+    pub fn claim(&self, ticket: u64, keep: &[Handle]) -> Result<(), Errno> {
+        let mut e = Enc::new(op::CLAIM);
+        e.u64(ticket).u32(keep.len() as u32);
+        for h in keep {
+            e.u64(*h);
+        }
+        self.call(&e).map(drop)
+    }
+
+    /// Ties an unclaimed ticket to process `pid`: its end releases the ticket.
+    pub fn bind(&self, ticket: u64, pid: i32) -> Result<(), Errno> {
+        let mut e = Enc::new(op::BIND);
+        e.u64(ticket).u32(pid as u32);
+        self.call(&e).map(drop)
+    }
+}
+
+fn decode<T>(
+    reply: &[u8],
+    f: impl FnOnce(&mut Dec<'_>) -> Result<T, crate::proto::Malformed>,
+) -> Result<T, Errno> {
+    f(&mut Dec::new(reply)).map_err(|_| Errno::EIO)
+}
+
+impl Service for Remote {
+    fn walk(&self, path: Vec<u8>, follow_last: bool) -> Result<Walked, Errno> {
+        let mut e = Enc::new(op::WALK);
+        e.bytes(&path).bool(follow_last);
+        decode(&self.call(&e)?, |d| d.walked())
+    }
+
+    fn walk_in(
+        &self,
+        dir: Handle,
+        dir_path: &[u8],
+        name: &[u8],
+        follow_last: bool,
+    ) -> Result<Option<Found>, Errno> {
+        let mut e = Enc::new(op::WALK_IN);
+        e.u64(dir).bytes(dir_path).bytes(name).bool(follow_last);
+        decode(&self.call(&e)?, |d| match d.u8()? {
+            0 => Ok(None),
+            _ => d.found().map(Some),
+        })
+    }
+
+    fn open(&self, found: &Found, flags: i32, mode: u32, umask: u32) -> Result<Opened, Errno> {
+        let mut e = Self::path_request(op::OPEN, found);
+        e.u32(flags as u32).u32(mode).u32(umask);
+        decode(&self.call(&e)?, |d| {
+            Ok(Opened {
+                attr: d.attr()?,
+                kind: d.kind()?,
+                handle: d.u64()?,
+            })
+        })
+    }
+
+    fn close(&self, handle: Handle) {
+        let mut e = Enc::new(op::CLOSE);
+        e.u64(handle);
+        let _ = self.call(&e);
+    }
+
+    fn read(&self, handle: Handle, offset: u64, buf: &mut [u8]) -> Result<usize, Errno> {
+        let mut done = 0;
+        while done < buf.len() {
+            let want = (buf.len() - done).min(self.chunk_bytes());
+            let mut e = Enc::new(op::READ);
+            e.u64(handle).u64(offset + done as u64).u32(want as u32);
+            let reply = self.call(&e)?;
+            let data = Dec::new(&reply).bytes().map_err(|_| Errno::EIO)?;
+            let n = data.len().min(want);
+            buf[done..done + n].copy_from_slice(&data[..n]);
+            done += n;
+            if n < want {
+                break;
+            }
+        }
+        Ok(done)
+    }
+
+    fn write(&self, handle: Handle, offset: u64, data: &[u8], append: bool) -> Result<u64, Errno> {
+        let mut first = None;
+        let mut done = 0;
+        loop {
+            let n = (data.len() - done).min(self.chunk_bytes());
+            let mut e = Enc::new(op::WRITE);
+            e.u64(handle)
+                .u64(offset + done as u64)
+                .bool(append)
+                .bytes(&data[done..done + n]);
+            let at = decode(&self.call(&e)?, |d| d.u64())?;
+            first.get_or_insert(at);
+            done += n;
+            if done >= data.len() {
+                return Ok(first.unwrap_or(offset));
+            }
+        }
+    }
+
+    fn fsync(&self, handle: Handle) -> Result<(), Errno> {
+        let mut e = Enc::new(op::FSYNC);
+        e.u64(handle);
+        self.call(&e).map(drop)
+    }
+
+    fn ftruncate(&self, handle: Handle, size: u64) -> Result<(), Errno> {
+        let mut e = Enc::new(op::FTRUNCATE);
+        e.u64(handle).u64(size);
+        self.call(&e).map(drop)
+    }
+
+    fn fstat(&self, handle: Handle) -> Result<Attr, Errno> {
+        let mut e = Enc::new(op::FSTAT);
+        e.u64(handle);
+        decode(&self.call(&e)?, |d| d.attr())
+    }
+
+    fn fsetattr(&self, handle: Handle, change: &SetAttr, times_now: bool) -> Result<(), Errno> {
+        let mut e = Enc::new(op::FSETATTR);
+        e.u64(handle).setattr(change).bool(times_now);
+        self.call(&e).map(drop)
+    }
+
+    fn readdir(&self, handle: Handle, cookie: u64, max: usize) -> Result<Vec<DirEntry>, Errno> {
+        let mut e = Enc::new(op::READDIR);
+        e.u64(handle)
+            .u64(cookie)
+            .u32(max.min(u32::MAX as usize) as u32);
+        decode(&self.call(&e)?, |d| {
+            let n = d.u32()?;
+            (0..n).map(|_| d.entry()).collect()
+        })
+    }
+
+    fn fallocate(&self, handle: Handle, mode: i32, offset: i64, len: i64) -> Result<(), Errno> {
+        let mut e = Enc::new(op::FALLOCATE);
+        e.u64(handle).u32(mode as u32).i64(offset).i64(len);
+        self.call(&e).map(drop)
+    }
+
+    fn truncate(&self, found: &Found, size: i64) -> Result<(), Errno> {
+        let mut e = Self::path_request(op::TRUNCATE, found);
+        e.i64(size);
+        self.call(&e).map(drop)
+    }
+
+    fn mkdir(&self, found: &Found, mode: u32, umask: u32) -> Result<(), Errno> {
+        let mut e = Self::path_request(op::MKDIR, found);
+        e.u32(mode).u32(umask);
+        self.call(&e).map(drop)
+    }
+
+    fn mknod(&self, found: &Found, mode: u32, rdev: u64, umask: u32) -> Result<Attr, Errno> {
+        let mut e = Self::path_request(op::MKNOD, found);
+        e.u32(mode).u64(rdev).u32(umask);
+        decode(&self.call(&e)?, |d| d.attr())
+    }
+
+    fn symlink(&self, target: &[u8], found: &Found) -> Result<(), Errno> {
+        let mut e = Self::path_request(op::SYMLINK, found);
+        e.bytes(target);
+        self.call(&e).map(drop)
+    }
+
+    fn readlink(&self, found: &Found) -> Result<Vec<u8>, Errno> {
+        let e = Self::path_request(op::READLINK, found);
+        decode(&self.call(&e)?, |d| d.bytes().map(<[u8]>::to_vec))
+    }
+
+    fn unlink(&self, found: &Found) -> Result<(), Errno> {
+        self.call(&Self::path_request(op::UNLINK, found)).map(drop)
+    }
+
+    fn rmdir(&self, found: &Found, last: &[u8]) -> Result<(), Errno> {
+        let mut e = Self::path_request(op::RMDIR, found);
+        e.bytes(last);
+        self.call(&e).map(drop)
+    }
+
+    fn rename(&self, from: &Found, to: &Found, flags: u32) -> Result<(), Errno> {
+        let mut e = Self::path_request(op::RENAME, from);
+        e.bytes(&to.path).bool(to.trailing_slash).u32(flags);
+        self.call(&e).map(drop)
+    }
+
+    fn link(&self, from: &Found, to: &Found) -> Result<(), Errno> {
+        let mut e = Self::path_request(op::LINK, from);
+        e.bytes(&to.path).bool(to.trailing_slash);
+        self.call(&e).map(drop)
+    }
+
+    fn setattr(&self, found: &Found, change: &SetAttr, times_now: bool) -> Result<(), Errno> {
+        let mut e = Self::path_request(op::SETATTR, found);
+        e.setattr(change).bool(times_now);
+        self.call(&e).map(drop)
+    }
+
+    fn statfs(&self) -> Result<Statfs, Errno> {
+        decode(&self.call(&Enc::new(op::STATFS))?, |d| {
+            Ok(Statfs {
+                blocks: d.u64()?,
+                blocks_free: d.u64()?,
+                inodes: d.u64()?,
+                inodes_free: d.u64()?,
+            })
+        })
+    }
+
+    fn sync_all(&self) -> Result<(), Errno> {
+        self.call(&Enc::new(op::SYNC_ALL)).map(drop)
+    }
+}

@@ -1,0 +1,19 @@
+//! The daemon transport: `nosefs mount` serves LD_PRELOAD clients (the shim) over shared
+//! memory, besides the kernel's FUSE requests, so every process on the machine works on one
+//! image at near-library speed.
+//!
+//! - [`service`]: the calls a shim makes, as one trait: [`service::Local`] on an `Fs` in this
+//!   process (embedded mode; the daemon executing a request), [`client::Remote`] through a
+//!   daemon.
+//! - [`proto`]: the encoding of requests and replies.
+//! - [`shm`]: the shared request area, and the crate's only `unsafe`.
+//! - [`server`]: the daemon side; [`client`]: the shim side.
+
+#![deny(unsafe_code)]
+
+pub mod client;
+pub mod proto;
+pub mod server;
+pub mod service;
+#[allow(unsafe_code)]
+pub mod shm;

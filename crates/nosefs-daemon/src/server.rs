@@ -1,0 +1,830 @@
+//! The daemon side: shim clients of one mounted image, served over shared memory.
+//!
+//! One thread (the *door*) owns the listening socket and every client socket: it accepts
+//! clients (credentials from SO_PEERCRED and /proc, `allow_other` honoured), hands each a
+//! request area (a sealed memfd over SCM_RIGHTS), starts the client's server thread, notices a
+//! client's hang-up (its process died or exec'd) and the end of processes that were handed
+//! descriptions at fork or exec (pidfds), and releases what they held. It sleeps in `poll` with
+//! no timeout: a daemon with no clients uses no CPU.
+//!
+//! A client's server thread polls the slots while requests keep coming, spins for
+//! [`SERVER_SPIN`] after the last one, then sleeps on the area's doorbell futex until a
+//! client rings it.
+//!
+//! Every request is untrusted: copied out of the area, decoded with bounds checks, executed with
+//! the client's credentials through the same [`Local`] service the embedded shim uses (paths
+//! walked again here, permissions checked here), descriptions named by unguessable tokens this
+//! daemon issued. A bad request gets EINVAL or EBADF; a panic while serving one (a broken
+//! invariant) gets EIO and the daemon goes on.
+
+use std::collections::{HashMap, HashSet};
+use std::io::IoSlice;
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nosefs_core::namespace::perm::Cred;
+use nosefs_core::namespace::Fs;
+use nosefs_core::vfs::{Found, OpenKind, Walked};
+use nosefs_core::Errno;
+use parking_lot::Mutex;
+use rustix::event::{PollFd, PollFlags};
+use rustix::net::{
+    AddressFamily, RecvFlags, SendAncillaryBuffer, SendAncillaryMessage, SendFlags, SocketAddrUnix,
+    SocketFlags, SocketType,
+};
+use rustix::thread::futex;
+
+use crate::proto::{op, Dec, Enc};
+use crate::service::{Local, Service};
+use crate::shm::{state, Area};
+
+/// How long a client's server thread keeps polling after its last request before it sleeps.
+pub const SERVER_SPIN: Duration = Duration::from_micros(50);
+/// Slots per client (threads beyond share them).
+pub const SLOTS: usize = 16;
+/// Bytes per slot: a 64-byte header and the payload.
+pub const SLOT_BYTES: usize = 256 << 10;
+/// The handshake a client sends first: this, then its prefix.
+pub const HELLO: &[u8; 8] = b"NOSEFS01";
+
+/// The abstract socket name of the daemon serving the mount whose device is `major:minor`.
+pub fn socket_name(major: u32, minor: u32) -> Vec<u8> {
+    format!("nosefs-daemon/{major}:{minor}").into_bytes()
+}
+
+/// What the daemon tells the kernel's caches when a client changes something (the FUSE
+/// mount's notifier), before it replies.
+pub trait Invalidate: Send + Sync {
+    /// The name `name` in directory `parent` changed (created, removed, renamed).
+    fn entry(&self, parent: u64, name: &[u8]);
+    /// The inode's attributes or data changed.
+    fn inode(&self, ino: u64);
+}
+
+/// How the daemon serves clients.
+pub struct Options {
+    /// Serve clients of every user (else only the daemon's own user, as FUSE without
+    /// `allow_other`).
+    pub allow_other: bool,
+    /// Where the kernel's caches are told about changes.
+    pub invalidate: Option<Box<dyn Invalidate>>,
+}
+
+impl std::fmt::Debug for Options {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Options")
+            .field("allow_other", &self.allow_other)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One open file description a client holds.
+#[derive(Debug, Clone, Copy)]
+struct Description {
+    ino: u64,
+    kind: OpenKind,
+    readable: bool,
+    writable: bool,
+    /// Connections and tickets holding it.
+    refs: u32,
+}
+
+/// Descriptions handed to a forked child or an exec'd image, until it claims them.
+#[derive(Debug)]
+struct Ticket {
+    tokens: Vec<u64>,
+    /// The process they wait for; its end releases them.
+    pidfd: Option<Arc<OwnedFd>>,
+}
+
+struct Shared {
+    fs: Arc<Fs>,
+    options: Options,
+    descriptions: Mutex<HashMap<u64, Description>>,
+    tickets: Mutex<HashMap<u64, Ticket>>,
+    stop: AtomicBool,
+}
+
+struct Conn {
+    area: Area,
+    cred: Cred,
+    prefix: Vec<u8>,
+    /// Tokens this connection holds a reference on.
+    held: Mutex<HashSet<u64>>,
+    dead: AtomicBool,
+}
+
+/// A running daemon transport; dropping it stops serving (clients then get EIO).
+pub struct Server {
+    shared: Arc<Shared>,
+    door: Option<std::thread::JoinHandle<()>>,
+    wake: OwnedFd,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server").finish_non_exhaustive()
+    }
+}
+
+impl Server {
+    /// Starts serving clients of `fs`, mounted (by FUSE) at `mount_point`.
+    pub fn start(fs: Arc<Fs>, mount_point: &Path, options: Options) -> std::io::Result<Server> {
+        let st = rustix::fs::stat(mount_point)?;
+        let name = socket_name(rustix::fs::major(st.st_dev), rustix::fs::minor(st.st_dev));
+        let listener = rustix::net::socket_with(
+            AddressFamily::UNIX,
+            SocketType::SEQPACKET,
+            SocketFlags::CLOEXEC,
+            None,
+        )?;
+        rustix::net::bind(&listener, &SocketAddrUnix::new_abstract_name(&name)?)?;
+        rustix::net::listen(&listener, 128)?;
+        let (wake_read, wake) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+        let shared = Arc::new(Shared {
+            fs,
+            options,
+            descriptions: Mutex::new(HashMap::new()),
+            tickets: Mutex::new(HashMap::new()),
+            stop: AtomicBool::new(false),
+        });
+        let door_shared = Arc::clone(&shared);
+        let door = std::thread::Builder::new()
+            .name("nosefs-door".into())
+            .spawn(move || door(door_shared, listener, wake_read))?;
+        Ok(Server {
+            shared,
+            door: Some(door),
+            wake,
+        })
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        let _ = rustix::io::write(&self.wake, b"x");
+        if let Some(door) = self.door.take() {
+            let _ = door.join();
+        }
+    }
+}
+
+fn random_token() -> u64 {
+    let mut b = [0u8; 8];
+    getrandom::getrandom(&mut b).expect("the kernel's random source");
+    u64::from_le_bytes(b) | 1
+}
+
+/// The door: accepts clients, watches their sockets and the pidfds of tickets.
+fn door(shared: Arc<Shared>, listener: OwnedFd, wake: OwnedFd) {
+    let mut clients: Vec<(OwnedFd, Arc<Conn>, std::thread::JoinHandle<()>)> = Vec::new();
+    while !shared.stop.load(Ordering::SeqCst) {
+        let tickets: Vec<(u64, Arc<OwnedFd>)> = shared
+            .tickets
+            .lock()
+            .iter()
+            .filter_map(|(t, k)| k.pidfd.as_ref().map(|fd| (*t, Arc::clone(fd))))
+            .collect();
+        let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(2 + clients.len() + tickets.len());
+        fds.push(PollFd::new(&listener, PollFlags::IN));
+        fds.push(PollFd::new(&wake, PollFlags::IN));
+        for (socket, _, _) in &clients {
+            fds.push(PollFd::new(socket, PollFlags::IN));
+        }
+        for (_, fd) in &tickets {
+            fds.push(PollFd::new(&**fd, PollFlags::IN));
+        }
+        if rustix::event::poll(&mut fds, None).is_err() {
+            continue;
+        }
+        let ready: Vec<bool> = fds.iter().map(|f| !f.revents().is_empty()).collect();
+        drop(fds);
+        let (client_ready, ticket_ready) = ready[2..].split_at(clients.len());
+        for (k, (ticket, _)) in tickets.iter().enumerate() {
+            if ticket_ready[k] {
+                release_ticket(&shared, *ticket);
+            }
+        }
+        // Clients that hung up (or sent anything: the socket carries nothing after the
+        // handshake, so a message is a protocol error and ends the client too).
+        let mut kept = Vec::with_capacity(clients.len());
+        for (index, client) in clients.drain(..).enumerate() {
+            if client_ready[index] {
+                let (_, conn, thread) = client;
+                end_client(&shared, &conn, thread);
+            } else {
+                kept.push(client);
+            }
+        }
+        clients = kept;
+        if ready[0] {
+            if let Ok(socket) = rustix::net::accept_with(&listener, SocketFlags::CLOEXEC) {
+                if let Some((conn, thread)) = admit(&shared, &socket) {
+                    clients.push((socket, conn, thread));
+                }
+            }
+        }
+    }
+    for (_, conn, thread) in clients {
+        end_client(&shared, &conn, thread);
+    }
+}
+
+fn end_client(shared: &Shared, conn: &Conn, thread: std::thread::JoinHandle<()>) {
+    conn.dead.store(true, Ordering::SeqCst);
+    conn.area.doorbell().fetch_add(1, Ordering::SeqCst);
+    let _ = futex::wake(conn.area.doorbell(), futex::Flags::empty(), 1);
+    let _ = thread.join();
+    let held: Vec<u64> = conn.held.lock().drain().collect();
+    for token in held {
+        release(shared, token);
+    }
+}
+
+/// Drops one reference on a description; the last closes the inode in the core.
+fn release(shared: &Shared, token: u64) {
+    let mut descriptions = shared.descriptions.lock();
+    let Some(d) = descriptions.get_mut(&token) else {
+        return;
+    };
+    d.refs -= 1;
+    if d.refs == 0 {
+        let d = descriptions.remove(&token).expect("present");
+        drop(descriptions);
+        if d.kind == OpenKind::File {
+            let _ = shared.fs.close(d.ino);
+        }
+    }
+}
+
+fn release_ticket(shared: &Shared, ticket: u64) {
+    let Some(t) = shared.tickets.lock().remove(&ticket) else {
+        return;
+    };
+    for token in t.tokens {
+        release(shared, token);
+    }
+}
+
+/// The client's credentials: uid and gid from the socket, supplementary groups from /proc.
+fn peer_cred(socket: &OwnedFd) -> Option<(i32, Cred)> {
+    let ucred = rustix::net::sockopt::socket_peercred(socket).ok()?;
+    let pid = ucred.pid.as_raw_nonzero().get();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let groups = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Groups:"))
+        .map(|g| {
+            g.split_whitespace()
+                .filter_map(|n| n.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    Some((
+        pid,
+        Cred {
+            uid: ucred.uid.as_raw(),
+            gid: ucred.gid.as_raw(),
+            groups,
+        },
+    ))
+}
+
+/// The handshake: the client's prefix in, its request area out.
+fn admit(
+    shared: &Arc<Shared>,
+    socket: &OwnedFd,
+) -> Option<(Arc<Conn>, std::thread::JoinHandle<()>)> {
+    let (_, cred) = peer_cred(socket)?;
+    let own_uid = rustix::process::geteuid().as_raw();
+    let allowed = shared.options.allow_other || cred.uid == own_uid;
+    let mut hello = [0u8; 8 + libc::PATH_MAX as usize];
+    let n = rustix::net::recv(socket, &mut hello, RecvFlags::empty())
+        .ok()?
+        .0;
+    let prefix = hello[..n].strip_prefix(HELLO)?.to_vec();
+    if !allowed {
+        let _ = rustix::net::send(
+            socket,
+            &(libc::EACCES as u32).to_le_bytes(),
+            SendFlags::NOSIGNAL,
+        );
+        return None;
+    }
+    if !prefix.starts_with(b"/")
+        || prefix.len() < 2
+        || prefix.contains(&0)
+        || prefix.ends_with(b"/")
+    {
+        let _ = rustix::net::send(
+            socket,
+            &(libc::EINVAL as u32).to_le_bytes(),
+            SendFlags::NOSIGNAL,
+        );
+        return None;
+    }
+    let area = Area::create(SLOTS, SLOT_BYTES).ok()?;
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    let fds = [area.fd().as_fd()];
+    if !control.push(SendAncillaryMessage::ScmRights(&fds)) {
+        return None;
+    }
+    rustix::net::sendmsg(
+        socket,
+        &[IoSlice::new(&0u32.to_le_bytes())],
+        &mut control,
+        SendFlags::NOSIGNAL,
+    )
+    .ok()?;
+    let conn = Arc::new(Conn {
+        area,
+        cred,
+        prefix,
+        held: Mutex::new(HashSet::new()),
+        dead: AtomicBool::new(false),
+    });
+    let thread_conn = Arc::clone(&conn);
+    let thread_shared = Arc::clone(shared);
+    let thread = std::thread::Builder::new()
+        .name("nosefs-client".into())
+        .spawn(move || serve_client(&thread_shared, &thread_conn))
+        .ok()?;
+    Some((conn, thread))
+}
+
+/// A client's server thread: polls its slots, spins a little after the last request, sleeps
+/// on the doorbell.
+fn serve_client(shared: &Shared, conn: &Conn) {
+    let area = &conn.area;
+    let mut request = vec![0u8; area.payload_bytes()];
+    let mut last = Instant::now();
+    loop {
+        let mut served = false;
+        for slot in 0..area.slots() {
+            if area.state(slot).load(Ordering::Acquire) == state::REQUEST
+                && area
+                    .state(slot)
+                    .compare_exchange(
+                        state::REQUEST,
+                        state::SERVING,
+                        Ordering::AcqRel,
+                        Ordering::Relaxed,
+                    )
+                    .is_ok()
+            {
+                serve_slot(shared, conn, slot, &mut request);
+                served = true;
+            }
+        }
+        if served {
+            last = Instant::now();
+            continue;
+        }
+        if conn.dead.load(Ordering::SeqCst) || shared.stop.load(Ordering::SeqCst) {
+            return;
+        }
+        if last.elapsed() < SERVER_SPIN {
+            std::hint::spin_loop();
+            continue;
+        }
+        let bell = area.doorbell().load(Ordering::SeqCst);
+        area.server_sleeping().store(1, Ordering::SeqCst);
+        let pending =
+            (0..area.slots()).any(|s| area.state(s).load(Ordering::SeqCst) == state::REQUEST);
+        if !pending && !conn.dead.load(Ordering::SeqCst) {
+            let _ = futex::wait(area.doorbell(), futex::Flags::empty(), bell, None);
+        }
+        area.server_sleeping().store(0, Ordering::SeqCst);
+        last = Instant::now();
+    }
+}
+
+fn serve_slot(shared: &Shared, conn: &Conn, slot: usize, request: &mut [u8]) {
+    let area = &conn.area;
+    let len = (area.len(slot).load(Ordering::Acquire) as usize).min(area.payload_bytes());
+    area.get(slot, 0, &mut request[..len]);
+    let reply = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        execute(shared, conn, &request[..len], area.payload_bytes())
+    })) {
+        Ok(Ok(reply)) => reply,
+        Ok(Err(errno)) => Enc::new(errno.0 as u32),
+        Err(_) => Enc::new(libc::EIO as u32),
+    };
+    let reply = if reply.buf.len() <= area.payload_bytes() {
+        reply
+    } else {
+        Enc::new(libc::EIO as u32)
+    };
+    area.put(slot, 0, &reply.buf);
+    area.len(slot)
+        .store(reply.buf.len() as u32, Ordering::Release);
+    area.state(slot).store(state::REPLY, Ordering::SeqCst);
+    if area.client_waiting(slot).load(Ordering::SeqCst) != 0 {
+        let _ = futex::wake(area.state(slot), futex::Flags::empty(), 1);
+    }
+}
+
+/// A description this client may use: adopted on first use from another connection of the
+/// same family (fork) only through a ticket, so a token is a capability.
+fn description(shared: &Shared, conn: &Conn, token: u64) -> Result<Description, Errno> {
+    if !conn.held.lock().contains(&token) {
+        return Err(Errno(libc::EBADF));
+    }
+    shared
+        .descriptions
+        .lock()
+        .get(&token)
+        .copied()
+        .ok_or(Errno(libc::EBADF))
+}
+
+fn readable(d: &Description) -> Result<u64, Errno> {
+    match (d.kind, d.readable) {
+        (OpenKind::Dir, _) => Err(Errno::EISDIR),
+        (OpenKind::File, true) => Ok(d.ino),
+        _ => Err(Errno(libc::EBADF)),
+    }
+}
+
+fn writable(d: &Description) -> Result<u64, Errno> {
+    if d.writable && d.kind == OpenKind::File {
+        Ok(d.ino)
+    } else {
+        Err(Errno(libc::EBADF))
+    }
+}
+
+/// Walks a path sent with a path operation again, with the client's credentials.
+fn rewalk(local: &Local<'_>, d: &mut Dec<'_>) -> Result<Found, Errno> {
+    let path = d.bytes()?.to_vec();
+    let trailing_slash = d.bool()?;
+    match local.walk(path, false)? {
+        Walked::Found(mut found) => {
+            found.trailing_slash = trailing_slash;
+            Ok(found)
+        }
+        Walked::Outside(_) => Err(Errno::EINVAL),
+    }
+}
+
+fn ok() -> Enc {
+    Enc::new(0)
+}
+
+/// Decodes and runs one request.
+fn execute(shared: &Shared, conn: &Conn, request: &[u8], room: usize) -> Result<Enc, Errno> {
+    let local = Local {
+        fs: &shared.fs,
+        prefix: &conn.prefix,
+        cred: conn.cred.clone(),
+    };
+    let inval = shared.options.invalidate.as_deref();
+    let mut d = Dec::new(request);
+    let opcode = d.u32()?;
+    let mut reply = ok();
+    match opcode {
+        op::NOP => {}
+        op::WALK => {
+            let path = d.bytes()?.to_vec();
+            let follow = d.bool()?;
+            reply.walked(&local.walk(path, follow)?);
+        }
+        op::WALK_IN => {
+            let dir = description(shared, conn, d.u64()?)?;
+            if dir.kind == OpenKind::File {
+                return Err(Errno::ENOTDIR);
+            }
+            let dir_path = d.bytes()?;
+            let name = d.bytes()?;
+            match local.walk_in(dir.ino, dir_path, name, d.bool()?)? {
+                Some(f) => reply.u8(1).found(&f),
+                None => reply.u8(0),
+            };
+        }
+        op::OPEN => {
+            let found = rewalk(&local, &mut d)?;
+            let (flags, mode, umask) = (d.i32()?, d.u32()?, d.u32()?);
+            let opened = local.open(&found, flags, mode, umask)?;
+            if found.attr.is_none() {
+                if let Some(i) = inval {
+                    i.entry(found.parent, &found.name);
+                    i.inode(found.parent);
+                }
+            } else if flags & libc::O_TRUNC != 0 && opened.kind == OpenKind::File {
+                if let Some(i) = inval {
+                    i.inode(opened.attr.ino);
+                }
+            }
+            let accmode = flags & libc::O_ACCMODE;
+            let token = random_token();
+            if opened.kind == OpenKind::File {
+                shared.fs.open(opened.attr.ino).map_err(|e| e.errno())?;
+            }
+            shared.descriptions.lock().insert(
+                token,
+                Description {
+                    ino: opened.attr.ino,
+                    kind: opened.kind,
+                    readable: opened.kind != OpenKind::Path
+                        && (accmode == libc::O_RDONLY || accmode == libc::O_RDWR),
+                    writable: opened.kind != OpenKind::Path
+                        && (accmode == libc::O_WRONLY || accmode == libc::O_RDWR),
+                    refs: 1,
+                },
+            );
+            conn.held.lock().insert(token);
+            reply.attr(&opened.attr).kind(opened.kind).u64(token);
+        }
+        op::CLOSE => {
+            let token = d.u64()?;
+            if conn.held.lock().remove(&token) {
+                release(shared, token);
+            }
+        }
+        op::READ => {
+            let ino = readable(&description(shared, conn, d.u64()?)?)?;
+            let offset = d.u64()?;
+            let len = (d.u32()? as usize).min(room - 16);
+            let mut buf = vec![0u8; len];
+            let n = local.read(ino, offset, &mut buf)?;
+            reply.bytes(&buf[..n]);
+        }
+        op::WRITE => {
+            let ino = writable(&description(shared, conn, d.u64()?)?)?;
+            let offset = d.u64()?;
+            let append = d.bool()?;
+            let data = d.bytes()?;
+            let at = local.write(ino, offset, data, append)?;
+            if let Some(i) = inval {
+                i.inode(ino);
+            }
+            reply.u64(at);
+        }
+        op::FSYNC => {
+            let desc = description(shared, conn, d.u64()?)?;
+            if desc.kind == OpenKind::File {
+                local.fsync(desc.ino)?;
+            }
+        }
+        op::FTRUNCATE => {
+            let ino = writable(&description(shared, conn, d.u64()?)?).map_err(|_| Errno::EINVAL)?;
+            local.ftruncate(ino, d.u64()?)?;
+            if let Some(i) = inval {
+                i.inode(ino);
+            }
+        }
+        op::FSTAT => {
+            let desc = description(shared, conn, d.u64()?)?;
+            reply.attr(&local.fstat(desc.ino)?);
+        }
+        op::FSETATTR => {
+            let desc = description(shared, conn, d.u64()?)?;
+            let change = d.setattr()?;
+            if change.size.is_some() {
+                return Err(Errno::EINVAL);
+            }
+            local.fsetattr(desc.ino, &change, d.bool()?)?;
+            if let Some(i) = inval {
+                i.inode(desc.ino);
+            }
+        }
+        op::READDIR => {
+            let desc = description(shared, conn, d.u64()?)?;
+            if desc.kind != OpenKind::Dir {
+                return Err(Errno::ENOTDIR);
+            }
+            let cookie = d.u64()?;
+            // Each entry costs at most 4 + 255 + 20 bytes: never more than the reply holds.
+            let max = (d.u32()? as usize).min((room - 16) / 280).max(1);
+            let entries = local.readdir(desc.ino, cookie, max)?;
+            reply.u32(entries.len() as u32);
+            for e in &entries {
+                reply.entry(e);
+            }
+        }
+        op::FALLOCATE => {
+            let desc = description(shared, conn, d.u64()?)?;
+            if desc.kind != OpenKind::File {
+                return Err(Errno(libc::ENODEV));
+            }
+            let ino = writable(&desc)?;
+            local.fallocate(ino, d.i32()?, d.i64()?, d.i64()?)?;
+            if let Some(i) = inval {
+                i.inode(ino);
+            }
+        }
+        op::TRUNCATE => {
+            let found = rewalk(&local, &mut d)?;
+            local.truncate(&found, d.i64()?)?;
+            if let (Some(i), Some(a)) = (inval, found.attr) {
+                i.inode(a.ino);
+            }
+        }
+        op::MKDIR | op::MKNOD | op::SYMLINK | op::LINK => {
+            let (found, other) = match opcode {
+                op::LINK => {
+                    let from = rewalk(&local, &mut d)?;
+                    (rewalk(&local, &mut d)?, Some(from))
+                }
+                _ => (rewalk(&local, &mut d)?, None),
+            };
+            match opcode {
+                op::MKDIR => local.mkdir(&found, d.u32()?, d.u32()?)?,
+                op::MKNOD => {
+                    let (mode, rdev, umask) = (d.u32()?, d.u64()?, d.u32()?);
+                    let attr = local.mknod(&found, mode, rdev, umask)?;
+                    reply.attr(&attr);
+                }
+                op::SYMLINK => local.symlink(d.bytes()?, &found)?,
+                _ => {
+                    let from = other.expect("link has a source");
+                    local.link(&from, &found)?;
+                    if let (Some(i), Some(a)) = (inval, from.attr) {
+                        i.inode(a.ino);
+                    }
+                }
+            }
+            if let Some(i) = inval {
+                i.entry(found.parent, &found.name);
+                i.inode(found.parent);
+            }
+        }
+        op::READLINK => {
+            let found = rewalk(&local, &mut d)?;
+            reply.bytes(&local.readlink(&found)?);
+        }
+        op::UNLINK | op::RMDIR => {
+            let found = rewalk(&local, &mut d)?;
+            if opcode == op::UNLINK {
+                local.unlink(&found)?;
+            } else {
+                local.rmdir(&found, d.bytes()?)?;
+            }
+            if let Some(i) = inval {
+                i.entry(found.parent, &found.name);
+                i.inode(found.parent);
+                if let Some(a) = found.attr {
+                    i.inode(a.ino);
+                }
+            }
+        }
+        op::RENAME => {
+            let from = rewalk(&local, &mut d)?;
+            let to = rewalk(&local, &mut d)?;
+            local.rename(&from, &to, d.u32()?)?;
+            if let Some(i) = inval {
+                for f in [&from, &to] {
+                    i.entry(f.parent, &f.name);
+                    i.inode(f.parent);
+                    if let Some(a) = f.attr {
+                        i.inode(a.ino);
+                    }
+                }
+            }
+        }
+        op::SETATTR => {
+            let found = rewalk(&local, &mut d)?;
+            let change = d.setattr()?;
+            if change.size.is_some() {
+                return Err(Errno::EINVAL);
+            }
+            local.setattr(&found, &change, d.bool()?)?;
+            if let (Some(i), Some(a)) = (inval, found.attr) {
+                i.inode(a.ino);
+            }
+        }
+        op::STATFS => {
+            let s = local.statfs()?;
+            reply
+                .u64(s.blocks)
+                .u64(s.blocks_free)
+                .u64(s.inodes)
+                .u64(s.inodes_free);
+        }
+        op::SYNC_ALL => local.sync_all()?,
+        op::HOLD => {
+            let n = d.u32()? as usize;
+            let mut tokens = Vec::with_capacity(n.min(4096));
+            for _ in 0..n {
+                let token = d.u64()?;
+                description(shared, conn, token)?;
+                tokens.push(token);
+            }
+            let mut descriptions = shared.descriptions.lock();
+            for t in &tokens {
+                if let Some(desc) = descriptions.get_mut(t) {
+                    desc.refs += 1;
+                }
+            }
+            drop(descriptions);
+            let ticket = random_token();
+            shared.tickets.lock().insert(
+                ticket,
+                Ticket {
+                    tokens,
+                    pidfd: None,
+                },
+            );
+            reply.u64(ticket);
+        }
+        op::CLAIM => {
+            let ticket = d.u64()?;
+            let n = d.u32()? as usize;
+            let mut keep = HashSet::new();
+            for _ in 0..n {
+                keep.insert(d.u64()?);
+            }
+            let t = shared.tickets.lock().remove(&ticket).ok_or(Errno::ENOENT)?;
+            for token in t.tokens {
+                if keep.contains(&token) && conn.held.lock().insert(token) {
+                    continue; // the ticket's reference is now this connection's
+                }
+                release(shared, token);
+            }
+        }
+        op::BIND => {
+            let ticket = d.u64()?;
+            let pid = d.i32()?;
+            let pidfd = rustix::process::Pid::from_raw(pid).and_then(|p| {
+                rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok()
+            });
+            let mut tickets = shared.tickets.lock();
+            match (tickets.get_mut(&ticket), pidfd) {
+                (Some(t), Some(fd)) => t.pidfd = Some(Arc::new(fd)),
+                (Some(_), None) => {
+                    drop(tickets);
+                    release_ticket(shared, ticket); // the process is gone already
+                }
+                (None, _) => {} // claimed already
+            }
+        }
+        _ => return Err(Errno(libc::ENOSYS)),
+    }
+    Ok(reply)
+}
+
+/// Where the daemon of the FUSE mount at `mount_point` would listen, from /proc/self/mountinfo:
+/// the mount's device and the user that owns it (`user_id=`), or `None` when `mount_point` is
+/// not a FUSE mount (whether noseFS's daemon serves it, connecting tells).
+pub fn find_daemon(mountinfo: &str, mount_point: &[u8]) -> Option<(u32, u32, u32)> {
+    mountinfo.lines().rev().find_map(|line| {
+        let (left, right) = line.split_once(" - ")?;
+        let fields: Vec<&str> = left.split(' ').collect();
+        let right: Vec<&str> = right.split(' ').collect();
+        // `fuse.nosefs` where the subtype reaches the kernel, plain `fuse` where it does not;
+        // the daemon's socket tells the rest.
+        let fstype = *right.first()?;
+        if unescape(fields.get(4)?) != mount_point || !(fstype == "fuse" || fstype == "fuse.nosefs")
+        {
+            return None;
+        }
+        let (major, minor) = fields.get(2)?.split_once(':')?;
+        let owner = right
+            .get(2)?
+            .split(',')
+            .find_map(|o| o.strip_prefix("user_id="))?
+            .parse()
+            .ok()?;
+        Some((major.parse().ok()?, minor.parse().ok()?, owner))
+    })
+}
+
+/// mountinfo's octal escapes (`\040` for a space) undone.
+fn unescape(field: &str) -> Vec<u8> {
+    let b = field.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mountinfo_names_the_daemon() {
+        let info = "22 1 0:21 / /proc rw - proc proc rw\n\
+                    90 30 0:77 / /mnt/my\\040nose rw,nosuid,nodev - fuse.nosefs /img rw,user_id=1000,group_id=1000,default_permissions\n";
+        assert_eq!(find_daemon(info, b"/mnt/my nose"), Some((0, 77, 1000)));
+        assert_eq!(find_daemon(info, b"/proc"), None);
+        assert_eq!(find_daemon(info, b"/mnt/other"), None);
+    }
+}

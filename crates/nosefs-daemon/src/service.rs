@@ -1,0 +1,248 @@
+//! The calls a shim makes, as one trait with two implementations: [`Local`] runs them on an
+//! `Fs` in the calling process (the shim's embedded mode, and the daemon executing a client's
+//! request), [`crate::client::Remote`] sends them to a `nosefs mount` daemon.
+//!
+//! Path operations take a [`Found`] the caller got from [`Service::walk`]. A remote service
+//! sends the found path (every symbolic link in it resolved) and the daemon walks it again with
+//! the client's credentials, so a client cannot name what it could not reach. Descriptor
+//! operations take a [`Handle`]: the inode number in embedded mode, an unguessable token the
+//! daemon issued at open otherwise.
+
+use nosefs_core::namespace::perm::Cred;
+use nosefs_core::namespace::{Attr, DirEntry, Fs, SetAttr};
+use nosefs_core::vfs::{self, Caller, Found, OpenKind, Walked};
+use nosefs_core::Errno;
+
+/// An open file description's name for the service.
+pub type Handle = u64;
+
+/// What `open` returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Opened {
+    /// The object's attributes after creation and truncation.
+    pub attr: Attr,
+    /// What the description refers to.
+    pub kind: OpenKind,
+    /// Its handle.
+    pub handle: Handle,
+}
+
+/// File-system statistics: data blocks, free data blocks, inodes, free inodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Statfs {
+    /// Data blocks.
+    pub blocks: u64,
+    /// Free data blocks.
+    pub blocks_free: u64,
+    /// Inodes (pinodes).
+    pub inodes: u64,
+    /// Free inodes.
+    pub inodes_free: u64,
+}
+
+/// The calls the shim makes on noseFS.
+pub trait Service {
+    /// Resolves an absolute logical path.
+    fn walk(&self, path: Vec<u8>, follow_last: bool) -> Result<Walked, Errno>;
+    /// One plain name in an open directory (`None`: walk the full path instead).
+    fn walk_in(
+        &self,
+        dir: Handle,
+        dir_path: &[u8],
+        name: &[u8],
+        follow_last: bool,
+    ) -> Result<Option<Found>, Errno>;
+    /// `open`, with creation and truncation.
+    fn open(&self, found: &Found, flags: i32, mode: u32, umask: u32) -> Result<Opened, Errno>;
+    /// The description is gone from this process.
+    fn close(&self, handle: Handle);
+    /// Reads at `offset`.
+    fn read(&self, handle: Handle, offset: u64, buf: &mut [u8]) -> Result<usize, Errno>;
+    /// Writes at `offset`, or at the end with `append`; returns where the data went.
+    fn write(&self, handle: Handle, offset: u64, data: &[u8], append: bool) -> Result<u64, Errno>;
+    /// `fsync`.
+    fn fsync(&self, handle: Handle) -> Result<(), Errno>;
+    /// `ftruncate`.
+    fn ftruncate(&self, handle: Handle, size: u64) -> Result<(), Errno>;
+    /// `fstat`.
+    fn fstat(&self, handle: Handle) -> Result<Attr, Errno>;
+    /// fchmod, fchown, futimens.
+    fn fsetattr(&self, handle: Handle, change: &SetAttr, times_now: bool) -> Result<(), Errno>;
+    /// Directory entries after `cookie`, at most `max`.
+    fn readdir(&self, handle: Handle, cookie: u64, max: usize) -> Result<Vec<DirEntry>, Errno>;
+    /// `fallocate`.
+    fn fallocate(&self, handle: Handle, mode: i32, offset: i64, len: i64) -> Result<(), Errno>;
+    /// `truncate` of a path.
+    fn truncate(&self, found: &Found, size: i64) -> Result<(), Errno>;
+    /// `mkdir`.
+    fn mkdir(&self, found: &Found, mode: u32, umask: u32) -> Result<(), Errno>;
+    /// `mknod`; returns the new inode's attributes.
+    fn mknod(&self, found: &Found, mode: u32, rdev: u64, umask: u32) -> Result<Attr, Errno>;
+    /// `symlink`.
+    fn symlink(&self, target: &[u8], found: &Found) -> Result<(), Errno>;
+    /// `readlink`.
+    fn readlink(&self, found: &Found) -> Result<Vec<u8>, Errno>;
+    /// `unlink`.
+    fn unlink(&self, found: &Found) -> Result<(), Errno>;
+    /// `rmdir` (`last`: the last component as the caller wrote it).
+    fn rmdir(&self, found: &Found, last: &[u8]) -> Result<(), Errno>;
+    /// `rename` / `renameat2`.
+    fn rename(&self, from: &Found, to: &Found, flags: u32) -> Result<(), Errno>;
+    /// `link`.
+    fn link(&self, from: &Found, to: &Found) -> Result<(), Errno>;
+    /// chmod, chown, utimensat of a path.
+    fn setattr(&self, found: &Found, change: &SetAttr, times_now: bool) -> Result<(), Errno>;
+    /// `statfs`.
+    fn statfs(&self) -> Result<Statfs, Errno>;
+    /// `sync` / `syncfs`.
+    fn sync_all(&self) -> Result<(), Errno>;
+}
+
+fn core<T>(r: nosefs_core::Result<T>) -> Result<T, Errno> {
+    r.map_err(|e| e.errno())
+}
+
+/// The calls run on a mounted `Fs` in this process, as `cred`. Handles are inode numbers; the
+/// caller has checked that the description allows the call (read, write).
+#[derive(Debug)]
+pub struct Local<'a> {
+    /// The file system.
+    pub fs: &'a Fs,
+    /// Where the caller sees noseFS's root.
+    pub prefix: &'a [u8],
+    /// The caller's credentials.
+    pub cred: Cred,
+}
+
+impl Local<'_> {
+    fn caller(&self, umask: u32) -> Caller {
+        Caller {
+            cred: self.cred.clone(),
+            umask,
+        }
+    }
+}
+
+impl Service for Local<'_> {
+    fn walk(&self, path: Vec<u8>, follow_last: bool) -> Result<Walked, Errno> {
+        vfs::walk(self.fs, &self.cred, self.prefix, path, follow_last)
+    }
+
+    fn walk_in(
+        &self,
+        dir: Handle,
+        dir_path: &[u8],
+        name: &[u8],
+        follow_last: bool,
+    ) -> Result<Option<Found>, Errno> {
+        vfs::walk_in(self.fs, &self.cred, dir, dir_path, name, follow_last)
+    }
+
+    fn open(&self, found: &Found, flags: i32, mode: u32, umask: u32) -> Result<Opened, Errno> {
+        let (attr, kind) = vfs::open(self.fs, &self.caller(umask), found, flags, mode)?;
+        Ok(Opened {
+            attr,
+            kind,
+            handle: attr.ino,
+        })
+    }
+
+    fn close(&self, _handle: Handle) {}
+
+    fn read(&self, handle: Handle, offset: u64, buf: &mut [u8]) -> Result<usize, Errno> {
+        core(self.fs.read(handle, offset, buf))
+    }
+
+    fn write(&self, handle: Handle, offset: u64, data: &[u8], append: bool) -> Result<u64, Errno> {
+        if append {
+            core(self.fs.append(handle, data))
+        } else {
+            core(self.fs.write(handle, offset, data)).map(|_| offset)
+        }
+    }
+
+    fn fsync(&self, handle: Handle) -> Result<(), Errno> {
+        core(self.fs.fsync(handle))
+    }
+
+    fn ftruncate(&self, handle: Handle, size: u64) -> Result<(), Errno> {
+        core(self.fs.truncate(handle, size))
+    }
+
+    fn fstat(&self, handle: Handle) -> Result<Attr, Errno> {
+        core(self.fs.getattr(handle))
+    }
+
+    fn fsetattr(&self, handle: Handle, change: &SetAttr, times_now: bool) -> Result<(), Errno> {
+        vfs::setattr(self.fs, &self.cred, handle, change, times_now).map(drop)
+    }
+
+    fn readdir(&self, handle: Handle, cookie: u64, max: usize) -> Result<Vec<DirEntry>, Errno> {
+        let mut out = Vec::new();
+        core(self.fs.readdir(handle, cookie, |e| {
+            out.push(e);
+            out.len() < max
+        }))?;
+        Ok(out)
+    }
+
+    fn fallocate(&self, handle: Handle, mode: i32, offset: i64, len: i64) -> Result<(), Errno> {
+        vfs::fallocate(self.fs, handle, mode, offset, len)
+    }
+
+    fn truncate(&self, found: &Found, size: i64) -> Result<(), Errno> {
+        vfs::truncate(self.fs, &self.cred, found, size)
+    }
+
+    fn mkdir(&self, found: &Found, mode: u32, umask: u32) -> Result<(), Errno> {
+        vfs::mkdir(self.fs, &self.caller(umask), found, mode).map(drop)
+    }
+
+    fn mknod(&self, found: &Found, mode: u32, rdev: u64, umask: u32) -> Result<Attr, Errno> {
+        vfs::mknod(self.fs, &self.caller(umask), found, mode, rdev)
+    }
+
+    fn symlink(&self, target: &[u8], found: &Found) -> Result<(), Errno> {
+        vfs::symlink(self.fs, &self.cred, target, found).map(drop)
+    }
+
+    fn readlink(&self, found: &Found) -> Result<Vec<u8>, Errno> {
+        vfs::readlink(self.fs, found)
+    }
+
+    fn unlink(&self, found: &Found) -> Result<(), Errno> {
+        vfs::unlink(self.fs, &self.cred, found)
+    }
+
+    fn rmdir(&self, found: &Found, last: &[u8]) -> Result<(), Errno> {
+        vfs::rmdir(self.fs, &self.cred, found, last)
+    }
+
+    fn rename(&self, from: &Found, to: &Found, flags: u32) -> Result<(), Errno> {
+        vfs::rename(self.fs, &self.cred, from, to, flags)
+    }
+
+    fn link(&self, from: &Found, to: &Found) -> Result<(), Errno> {
+        vfs::link(self.fs, &self.cred, from, to).map(drop)
+    }
+
+    fn setattr(&self, found: &Found, change: &SetAttr, times_now: bool) -> Result<(), Errno> {
+        let ino = vfs::stat(found)?.ino;
+        vfs::setattr(self.fs, &self.cred, ino, change, times_now).map(drop)
+    }
+
+    fn statfs(&self) -> Result<Statfs, Errno> {
+        let blocks = self.fs.image().geometry().data_block_count();
+        let (used, free_pinodes) = self.fs.pinode_usage();
+        Ok(Statfs {
+            blocks,
+            blocks_free: self.fs.free_data_blocks(),
+            inodes: used + free_pinodes,
+            inodes_free: free_pinodes,
+        })
+    }
+
+    fn sync_all(&self) -> Result<(), Errno> {
+        core(self.fs.sync_all())
+    }
+}

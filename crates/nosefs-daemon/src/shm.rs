@@ -1,0 +1,284 @@
+//! The shared request area of one client connection, and the crate's only `unsafe`: mapping the
+//! memfd and touching its words and bytes.
+//!
+//! Layout (little-endian, offsets in bytes):
+//!
+//! | offset | size | field |
+//! |---:|---:|---|
+//! | 0 | 8 | magic `NOSEFSRQ` |
+//! | 8 | 4 | version (1) |
+//! | 12 | 4 | slot count |
+//! | 16 | 4 | bytes per slot (its 64-byte header and payload) |
+//! | 64 | 4 | `server_sleeping`: 1 while the server thread waits on `doorbell` |
+//! | 68 | 4 | `doorbell`: futex word; a client bumps it to wake a sleeping server |
+//! | 128 + i·slot | 64 | slot i's header: `owner` (the client thread using it), `state`, `client_waiting`, `len` |
+//! | 128 + i·slot + 64 | slot − 64 | slot i's payload: the request, then the reply |
+//!
+//! A slot's `state` goes idle (0) → request (1, client) → serving (2, server) → reply (3, server)
+//! → idle (client). Payload bytes are handed over by the Release store and Acquire load of
+//! `state`. The daemon never trusts the area: it copies a request out before decoding it (so a
+//! client changing it meanwhile changes only what is decoded, which is validated), and bounds
+//! every length by the slot's size.
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::ptr::NonNull;
+use std::sync::atomic::AtomicU32;
+
+use rustix::mm::{MapFlags, ProtFlags};
+
+/// The area's magic number.
+pub const MAGIC: u64 = u64::from_le_bytes(*b"NOSEFSRQ");
+/// The layout's version.
+pub const VERSION: u32 = 1;
+/// Bytes before the first slot.
+pub const HEADER_BYTES: usize = 128;
+/// Bytes of a slot's header.
+pub const SLOT_HEADER_BYTES: usize = 64;
+
+/// Slot states.
+pub mod state {
+    /// Free for a request.
+    pub const IDLE: u32 = 0;
+    /// A request waits for the server.
+    pub const REQUEST: u32 = 1;
+    /// The server is executing it.
+    pub const SERVING: u32 = 2;
+    /// The reply is ready.
+    pub const REPLY: u32 = 3;
+}
+
+/// One mapped request area.
+#[derive(Debug)]
+pub struct Area {
+    base: NonNull<u8>,
+    bytes: usize,
+    slots: usize,
+    slot_bytes: usize,
+    _fd: OwnedFd,
+}
+
+// SAFETY: the mapping is shared memory reached only through atomics and raw-pointer copies;
+// nothing in it is a Rust reference to non-atomic data, so any thread may use it.
+unsafe impl Send for Area {}
+// SAFETY: as for Send.
+unsafe impl Sync for Area {}
+
+impl Area {
+    /// Creates a new area of `slots` slots of `slot_bytes` each in a fresh memfd (the daemon).
+    pub fn create(slots: usize, slot_bytes: usize) -> rustix::io::Result<Area> {
+        assert!(slots > 0 && slot_bytes > SLOT_HEADER_BYTES && slot_bytes % 64 == 0);
+        let bytes = HEADER_BYTES + slots * slot_bytes;
+        let fd = rustix::fs::memfd_create(
+            "nosefs-requests",
+            rustix::fs::MemfdFlags::CLOEXEC | rustix::fs::MemfdFlags::ALLOW_SEALING,
+        )?;
+        rustix::fs::ftruncate(&fd, bytes as u64)?;
+        // The client cannot grow or shrink it under the daemon (SIGBUS on a mapped page).
+        rustix::fs::fcntl_add_seals(
+            &fd,
+            rustix::fs::SealFlags::SHRINK
+                | rustix::fs::SealFlags::GROW
+                | rustix::fs::SealFlags::SEAL,
+        )?;
+        let area = Area::map(fd, bytes, slots, slot_bytes)?;
+        area.write_u64(0, MAGIC);
+        area.write_u32(8, VERSION);
+        area.write_u32(12, slots as u32);
+        area.write_u32(16, slot_bytes as u32);
+        Ok(area)
+    }
+
+    /// Maps an area the daemon sent (the client); `None` when it is not one.
+    pub fn open(fd: OwnedFd) -> Option<Area> {
+        let bytes = rustix::fs::fstat(&fd).ok()?.st_size as usize;
+        if bytes < HEADER_BYTES {
+            return None;
+        }
+        let probe = Area::map(fd, bytes, 0, 0).ok()?;
+        if probe.read_u64(0) != MAGIC || probe.read_u32(8) != VERSION {
+            return None;
+        }
+        let slots = probe.read_u32(12) as usize;
+        let slot_bytes = probe.read_u32(16) as usize;
+        let fits = slots
+            .checked_mul(slot_bytes)
+            .and_then(|b| b.checked_add(HEADER_BYTES))
+            .is_some_and(|b| b <= bytes);
+        if slots == 0 || slot_bytes <= SLOT_HEADER_BYTES || slot_bytes % 64 != 0 || !fits {
+            return None;
+        }
+        let mut area = probe;
+        area.slots = slots;
+        area.slot_bytes = slot_bytes;
+        Some(area)
+    }
+
+    fn map(fd: OwnedFd, bytes: usize, slots: usize, slot_bytes: usize) -> rustix::io::Result<Area> {
+        // SAFETY: a fresh shared mapping of the whole memfd; nothing else in this process
+        // refers to that address range, and it is unmapped only in Drop.
+        let base = unsafe {
+            rustix::mm::mmap(
+                std::ptr::null_mut(),
+                bytes,
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::SHARED,
+                fd.as_fd(),
+                0,
+            )?
+        };
+        Ok(Area {
+            base: NonNull::new(base.cast()).expect("mmap never returns null"),
+            bytes,
+            slots,
+            slot_bytes,
+            _fd: fd,
+        })
+    }
+
+    /// The memfd, to send to the client.
+    pub fn fd(&self) -> &OwnedFd {
+        &self._fd
+    }
+
+    /// Number of slots.
+    pub fn slots(&self) -> usize {
+        self.slots
+    }
+
+    /// Payload bytes of a slot.
+    pub fn payload_bytes(&self) -> usize {
+        self.slot_bytes - SLOT_HEADER_BYTES
+    }
+
+    fn word(&self, offset: usize) -> &AtomicU32 {
+        assert!(
+            offset % 4 == 0 && offset + 4 <= self.bytes,
+            "word {offset} out of the area"
+        );
+        // SAFETY: in bounds and aligned (checked above; the mapping is page-aligned); the
+        // memory stays mapped while `self` lives, and is only ever accessed atomically or by
+        // raw-pointer copies, never through a non-atomic reference.
+        unsafe { &*self.base.as_ptr().add(offset).cast::<AtomicU32>() }
+    }
+
+    fn read_u32(&self, offset: usize) -> u32 {
+        self.word(offset).load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    fn write_u32(&self, offset: usize, value: u32) {
+        self.word(offset)
+            .store(value, std::sync::atomic::Ordering::Release);
+    }
+
+    fn read_u64(&self, offset: usize) -> u64 {
+        u64::from(self.read_u32(offset)) | u64::from(self.read_u32(offset + 4)) << 32
+    }
+
+    fn write_u64(&self, offset: usize, value: u64) {
+        self.write_u32(offset, value as u32);
+        self.write_u32(offset + 4, (value >> 32) as u32);
+    }
+
+    /// 1 while the server thread sleeps on the doorbell.
+    pub fn server_sleeping(&self) -> &AtomicU32 {
+        self.word(64)
+    }
+
+    /// The futex word a sleeping server waits on.
+    pub fn doorbell(&self) -> &AtomicU32 {
+        self.word(68)
+    }
+
+    fn slot_offset(&self, slot: usize) -> usize {
+        assert!(slot < self.slots, "slot {slot} of {}", self.slots);
+        HEADER_BYTES + slot * self.slot_bytes
+    }
+
+    /// The client thread using slot `slot` (0: none).
+    pub fn owner(&self, slot: usize) -> &AtomicU32 {
+        self.word(self.slot_offset(slot))
+    }
+
+    /// Slot `slot`'s state (see [`state`]); also the futex word a waiting client sleeps on.
+    pub fn state(&self, slot: usize) -> &AtomicU32 {
+        self.word(self.slot_offset(slot) + 4)
+    }
+
+    /// 1 while the client waits on the slot's state with a futex.
+    pub fn client_waiting(&self, slot: usize) -> &AtomicU32 {
+        self.word(self.slot_offset(slot) + 8)
+    }
+
+    /// Length of the request or reply in the payload.
+    pub fn len(&self, slot: usize) -> &AtomicU32 {
+        self.word(self.slot_offset(slot) + 12)
+    }
+
+    /// Copies `data` into slot `slot`'s payload at `at`.
+    pub fn put(&self, slot: usize, at: usize, data: &[u8]) {
+        let end = at.checked_add(data.len()).expect("no overflow");
+        assert!(end <= self.payload_bytes(), "payload overrun");
+        let offset = self.slot_offset(slot) + SLOT_HEADER_BYTES + at;
+        // SAFETY: the destination is inside the mapping (bounds checked above) and does not
+        // overlap `data`, which is private memory.
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), self.base.as_ptr().add(offset), data.len())
+        };
+    }
+
+    /// Copies `out.len()` bytes of slot `slot`'s payload from `at` into `out`.
+    pub fn get(&self, slot: usize, at: usize, out: &mut [u8]) {
+        let end = at.checked_add(out.len()).expect("no overflow");
+        assert!(end <= self.payload_bytes(), "payload overrun");
+        let offset = self.slot_offset(slot) + SLOT_HEADER_BYTES + at;
+        // SAFETY: the source is inside the mapping (bounds checked above); `out` is private.
+        // A peer writing the bytes meanwhile changes only the values copied, which the reader
+        // validates.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.base.as_ptr().add(offset),
+                out.as_mut_ptr(),
+                out.len(),
+            )
+        };
+    }
+}
+
+impl Drop for Area {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the range mapped in `map`; no reference into it outlives
+        // `self` (every accessor borrows `self`).
+        let _ = unsafe { rustix::mm::munmap(self.base.as_ptr().cast(), self.bytes) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_area_round_trips_and_validates() {
+        let area = Area::create(4, 4096).unwrap();
+        area.put(3, 10, b"hello");
+        let fd = area.fd().try_clone().unwrap();
+        let client = Area::open(fd).unwrap();
+        assert_eq!(client.slots(), 4);
+        assert_eq!(client.payload_bytes(), 4096 - 64);
+        let mut out = [0u8; 5];
+        client.get(3, 10, &mut out);
+        assert_eq!(&out, b"hello");
+        area.state(2)
+            .store(state::REPLY, std::sync::atomic::Ordering::Release);
+        assert_eq!(
+            client.state(2).load(std::sync::atomic::Ordering::Acquire),
+            state::REPLY
+        );
+    }
+
+    #[test]
+    fn a_foreign_memfd_is_refused() {
+        let fd = rustix::fs::memfd_create("x", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
+        rustix::fs::ftruncate(&fd, 8192).unwrap();
+        assert!(Area::open(fd).is_none());
+    }
+}
