@@ -68,6 +68,17 @@ impl Remote {
         let Some((major, minor, owner)) = find_daemon(&mountinfo, prefix) else {
             return Ok(None);
         };
+        Remote::connect_device(major, minor, owner, prefix).map(Some)
+    }
+
+    /// Connects to the daemon serving the mount whose device is `major:minor`, owned by user
+    /// `owner`, which this process sees at `prefix`.
+    pub fn connect_device(
+        major: u32,
+        minor: u32,
+        owner: u32,
+        prefix: &[u8],
+    ) -> Result<Remote, Errno> {
         let io = |e: rustix::io::Errno| Errno(e.raw_os_error());
         let socket = rustix::net::socket_with(
             AddressFamily::UNIX,
@@ -111,11 +122,11 @@ impl Remote {
             return Err(Errno(status as i32));
         }
         let area = fd.and_then(Area::open).ok_or(Errno::EIO)?;
-        Ok(Some(Remote {
+        Ok(Remote {
             area,
             socket,
             dead: AtomicBool::new(false),
-        }))
+        })
     }
 
     /// Bytes of data one request or reply carries.

@@ -2053,8 +2053,17 @@ pub unsafe extern "C" fn chdir(path: *const c_char) -> c_int {
 /// While the working directory is inside noseFS, the kernel's is the prefix directory.
 unsafe fn trap_cwd() {
     if let Some(config) = state::config() {
-        if let Ok(p) = CString::new(config.prefix.clone()) {
-            unsafe { real!(chdir: fn(*const c_char) -> c_int)(p.as_ptr()) };
+        let chdir = real!(chdir: fn(*const c_char) -> c_int);
+        // In daemon mode the kernel reaches the same directory through the FUSE mount, so
+        // relative paths the shim does not see (exec, a static child) resolve there too.
+        let same_in_kernel = route::cwd()
+            .filter(|_| state::daemon_mode())
+            .and_then(|cwd| CString::new(cwd).ok());
+        let moved = same_in_kernel.is_some_and(|p| unsafe { chdir(p.as_ptr()) } == 0);
+        if !moved {
+            if let Ok(p) = CString::new(config.prefix.clone()) {
+                unsafe { chdir(p.as_ptr()) };
+            }
         }
         route::forget_kernel_cwd();
     }

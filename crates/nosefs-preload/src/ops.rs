@@ -164,7 +164,9 @@ pub fn fsync(fd: i32) -> Result<(), Errno> {
 
 /// `syncfs` / `sync`: every file's writes.
 pub fn sync_all() -> Result<(), Errno> {
-    if !state::is_mounted() {
+    // An embedded image not mounted in this process has nothing of this process's to commit;
+    // a daemon has everyone's.
+    if !state::daemon_mode() && !state::is_mounted() {
         return Ok(());
     }
     with_service(|s| s.sync_all())

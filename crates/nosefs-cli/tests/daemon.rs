@@ -1,0 +1,437 @@
+//! Daemon mode end to end: `nosefs mount` serves programs under `nosefs run --at MOUNTPOINT`
+//! (many processes, one image) beside the kernel's FUSE requests. Shell work, make and git
+//! compared with a kernel directory; concurrent appenders; the two paths seeing one file
+//! system; another user's permissions; a killed client; a killed daemon. Needs /dev/fuse and
+//! root (as CI has); otherwise each test says why it did not run.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn nosefs() -> &'static str {
+    env!("CARGO_BIN_EXE_nosefs")
+}
+
+fn usable() -> bool {
+    let root = std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0);
+    let shim = Path::new(nosefs())
+        .with_file_name("libnosefs_preload.so")
+        .is_file();
+    let ok = Path::new("/dev/fuse").exists() && root && shim;
+    if !ok {
+        eprintln!("skipped: needs /dev/fuse, root and the shim built");
+    }
+    ok
+}
+
+struct Mounted {
+    _dir: tempfile::TempDir,
+    image: PathBuf,
+    mnt: PathBuf,
+    plain: PathBuf,
+}
+
+fn mount_with(options: &[&str]) -> Mounted {
+    let dir = tempfile::Builder::new()
+        .prefix("nosefs-daemon")
+        .tempdir_in("/dev/shm")
+        .unwrap();
+    let image = dir.path().join("image");
+    let mnt = dir.path().join("mnt");
+    let plain = dir.path().join("plain");
+    std::fs::create_dir(&mnt).unwrap();
+    std::fs::create_dir(&plain).unwrap();
+    // Other users (allow_other) reach the mount point through it.
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let out = Command::new(nosefs())
+        .args(["mkfs", "--size", "256M"])
+        .arg(&image)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "mkfs: {out:?}");
+    let mut mount = Command::new(nosefs());
+    mount.arg("mount");
+    for o in options {
+        mount.args(["-o", o]);
+    }
+    let out = mount.arg(&image).arg(&mnt).output().unwrap();
+    assert!(out.status.success(), "mount: {}", text(&out));
+    Mounted {
+        _dir: dir,
+        image,
+        mnt,
+        plain,
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.mnt).output();
+    }
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+impl Mounted {
+    /// `bash -c script` under the shim in daemon mode, with `$D` the mount point.
+    fn shim_command(&self, script: &str) -> Command {
+        let mut c = Command::new(nosefs());
+        c.args(["run", "--at"])
+            .arg(&self.mnt)
+            .args(["--", "bash", "-c", script])
+            .env("D", &self.mnt)
+            .env("LC_ALL", "C")
+            .env_remove("NOSEFS_IMAGE");
+        c
+    }
+
+    fn run(&self, script: &str) -> Output {
+        self.shim_command(script).output().unwrap()
+    }
+
+    fn run_plain(&self, script: &str) -> Output {
+        Command::new("bash")
+            .args(["-c", script])
+            .env("D", &self.plain)
+            .env("LC_ALL", "C")
+            .output()
+            .unwrap()
+    }
+
+    /// Unmounts (waiting for the server to finish) and checks the image.
+    fn unmount_and_fsck(&self) {
+        let out = Command::new("umount").arg(&self.mnt).output().unwrap();
+        assert!(out.status.success(), "umount: {}", text(&out));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let out = Command::new(nosefs())
+                .arg("fsck")
+                .arg(&self.image)
+                .output()
+                .unwrap();
+            let busy = String::from_utf8_lossy(&out.stderr).contains("in use");
+            if !busy {
+                assert!(out.status.success(), "fsck: {}", text(&out));
+                return;
+            }
+            assert!(Instant::now() < deadline, "the server never let go");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The foreground server's pid.
+    fn server_pid(&self) -> i32 {
+        let out = Command::new("pgrep")
+            .args([
+                "-f",
+                &format!("mount -f {} {}", self.image.display(), self.mnt.display()),
+            ])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .next()
+            .and_then(|l| l.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no server: {}", text(&out)))
+    }
+}
+
+/// Runs `script` under the shim and on a kernel directory: same stdout, success, no stderr.
+fn same_as_kernel(m: &Mounted, script: &str) -> String {
+    let plain = m.run_plain(script);
+    let ours = m.run(script);
+    assert!(plain.status.success(), "on the kernel: {}", text(&plain));
+    let normal = |o: &Output, dir: &Path| {
+        String::from_utf8_lossy(&o.stdout).replace(dir.to_str().unwrap(), "$D")
+    };
+    assert_eq!(
+        normal(&ours, &m.mnt),
+        normal(&plain, &m.plain),
+        "\nunder the shim: {}\non the kernel: {}",
+        text(&ours),
+        text(&plain)
+    );
+    assert!(
+        ours.status.success() && ours.stderr.is_empty(),
+        "{}",
+        text(&ours)
+    );
+    String::from_utf8_lossy(&ours.stdout).into_owned()
+}
+
+#[test]
+fn shell_make_and_git_work_on_one_image_from_many_processes() {
+    if !usable() {
+        return;
+    }
+    let m = mount_with(&[]);
+    let script = r##"set -e
+cd "$D"
+echo one > f; echo two >> f; ls nothere 2>&1 | sed 's/^ls: //' > err || true
+( echo a; echo b; echo c ) > shared   # one description, its offset shared across forks
+{ echo x; cat f; } | tr a-z A-Z > piped
+cat <<EOF > here
+heredoc $((1 + 2))
+EOF
+for i in 1 2 3; do echo "job $i" > "bg$i" & done; wait
+cat f err shared piped here bg1 bg2 bg3
+mkdir -p src && cd src
+printf '#include <stdio.h>\nint add(int, int);\nint main(void) { printf("%%d\\n", add(2, 3)); return 0; }\n' > main.c
+printf 'int add(int a, int b) { return a + b; }\n' > add.c
+printf 'prog: main.o add.o\n\tcc -o prog main.o add.o\n%%.o: %%.c\n\tcc -c $<\n' > Makefile
+make -s -j2 && ./prog
+export GIT_AUTHOR_DATE=2026-01-01T00:00:00Z GIT_COMMITTER_DATE=2026-01-01T00:00:00Z
+export GIT_CONFIG_GLOBAL=/dev/null GIT_CONFIG_NOSYSTEM=1
+git init -q -b main . && git -c user.email=t@e -c user.name=t add main.c add.c Makefile
+git -c user.email=t@e -c user.name=t commit -qm first
+cd .. && git clone -q src clone && cd clone
+echo '// more' >> add.c
+git -c user.email=t@e -c user.name=t commit -qam second
+git status --short | cat
+git gc -q && git fsck --no-progress 2>&1 | cat
+git log --format='%H %s' | cat
+"##;
+    let out = same_as_kernel(&m, script);
+    assert!(out.contains("A\nB\nC") || out.contains("a\nb\nc"), "{out}");
+    assert!(out.contains("\n5\n") && out.contains(" second\n"), "{out}");
+    // The FUSE path sees what the clients made.
+    let built = std::fs::read(m.mnt.join("src/prog")).unwrap();
+    assert!(built.starts_with(b"\x7fELF"));
+    m.unmount_and_fsck();
+}
+
+#[test]
+fn four_processes_append_to_one_log_with_no_lost_or_torn_record() {
+    if !usable() {
+        return;
+    }
+    let m = mount_with(&[]);
+    let script = r#"set -e
+for p in 1 2 3 4; do
+  ( for i in $(seq 1 400); do printf 'process %s record %04d ..............................\n' $p $i; done >> "$D/log" ) &
+done
+wait
+"#;
+    let out = m.run(script);
+    assert!(out.status.success(), "{}", text(&out));
+    let log = std::fs::read_to_string(m.mnt.join("log")).unwrap();
+    let lines: Vec<&str> = log.lines().collect();
+    assert_eq!(lines.len(), 1600, "{}", &log[..log.len().min(2000)]);
+    for p in 1..=4 {
+        let mine: Vec<u32> = lines
+            .iter()
+            .filter(|l| l.starts_with(&format!("process {p} ")))
+            .map(|l| {
+                assert!(l.ends_with("..."), "torn: {l:?}");
+                l[17..21].parse().unwrap()
+            })
+            .collect();
+        assert_eq!(mine, (1..=400).collect::<Vec<_>>(), "process {p}");
+    }
+    m.unmount_and_fsck();
+}
+
+#[test]
+fn the_shim_and_the_fuse_mount_see_one_file_system() {
+    if !usable() {
+        return;
+    }
+    let m = mount_with(&[]);
+    // The kernel caches what it looked up: a name, an attribute, the data.
+    std::fs::write(m.mnt.join("k"), b"kernel 1\n").unwrap();
+    assert_eq!(std::fs::read(m.mnt.join("k")).unwrap(), b"kernel 1\n");
+    assert!(!m.mnt.join("new").exists()); // a negative entry, cached
+    assert!(m.mnt.join("gone").metadata().is_err());
+    let out = m.run(
+        r#"set -e; cd "$D"; echo shim >> k; echo made > new; mv new renamed; mkdir dir; touch -d 2001-01-01T00:00:00Z k; echo gone > gone; rm gone"#,
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    // At once, through the kernel: names, sizes, contents, times.
+    assert_eq!(std::fs::read(m.mnt.join("k")).unwrap(), b"kernel 1\nshim\n");
+    assert!(!m.mnt.join("new").exists());
+    assert_eq!(std::fs::read(m.mnt.join("renamed")).unwrap(), b"made\n");
+    assert!(m.mnt.join("dir").is_dir());
+    assert!(!m.mnt.join("gone").exists());
+    let mtime = std::fs::metadata(m.mnt.join("k")).unwrap().mtime();
+    assert_eq!(mtime, 978307200, "2001-01-01 through the kernel");
+    // And the other way: the kernel's changes, at once under the shim.
+    std::fs::write(m.mnt.join("renamed"), b"kernel 2\n").unwrap();
+    std::fs::remove_dir(m.mnt.join("dir")).unwrap();
+    let out =
+        m.run(r#"cd "$D"; cat renamed; test -e dir && echo dir still there; stat -c %s renamed"#);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "kernel 2\n9\n",
+        "{}",
+        text(&out)
+    );
+    m.unmount_and_fsck();
+}
+
+#[test]
+fn another_user_gets_the_permissions_the_fuse_mount_gives() {
+    if !usable() {
+        return;
+    }
+    let m = mount_with(&["allow_other"]);
+    let reset = r#"set -e; cd "$D"; rm -rf private open; mkdir private open; chmod 700 private; echo s > private/f; echo p > open/mine; chmod 600 open/mine; echo r > open/theirs; chmod 644 open/theirs; chmod 777 open; chmod 755 ."#;
+    let probe = r#"cd "$D"; for c in "cat private/f" "cat open/mine" "cat open/theirs" "ls private" "touch private/x" "echo y > open/theirs" "touch open/new" "chmod 777 open/theirs" "rm open/theirs"; do if eval "$c" >/dev/null 2>&1; then echo "$c: ok"; else echo "$c: denied"; fi; done"#;
+    let as_nobody = |shim: bool| {
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups"]);
+        if shim {
+            c.args([nosefs(), "run", "--at"]).arg(&m.mnt).arg("--");
+        }
+        c.args(["bash", "-c", probe])
+            .env("D", &m.mnt)
+            .env("LC_ALL", "C")
+            .env_remove("NOSEFS_IMAGE");
+        c.output().unwrap()
+    };
+    let out = m.run(reset);
+    assert!(out.status.success(), "{}", text(&out));
+    let through_fuse = as_nobody(false);
+    let out = m.run(reset);
+    assert!(out.status.success(), "{}", text(&out));
+    let through_shim = as_nobody(true);
+    assert_eq!(
+        String::from_utf8_lossy(&through_shim.stdout),
+        String::from_utf8_lossy(&through_fuse.stdout),
+        "\nshim: {}\nfuse: {}",
+        text(&through_shim),
+        text(&through_fuse)
+    );
+    let fuse = String::from_utf8_lossy(&through_fuse.stdout);
+    assert!(
+        fuse.contains("cat private/f: denied") && fuse.contains("cat open/theirs: ok"),
+        "{fuse}"
+    );
+    m.unmount_and_fsck();
+}
+
+fn wait_for_line(child: &mut Child, what: &str) {
+    use std::io::BufRead;
+    let stdout = child.stdout.as_mut().unwrap();
+    let mut reader = std::io::BufReader::new(stdout);
+    let mut line = String::new();
+    reader.read_line(&mut line).unwrap();
+    assert!(line.contains(what), "got {line:?}");
+}
+
+#[test]
+fn a_killed_client_loses_nothing_fsynced_and_the_daemon_serves_on() {
+    if !usable() {
+        return;
+    }
+    let m = mount_with(&[]);
+    // Each round writes f<i % 50> whole and fsyncs it, then records i in `done` (fsynced).
+    let writer = r#"cd "$D"; exec python3 -c '
+import os
+print("started", flush=True)
+i = 0
+while True:
+    fd = os.open(f"f{i % 50}", os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+    os.write(fd, (f"{i} " * 1000).encode())
+    os.fsync(fd)
+    os.close(fd)
+    fd = os.open("done.tmp", os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+    os.write(fd, str(i).encode())
+    os.fsync(fd)
+    os.close(fd)
+    os.rename("done.tmp", "done")
+    i += 1
+'"#;
+    let mut child = m
+        .shim_command(writer)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_line(&mut child, "started");
+    std::thread::sleep(Duration::from_millis(500));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let done: usize = std::fs::read_to_string(m.mnt.join("done"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(done > 0);
+    // Rounds up to `done` completed; round done+1 may have been cut anywhere in its write.
+    for i in done.saturating_sub(48)..=done {
+        let data = std::fs::read_to_string(m.mnt.join(format!("f{}", i % 50))).unwrap();
+        let next = i + 50;
+        let expected = format!("{i} ").repeat(1000);
+        let newer = next == done + 1;
+        assert!(
+            data == expected || newer,
+            "f{}: {}",
+            i % 50,
+            &data[..data.len().min(40)]
+        );
+    }
+    let out = m.run(r#"cd "$D"; echo after > after; cat after"#);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "after\n");
+    m.unmount_and_fsck();
+}
+
+#[test]
+fn a_killed_daemon_gives_its_clients_eio_and_the_next_mount_recovers() {
+    if !usable() {
+        return;
+    }
+    let m = mount_with(&[]);
+    let out = m.run(r#"cd "$D"; echo kept > kept; sync"#);
+    assert!(out.status.success(), "{}", text(&out));
+    let client = r#"cd "$D"; echo started; while echo x >> grow; do sleep 0.01; done; echo failed >&2; exit 3"#;
+    let mut child = m
+        .shim_command(client)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_line(&mut child, "started");
+    std::thread::sleep(Duration::from_millis(200));
+    let pid = m.server_pid();
+    let killed = Instant::now();
+    Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the client hangs after the daemon died"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let waited = killed.elapsed();
+    assert_eq!(status.code(), Some(3), "the client's write failed");
+    assert!(waited < Duration::from_secs(2), "it took {waited:?}");
+    let _ = Command::new("umount").arg("-l").arg(&m.mnt).output();
+    let out = Command::new(nosefs())
+        .arg("mount")
+        .arg(&m.image)
+        .arg(&m.mnt)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "remount: {}", text(&out));
+    assert_eq!(std::fs::read(m.mnt.join("kept")).unwrap(), b"kept\n");
+    m.unmount_and_fsck();
+}

@@ -1,0 +1,213 @@
+//! The daemon against clients that do not play by the rules: garbage requests, truncated and
+//! lying messages, handles of other clients, paths outside the client's view. Each gets an
+//! error; the daemon goes on serving everyone, and the image stays clean.
+
+use std::sync::Arc;
+
+use nosefs_core::format::layout::MkfsParams;
+use nosefs_core::namespace::{Fs, MountOptions};
+use nosefs_core::vfs::Walked;
+use nosefs_core::Errno;
+use nosefs_daemon::client::Remote;
+use nosefs_daemon::proto::{op, Enc};
+use nosefs_daemon::server::{Options, Server};
+use nosefs_daemon::service::Service;
+
+/// The socket is named from the view's device, which every directory in /dev/shm shares: one
+/// daemon at a time.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+struct Daemon {
+    _serial: std::sync::MutexGuard<'static, ()>,
+    _dir: tempfile::TempDir,
+    image: std::path::PathBuf,
+    view: std::path::PathBuf,
+    server: Option<Server>,
+    fs: Option<Arc<Fs>>,
+}
+
+impl Daemon {
+    fn start() -> Daemon {
+        let serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+        let image = dir.path().join("img");
+        let params = MkfsParams {
+            image_bytes: 64 << 20,
+            ..MkfsParams::default()
+        };
+        nosefs_core::mkfs::mkfs(&image, &params).unwrap();
+        let fs = Arc::new(Fs::mount(&image, &MountOptions::default()).unwrap());
+        // Any directory names the socket (its device); no FUSE mount is needed here.
+        let view = dir.path().join("view");
+        std::fs::create_dir(&view).unwrap();
+        let options = Options {
+            allow_other: false,
+            invalidate: None,
+        };
+        let server = Server::start(Arc::clone(&fs), &view, options).unwrap();
+        Daemon {
+            _serial: serial,
+            _dir: dir,
+            image,
+            view,
+            server: Some(server),
+            fs: Some(fs),
+        }
+    }
+
+    fn client(&self) -> Remote {
+        let st = rustix::fs::stat(&self.view).unwrap();
+        let me = rustix::process::geteuid().as_raw();
+        let prefix = self.view.as_os_str().as_encoded_bytes();
+        Remote::connect_device(
+            rustix::fs::major(st.st_dev),
+            rustix::fs::minor(st.st_dev),
+            me,
+            prefix,
+        )
+        .unwrap()
+    }
+
+    fn path(&self, name: &str) -> Vec<u8> {
+        self.view.join(name).into_os_string().into_encoded_bytes()
+    }
+
+    fn stop_and_fsck(mut self) {
+        drop(self.server.take());
+        let fs = Arc::try_unwrap(self.fs.take().unwrap()).unwrap();
+        drop(fs.unmount());
+        let options = nosefs_core::fsck::FsckOptions::default();
+        let report = nosefs_core::fsck::fsck(&self.image, options).unwrap();
+        assert!(report.problems.is_empty(), "{report:?}");
+    }
+}
+
+fn found(client: &Remote, path: Vec<u8>) -> nosefs_core::vfs::Found {
+    match client.walk(path, false).unwrap() {
+        Walked::Found(f) => f,
+        Walked::Outside(p) => panic!("outside: {p:?}"),
+    }
+}
+
+#[test]
+fn garbage_gets_errors_and_the_daemon_serves_on() {
+    let daemon = Daemon::start();
+    let client = daemon.client();
+    let bad: Vec<Vec<u8>> = vec![
+        vec![],
+        vec![1],
+        999u32.to_le_bytes().to_vec(),
+        [op::WALK.to_le_bytes(), u32::MAX.to_le_bytes()].concat(),
+        [op::READ.to_le_bytes().as_slice(), &[0xff; 20]].concat(),
+        [op::HOLD.to_le_bytes(), u32::MAX.to_le_bytes()].concat(),
+        [op::CLAIM.to_le_bytes().as_slice(), &[7; 12]].concat(),
+        [
+            op::BIND.to_le_bytes().as_slice(),
+            &1u64.to_le_bytes(),
+            &(-1i32).to_le_bytes(),
+        ]
+        .concat(),
+    ];
+    for request in bad {
+        let r = client.call(&Enc {
+            buf: request.clone(),
+        });
+        assert!(r.is_err(), "{request:?} -> {r:?}");
+    }
+    // Seeded random requests: any answer but a crash.
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    for _ in 0..2000 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let len = (x % 200) as usize;
+        let mut buf = ((x >> 8) % 30).to_le_bytes()[..4].to_vec();
+        for i in 0..len {
+            buf.push((x.rotate_left(i as u32) >> 3) as u8);
+        }
+        let _ = client.call(&Enc { buf });
+    }
+    client.nop().unwrap();
+    let f = found(&client, daemon.path("ok"));
+    let opened = client
+        .open(&f, libc::O_CREAT | libc::O_RDWR, 0o644, 0o022)
+        .unwrap();
+    client
+        .write(opened.handle, 0, b"still here", false)
+        .unwrap();
+    client.fsync(opened.handle).unwrap();
+    client.close(opened.handle);
+    drop(client);
+    daemon.stop_and_fsck();
+}
+
+#[test]
+fn a_client_cannot_use_another_clients_handles_or_leave_its_view() {
+    let daemon = Daemon::start();
+    let alice = daemon.client();
+    let mallory = daemon.client();
+    let f = found(&alice, daemon.path("secret"));
+    let opened = alice
+        .open(&f, libc::O_CREAT | libc::O_RDWR, 0o600, 0o022)
+        .unwrap();
+    alice.write(opened.handle, 0, b"alice's", false).unwrap();
+    let mut buf = [0u8; 16];
+    assert_eq!(
+        mallory.read(opened.handle, 0, &mut buf),
+        Err(Errno(libc::EBADF))
+    );
+    assert_eq!(
+        mallory.write(opened.handle, 0, b"x", false),
+        Err(Errno(libc::EBADF))
+    );
+    assert_eq!(mallory.hold(&[opened.handle]), Err(Errno(libc::EBADF)));
+    // A ticket is a capability: only its number grants the references.
+    assert_eq!(mallory.claim(12345, &[opened.handle]), Err(Errno::ENOENT));
+    assert_eq!(mallory.fstat(opened.handle), Err(Errno(libc::EBADF)));
+    // A path operation names what the daemon's own walk finds, not what the client says.
+    let mut forged = found(&mallory, daemon.path("secret"));
+    forged.path = b"/etc/passwd".to_vec();
+    assert_eq!(mallory.unlink(&forged), Err(Errno::EINVAL));
+    // A read-only description does not write.
+    let ro = alice.open(&f, libc::O_RDONLY, 0, 0).unwrap();
+    assert_eq!(
+        alice.write(ro.handle, 0, b"x", false),
+        Err(Errno(libc::EBADF))
+    );
+    assert_eq!(alice.read(opened.handle, 0, &mut buf), Ok(7));
+    drop(mallory);
+    alice.close(ro.handle);
+    alice.close(opened.handle);
+    drop(alice);
+    daemon.stop_and_fsck();
+}
+
+#[test]
+fn a_description_handed_over_outlives_its_first_holder() {
+    let daemon = Daemon::start();
+    let parent = daemon.client();
+    let f = found(&parent, daemon.path("shared"));
+    let opened = parent
+        .open(&f, libc::O_CREAT | libc::O_RDWR, 0o644, 0o022)
+        .unwrap();
+    let ticket = parent.hold(&[opened.handle]).unwrap();
+    // The parent closes and goes away before the child claims: the ticket keeps it open,
+    // even after its only name is gone.
+    parent
+        .unlink(&found(&parent, daemon.path("shared")))
+        .unwrap();
+    parent.close(opened.handle);
+    drop(parent);
+    let child = daemon.client();
+    child.claim(ticket, &[opened.handle]).unwrap();
+    child
+        .write(opened.handle, 0, b"orphan data", false)
+        .unwrap();
+    let mut buf = [0u8; 32];
+    assert_eq!(child.read(opened.handle, 0, &mut buf), Ok(11));
+    assert_eq!(child.claim(ticket, &[]), Err(Errno::ENOENT), "claimed once");
+    child.close(opened.handle);
+    assert_eq!(child.fstat(opened.handle), Err(Errno(libc::EBADF)));
+    drop(child);
+    daemon.stop_and_fsck();
+}
