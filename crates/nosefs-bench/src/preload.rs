@@ -110,33 +110,56 @@ pub fn run_once(
             sizes: sizes.clone(),
             dir: prefix.clone(),
         };
-        let out = Command::new(std::env::current_exe()?)
-            .arg("bench-worker")
-            .env("LD_PRELOAD", lib)
+        let mut worker = Command::new(std::env::current_exe()?);
+        worker
             .env("NOSEFS_IMAGE", &image)
-            .env("NOSEFS_AT", &prefix)
-            .env("NOSEFS_OPTIONS", "populate")
-            .env(
-                ENV_JOB,
-                serde_json::to_string(&job).map_err(io::Error::other)?,
-            )
-            .stdin(Stdio::null())
-            .output()?;
-        if !out.status.success() {
-            let stderr = String::from_utf8_lossy(&out.stderr);
-            return Err(io::Error::other(format!(
-                "the worker under the shim failed ({}): {}",
-                out.status,
-                stderr.trim()
-            )));
-        }
-        let wire: Vec<Wire> = serde_json::from_slice(&out.stdout)
-            .map_err(|e| io::Error::other(format!("the worker's report does not parse: {e}")))?;
-        Ok(wire.into_iter().map(Wire::into_measured).collect())
+            .env("NOSEFS_OPTIONS", "populate");
+        run_worker(worker, lib, &job)
     })();
     let _ = std::fs::remove_file(&image);
     let _ = std::fs::remove_dir_all(&prefix);
     result
+}
+
+/// One run of `workload` under the shim `lib` in daemon mode, on the noseFS mount at `mount`
+/// (served by a daemon).
+pub fn run_on_daemon(
+    mount: &Path,
+    lib: &Path,
+    workload: Workload,
+    threads: usize,
+    sizes: &Sizes,
+) -> io::Result<Vec<Measured>> {
+    let job = Job {
+        workload,
+        threads,
+        sizes: sizes.clone(),
+        dir: mount.to_path_buf(),
+    };
+    let mut worker = Command::new(std::env::current_exe()?);
+    worker.env_remove("NOSEFS_IMAGE");
+    run_worker(worker, lib, &job)
+}
+
+fn run_worker(mut worker: Command, lib: &Path, job: &Job) -> io::Result<Vec<Measured>> {
+    let out = worker
+        .arg("bench-worker")
+        .env("LD_PRELOAD", lib)
+        .env("NOSEFS_AT", &job.dir)
+        .env(ENV_JOB, serde_json::to_string(job).map_err(io::Error::other)?)
+        .stdin(Stdio::null())
+        .output()?;
+    if !out.status.success() {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        return Err(io::Error::other(format!(
+            "the worker under the shim failed ({}): {}",
+            out.status,
+            stderr.trim()
+        )));
+    }
+    let wire: Vec<Wire> = serde_json::from_slice(&out.stdout)
+        .map_err(|e| io::Error::other(format!("the worker's report does not parse: {e}")))?;
+    Ok(wire.into_iter().map(Wire::into_measured).collect())
 }
 
 /// The worker (`nosefs bench-worker`): runs the job in [`ENV_JOB`] and prints its measurements.

@@ -200,6 +200,8 @@ pub struct ScratchMount {
     backing: Option<PathBuf>,
     // The FUSE session serving a noseFS mount; unmounting ends it and commits the image.
     session: Option<fuser::BackgroundSession>,
+    // The daemon transport serving shim clients on the same mount (`nosefs-client`).
+    server: Option<nosefs_daemon::server::Server>,
     // Dropped after the explicit teardown in `drop`, newest registration first.
     _unmount: Option<Registered>,
     _backing: Option<Registered>,
@@ -246,6 +248,7 @@ impl ScratchMount {
             mount_point: dir,
             backing: None,
             session: None,
+            server: None,
             _backing: None,
         })
     }
@@ -299,16 +302,19 @@ impl ScratchMount {
             mount_point: dir,
             backing: Some(image),
             session: None,
+            server: None,
             _backing: Some(backing_guard),
         })
     }
 
     /// Formats a sparse noseFS image of `size_bytes` in `backing_dir` and serves it through FUSE
-    /// with `threads` worker threads (as `nosefs mount -o threads=N` does).
+    /// with `threads` worker threads (as `nosefs mount -o threads=N` does), and to shim clients
+    /// over shared memory with `serve_clients` (as `nosefs mount` does).
     pub fn nosefs_fuse(
         backing_dir: &Path,
         size_bytes: u64,
         threads: usize,
+        serve_clients: bool,
     ) -> Result<ScratchMount, String> {
         use fuser::{Config, MountOption};
         use nosefs_core::namespace::{Fs, MountOptions};
@@ -344,14 +350,30 @@ impl ScratchMount {
         ];
         config.n_threads = Some(threads.max(1));
         let unmount_guard = cleanup::register(Undo::Unmount(dir.clone()));
-        match fuser::spawn_mount(nosefs_fuse::NoseFuse::new(fs), &dir, &config) {
-            Ok(session) => Ok(ScratchMount {
-                _unmount: Some(unmount_guard),
-                mount_point: dir,
-                backing: Some(image),
-                session: Some(session),
-                _backing: Some(backing_guard),
-            }),
+        let fs = std::sync::Arc::new(fs);
+        match fuser::spawn_mount(nosefs_fuse::NoseFuse::shared(fs.clone()), &dir, &config) {
+            Ok(session) => {
+                let server = if serve_clients {
+                    let options = nosefs_daemon::server::Options {
+                        allow_other: false,
+                        invalidate: Some(Box::new(nosefs_fuse::Invalidator(session.notifier()))),
+                    };
+                    Some(
+                        nosefs_daemon::server::Server::start(fs, &dir, options)
+                            .map_err(|e| format!("cannot serve shim clients: {e}"))?,
+                    )
+                } else {
+                    None
+                };
+                Ok(ScratchMount {
+                    _unmount: Some(unmount_guard),
+                    mount_point: dir,
+                    backing: Some(image),
+                    session: Some(session),
+                    server,
+                    _backing: Some(backing_guard),
+                })
+            }
             Err(e) => {
                 let _ = std::fs::remove_dir(&dir);
                 let _ = std::fs::remove_file(&image);
@@ -389,6 +411,8 @@ impl ScratchMount {
 impl Drop for ScratchMount {
     fn drop(&mut self) {
         let undo = Undo::Unmount(self.mount_point.clone());
+        // Clients first, so the FUSE session's end finds the image its own and unmounts it.
+        drop(self.server.take());
         match self.session.take() {
             Some(session) => {
                 if let Err(e) = session.umount_and_join() {

@@ -175,6 +175,10 @@ enum Prepared {
         place: PathBuf,
         lib: PathBuf,
     },
+    Client {
+        mount: ScratchMount,
+        lib: PathBuf,
+    },
     Dir {
         path: PathBuf,
         mount: Option<ScratchMount>,
@@ -207,6 +211,15 @@ fn prepare(spec: &TargetSpec, plan: &Plan) -> Result<Prepared, String> {
             })?;
             Ok(Prepared::Preload { place, lib })
         }
+        TargetSpec::Client => {
+            let lib = plan.preload_lib.clone().ok_or_else(|| {
+                "the preload shim library was not found (build it with `cargo build -p nosefs-preload`)".to_string()
+            })?;
+            let workers = plan.threads.iter().copied().max().unwrap_or(1).max(2);
+            let mount =
+                ScratchMount::nosefs_fuse(&plan.image_dir, plan.ramdisk_bytes, workers, true)?;
+            Ok(Prepared::Client { mount, lib })
+        }
         TargetSpec::Dir(path) => {
             if !path.is_dir() {
                 return Err(format!("{} is not a directory", path.display()));
@@ -218,7 +231,7 @@ fn prepare(spec: &TargetSpec, plan: &Plan) -> Result<Prepared, String> {
         }
         TargetSpec::Fuse => {
             let workers = plan.threads.iter().copied().max().unwrap_or(1).max(2);
-            let mount = ScratchMount::nosefs_fuse(&plan.image_dir, plan.ramdisk_bytes, workers)?;
+            let mount = ScratchMount::nosefs_fuse(&plan.image_dir, plan.ramdisk_bytes, workers, false)?;
             Ok(Prepared::Dir {
                 path: mount.path().to_path_buf(),
                 mount: Some(mount),
@@ -257,6 +270,9 @@ fn run_unit(
         Prepared::Floor { place } => crate::floor::run_once(place, workload, threads, sizes),
         Prepared::Preload { place, lib } => {
             crate::preload::run_once(place, lib, workload, threads, sizes)
+        }
+        Prepared::Client { mount, lib } => {
+            crate::preload::run_on_daemon(mount.path(), lib, workload, threads, sizes)
         }
         Prepared::Dir { path, mount } => {
             let measured = {

@@ -47,6 +47,9 @@ pub enum TargetSpec {
     /// `nosefs-preload`: a fresh image served by the preload shim inside a worker process that
     /// makes the same libc calls as the `dir:` targets ([`crate::preload`]).
     Preload,
+    /// `nosefs-client`: the same worker under the shim in daemon mode, served over shared memory
+    /// by a daemon that also serves the image's FUSE mount (as `nosefs mount` does).
+    Client,
 }
 
 impl TargetSpec {
@@ -65,13 +68,14 @@ impl TargetSpec {
             ("nosefs-fuse", None) => Ok(TargetSpec::Fuse),
             ("nosefs-floor", None) => Ok(TargetSpec::Floor),
             ("nosefs-preload", None) => Ok(TargetSpec::Preload),
+            ("nosefs-client", None) => Ok(TargetSpec::Client),
             ("dir", Some(path)) if !path.is_empty() => Ok(TargetSpec::Dir(path.into())),
             ("ramdisk", Some(kind)) => RamdiskKind::parse(kind).map(TargetSpec::Ramdisk).ok_or_else(|| {
                 let kinds: Vec<&str> = RamdiskKind::ALL.iter().map(|k| k.name()).collect();
                 format!("unknown ramdisk kind `{kind}` (one of {})", kinds.join(", "))
             }),
             _ => Err(format!(
-                "unknown target `{text}` (nosefs, nosefs-sync, nosefs:PATH, nosefs-fuse, nosefs-floor, nosefs-preload, dir:PATH, tmpfs, ramdisk:KIND)"
+                "unknown target `{text}` (nosefs, nosefs-sync, nosefs:PATH, nosefs-fuse, nosefs-floor, nosefs-preload, nosefs-client, dir:PATH, tmpfs, ramdisk:KIND)"
             )),
         }
     }
@@ -90,6 +94,7 @@ impl TargetSpec {
             TargetSpec::Fuse => "nosefs-fuse".into(),
             TargetSpec::Floor => "nosefs-floor".into(),
             TargetSpec::Preload => "nosefs-preload".into(),
+            TargetSpec::Client => "nosefs-client".into(),
             TargetSpec::Tmpfs => "tmpfs".into(),
             TargetSpec::Ramdisk(kind) => format!("ramdisk:{}", kind.name()),
         }

@@ -164,6 +164,7 @@ fn list_targets() {
     println!("nosefs-fuse       a fresh image served through FUSE by the harness");
     println!("nosefs-floor      the native library's persistence work alone, replayed (dirops, fileops; 1 thread)");
     println!("nosefs-preload    a fresh image served by the preload shim in a worker process, through libc");
+    println!("nosefs-client     the same worker in daemon mode: served over shared memory by a daemon that also serves FUSE");
     println!("dir:PATH          any mounted file system, through libc calls");
     println!("tmpfs             a private tmpfs (needs root)");
     for kind in nosefs_bench::scratch::RamdiskKind::ALL {

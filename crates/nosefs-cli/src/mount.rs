@@ -214,7 +214,7 @@ fn serve(args: &MountArgs, options: &Options) -> Result<(), String> {
     } else {
         let server_options = nosefs_daemon::server::Options {
             allow_other: options.allow_other,
-            invalidate: Some(Box::new(Invalidator(session.notifier()))),
+            invalidate: Some(Box::new(nosefs_fuse::Invalidator(session.notifier()))),
         };
         match nosefs_daemon::server::Server::start(
             Arc::clone(&fs),
@@ -247,21 +247,4 @@ fn serve(args: &MountArgs, options: &Options) -> Result<(), String> {
         drop(fs.unmount());
     }
     ended
-}
-
-/// The kernel's caches, told what a shim client changed (errors mean the kernel had nothing
-/// cached, or the mount is going away: nothing to do either way).
-struct Invalidator(fuser::Notifier);
-
-impl nosefs_daemon::server::Invalidate for Invalidator {
-    fn entry(&self, parent: u64, name: &[u8]) {
-        use std::os::unix::ffi::OsStrExt;
-        let _ = self
-            .0
-            .inval_entry(fuser::INodeNo(parent), std::ffi::OsStr::from_bytes(name));
-    }
-
-    fn inode(&self, ino: u64) {
-        let _ = self.0.inval_inode(fuser::INodeNo(ino), 0, 0);
-    }
 }

@@ -135,8 +135,12 @@ impl Remote {
     }
 
     fn take_slot(&self) -> usize {
+        thread_local! {
+            // Each thread starts its search at its own slot (no system call per request).
+            static HOME: usize = rustix::thread::gettid().as_raw_nonzero().get() as usize;
+        }
         let n = self.area.slots();
-        let start = rustix::thread::gettid().as_raw_nonzero().get() as usize % n;
+        let start = HOME.with(|h| *h) % n;
         loop {
             for k in 0..n {
                 let slot = (start + k) % n;

@@ -55,6 +55,22 @@ impl NoseFuse {
     }
 }
 
+/// The kernel's caches, told what the daemon's shim clients changed
+/// ([`nosefs_daemon::server::Invalidate`] through fuser's notifier). Errors mean the kernel had
+/// nothing cached, or the mount is going away: nothing to do either way.
+#[derive(Debug)]
+pub struct Invalidator(pub fuser::Notifier);
+
+impl nosefs_daemon::server::Invalidate for Invalidator {
+    fn entry(&self, parent: u64, name: &[u8]) {
+        let _ = self.0.inval_entry(INodeNo(parent), OsStr::from_bytes(name));
+    }
+
+    fn inode(&self, ino: u64) {
+        let _ = self.0.inval_inode(INodeNo(ino), 0, 0);
+    }
+}
+
 fn errno(e: nosefs_core::Error) -> Errno {
     Errno::from_i32(e.errno().0)
 }
