@@ -146,7 +146,10 @@ fn run_worker(mut worker: Command, lib: &Path, job: &Job) -> io::Result<Vec<Meas
         .arg("bench-worker")
         .env("LD_PRELOAD", lib)
         .env("NOSEFS_AT", &job.dir)
-        .env(ENV_JOB, serde_json::to_string(job).map_err(io::Error::other)?)
+        .env(
+            ENV_JOB,
+            serde_json::to_string(job).map_err(io::Error::other)?,
+        )
         .stdin(Stdio::null())
         .output()?;
     if !out.status.success() {

@@ -231,7 +231,8 @@ fn prepare(spec: &TargetSpec, plan: &Plan) -> Result<Prepared, String> {
         }
         TargetSpec::Fuse => {
             let workers = plan.threads.iter().copied().max().unwrap_or(1).max(2);
-            let mount = ScratchMount::nosefs_fuse(&plan.image_dir, plan.ramdisk_bytes, workers, false)?;
+            let mount =
+                ScratchMount::nosefs_fuse(&plan.image_dir, plan.ramdisk_bytes, workers, false)?;
             Ok(Prepared::Dir {
                 path: mount.path().to_path_buf(),
                 mount: Some(mount),
