@@ -105,11 +105,42 @@ pub fn run(args: &MountArgs) -> Result<(), String> {
     if args.foreground {
         serve(args, &options)
     } else {
-        start_in_background(args, device)
+        start_in_background(args, &options, device)
     }
 }
 
-fn start_in_background(args: &MountArgs, device: u64) -> Result<(), String> {
+/// Whether the daemon of the mount at `mountpoint` accepts shim clients yet (a connection,
+/// closed at once). Gives up after 10 s (the server said why on its stderr, which we then show).
+fn serves_clients(mountpoint: &Path, child: &mut std::process::Child) -> Result<bool, String> {
+    use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let st = rustix::fs::stat(mountpoint).map_err(|e| format!("{}: {e}", mountpoint.display()))?;
+    let name = nosefs_daemon::server::socket_name(
+        rustix::fs::major(st.st_dev),
+        rustix::fs::minor(st.st_dev),
+    );
+    let addr = SocketAddrUnix::new_abstract_name(&name).map_err(|e| e.to_string())?;
+    while Instant::now() < deadline {
+        let socket = rustix::net::socket_with(
+            AddressFamily::UNIX,
+            SocketType::SEQPACKET,
+            SocketFlags::CLOEXEC,
+            None,
+        )
+        .map_err(|e| e.to_string())?;
+        if rustix::net::connect(&socket, &addr).is_ok() {
+            return Ok(true);
+        }
+        if child.try_wait().map_err(|e| e.to_string())?.is_some() {
+            return Ok(false); // the caller reports the server's exit
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    eprintln!("nosefs mount: the daemon does not accept shim clients; the FUSE mount works");
+    Ok(true)
+}
+
+fn start_in_background(args: &MountArgs, options: &Options, device: u64) -> Result<(), String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find myself: {e}"))?;
     let mut child = std::process::Command::new(exe)
         .arg("mount")
@@ -148,8 +179,11 @@ fn start_in_background(args: &MountArgs, device: u64) -> Result<(), String> {
             });
         }
         if device_of(&args.mountpoint).is_ok_and(|d| d != device) {
-            clear_progress(terminal && shown_secs > 0);
-            return Ok(());
+            // The FUSE mount is live; shim clients can come once the daemon listens too.
+            if options.read_only || serves_clients(&args.mountpoint, &mut child)? {
+                clear_progress(terminal && shown_secs > 0);
+                return Ok(());
+            }
         }
         if interrupted.load(Ordering::Relaxed) {
             clear_progress(terminal && shown_secs > 0);

@@ -255,7 +255,7 @@ fn the_shim_and_the_fuse_mount_see_one_file_system() {
     assert!(!m.mnt.join("new").exists()); // a negative entry, cached
     assert!(m.mnt.join("gone").metadata().is_err());
     let out = m.run(
-        r#"set -e; cd "$D"; echo shim >> k; echo made > new; mv new renamed; mkdir dir; touch -d 2001-01-01T00:00:00Z k; echo gone > gone; rm gone"#,
+        r#"set -e; cd "$D" || exit 9; echo shim >> k; echo made > new; mv new renamed; mkdir dir; touch -d 2001-01-01T00:00:00Z k; echo gone > gone; rm gone"#,
     );
     assert!(out.status.success(), "{}", text(&out));
     // At once, through the kernel: names, sizes, contents, times.
@@ -270,7 +270,7 @@ fn the_shim_and_the_fuse_mount_see_one_file_system() {
     std::fs::write(m.mnt.join("renamed"), b"kernel 2\n").unwrap();
     std::fs::remove_dir(m.mnt.join("dir")).unwrap();
     let out =
-        m.run(r#"cd "$D"; cat renamed; test -e dir && echo dir still there; stat -c %s renamed"#);
+        m.run(r#"cd "$D" || exit 9; cat renamed; test -e dir && echo dir still there; stat -c %s renamed"#);
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
         "kernel 2\n9\n",
@@ -286,8 +286,8 @@ fn another_user_gets_the_permissions_the_fuse_mount_gives() {
         return;
     }
     let m = mount_with(&["allow_other"]);
-    let reset = r#"set -e; cd "$D"; rm -rf private open; mkdir private open; chmod 700 private; echo s > private/f; echo p > open/mine; chmod 600 open/mine; echo r > open/theirs; chmod 644 open/theirs; chmod 777 open; chmod 755 ."#;
-    let probe = r#"cd "$D"; for c in "cat private/f" "cat open/mine" "cat open/theirs" "ls private" "touch private/x" "echo y > open/theirs" "touch open/new" "chmod 777 open/theirs" "rm open/theirs"; do if eval "$c" >/dev/null 2>&1; then echo "$c: ok"; else echo "$c: denied"; fi; done"#;
+    let reset = r#"set -e; cd "$D" || exit 9; rm -rf private open; mkdir private open; chmod 700 private; echo s > private/f; echo p > open/mine; chmod 600 open/mine; echo r > open/theirs; chmod 644 open/theirs; chmod 777 open; chmod 755 ."#;
+    let probe = r#"cd "$D" || exit 9; for c in "cat private/f" "cat open/mine" "cat open/theirs" "ls private" "touch private/x" "echo y > open/theirs" "touch open/new" "chmod 777 open/theirs" "rm open/theirs"; do if eval "$c" >/dev/null 2>&1; then echo "$c: ok"; else echo "$c: denied"; fi; done"#;
     let as_nobody = |shim: bool| {
         let mut c = Command::new("setpriv");
         c.args(["--reuid=65534", "--regid=65534", "--clear-groups"]);
@@ -321,6 +321,16 @@ fn another_user_gets_the_permissions_the_fuse_mount_gives() {
     m.unmount_and_fsck();
 }
 
+/// A child process killed if the test fails before it ends (no stray writers left behind).
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 fn wait_for_line(child: &mut Child, what: &str) {
     use std::io::BufRead;
     let stdout = child.stdout.as_mut().unwrap();
@@ -337,7 +347,7 @@ fn a_killed_client_loses_nothing_fsynced_and_the_daemon_serves_on() {
     }
     let m = mount_with(&[]);
     // Each round writes f<i % 50> whole and fsyncs it, then records i in `done` (fsynced).
-    let writer = r#"cd "$D"; exec python3 -c '
+    let writer = r#"cd "$D" || exit 9; exec python3 -c '
 import os
 print("started", flush=True)
 i = 0
@@ -353,15 +363,16 @@ while True:
     os.rename("done.tmp", "done")
     i += 1
 '"#;
-    let mut child = m
-        .shim_command(writer)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    wait_for_line(&mut child, "started");
+    let mut child = Reaped(
+        m.shim_command(writer)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for_line(&mut child.0, "started");
     std::thread::sleep(Duration::from_millis(500));
-    child.kill().unwrap();
-    child.wait().unwrap();
+    child.0.kill().unwrap();
+    child.0.wait().unwrap();
     let done: usize = std::fs::read_to_string(m.mnt.join("done"))
         .unwrap()
         .trim()
@@ -381,7 +392,7 @@ while True:
             &data[..data.len().min(40)]
         );
     }
-    let out = m.run(r#"cd "$D"; echo after > after; cat after"#);
+    let out = m.run(r#"cd "$D" || exit 9; echo after > after; cat after"#);
     assert!(out.status.success(), "{}", text(&out));
     assert_eq!(String::from_utf8_lossy(&out.stdout), "after\n");
     m.unmount_and_fsck();
@@ -393,16 +404,17 @@ fn a_killed_daemon_gives_its_clients_eio_and_the_next_mount_recovers() {
         return;
     }
     let m = mount_with(&[]);
-    let out = m.run(r#"cd "$D"; echo kept > kept; sync"#);
+    let out = m.run(r#"cd "$D" || exit 9; echo kept > kept; sync"#);
     assert!(out.status.success(), "{}", text(&out));
-    let client = r#"cd "$D"; echo started; while echo x >> grow; do sleep 0.01; done; echo failed >&2; exit 3"#;
-    let mut child = m
-        .shim_command(client)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    wait_for_line(&mut child, "started");
+    let client = r#"cd "$D" || exit 9; echo started; while echo x >> grow; do sleep 0.01; done; echo failed >&2; exit 3"#;
+    let mut child = Reaped(
+        m.shim_command(client)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for_line(&mut child.0, "started");
     std::thread::sleep(Duration::from_millis(200));
     let pid = m.server_pid();
     let killed = Instant::now();
@@ -412,7 +424,7 @@ fn a_killed_daemon_gives_its_clients_eio_and_the_next_mount_recovers() {
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
+        if let Some(status) = child.0.try_wait().unwrap() {
             break status;
         }
         assert!(
