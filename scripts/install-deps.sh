@@ -39,6 +39,7 @@ have python3 || apt_packages+=(python3)
 have tar || apt_packages+=(tar)
 have nm || apt_packages+=(binutils)
 have pkill || apt_packages+=(procps)
+have setpriv || apt_packages+=(util-linux)  # the daemon tests run a client as another user
 have make || apt_packages+=(make)
 if ! command -v cargo >/dev/null 2>&1; then
   # Debian's own Rust, for machines without rustup. noseFS needs Rust 1.80 or newer.

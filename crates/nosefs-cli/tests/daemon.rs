@@ -4,6 +4,9 @@
 //! system; another user's permissions; a killed client; a killed daemon. Needs /dev/fuse and
 //! root (as CI has); otherwise each test says why it did not run.
 
+mod common;
+
+use common::text;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -75,15 +78,6 @@ impl Drop for Mounted {
     }
 }
 
-fn text(out: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
 impl Mounted {
     /// `bash -c script` under the shim in daemon mode, with `$D` the mount point.
     fn shim_command(&self, script: &str) -> Command {
@@ -152,23 +146,7 @@ impl Mounted {
 fn same_as_kernel(m: &Mounted, script: &str) -> String {
     let plain = m.run_plain(script);
     let ours = m.run(script);
-    assert!(plain.status.success(), "on the kernel: {}", text(&plain));
-    let normal = |o: &Output, dir: &Path| {
-        String::from_utf8_lossy(&o.stdout).replace(dir.to_str().unwrap(), "$D")
-    };
-    assert_eq!(
-        normal(&ours, &m.mnt),
-        normal(&plain, &m.plain),
-        "\nunder the shim: {}\non the kernel: {}",
-        text(&ours),
-        text(&plain)
-    );
-    assert!(
-        ours.status.success() && ours.stderr.is_empty(),
-        "{}",
-        text(&ours)
-    );
-    String::from_utf8_lossy(&ours.stdout).into_owned()
+    common::assert_same_as_kernel(&ours, &m.mnt, &plain, &m.plain)
 }
 
 #[test]
@@ -209,6 +187,39 @@ git log --format='%H %s' | cat
     // The FUSE path sees what the clients made.
     let built = std::fs::read(m.mnt.join("src/prog")).unwrap();
     assert!(built.starts_with(b"\x7fELF"));
+    m.unmount_and_fsck();
+}
+
+#[test]
+fn tar_sqlite3_and_python_behave_as_on_the_kernel() {
+    if !usable() {
+        return;
+    }
+    let m = mount_with(&[]);
+    let script = r#"set -e
+cd "$D"
+mkdir -p tree/a/b && echo one > tree/a/f && echo two > tree/a/b/g && ln -s a/f tree/link
+tar -cf t.tar tree && mkdir out && tar -C out -xf t.tar && tar -tf t.tar | sort
+diff -r tree out/tree && echo same
+sqlite3 db 'create table t(k integer primary key, v text); begin; insert into t(v) values ("a"),("b"),("c"); commit; update t set v = "B" where k = 2;'
+sqlite3 db 'select k, v from t order by k; pragma integrity_check;'
+python3 - <<'PY'
+import os, pathlib, shutil, tempfile
+p = pathlib.Path("py"); p.mkdir()
+(p / "x.txt").write_text("hello\n")
+shutil.copytree(p, "py2")
+os.rename("py2/x.txt", "py2/y.txt")
+with tempfile.NamedTemporaryFile(dir=".", delete=False) as f:
+    f.write(b"tmp"); name = f.name
+print(sorted(os.listdir("py2")), open("py2/y.txt").read().strip(), os.path.getsize(name))
+os.unlink(name)
+PY
+"#;
+    let out = same_as_kernel(&m, script);
+    assert!(
+        out.contains("same\n") && out.contains("2|B\n") && out.contains("ok\n"),
+        "{out}"
+    );
     m.unmount_and_fsck();
 }
 

@@ -2,6 +2,9 @@
 //! with the same commands on a plain directory of the kernel's; the link check; exec adoption;
 //! EBUSY for a second process; SIGKILL under write load.
 
+mod common;
+
+use common::text;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -85,40 +88,11 @@ impl Setup {
     }
 }
 
-fn text(out: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
 /// Runs `script` both ways and asserts the same stdout and status, and no stderr under the shim.
 fn same_as_kernel(setup: &Setup, script: &str) -> String {
     let plain = setup.run_plain(script);
     let ours = setup.run(script);
-    assert!(
-        plain.status.success(),
-        "on the kernel directory: {}",
-        text(&plain)
-    );
-    let normal = |o: &Output, dir: &Path| {
-        String::from_utf8_lossy(&o.stdout).replace(dir.to_str().unwrap(), "$D")
-    };
-    assert_eq!(
-        normal(&ours, &setup.at),
-        normal(&plain, &setup.plain),
-        "\nunder the shim: {}\non the kernel: {}",
-        text(&ours),
-        text(&plain)
-    );
-    assert!(
-        ours.status.success() && ours.stderr.is_empty(),
-        "{}",
-        text(&ours)
-    );
-    String::from_utf8_lossy(&ours.stdout).into_owned()
+    common::assert_same_as_kernel(&ours, &setup.at, &plain, &setup.plain)
 }
 
 #[test]

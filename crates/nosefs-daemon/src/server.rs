@@ -479,10 +479,11 @@ fn ok() -> Enc {
 
 /// Decodes and runs one request.
 fn execute(shared: &Shared, conn: &Conn, request: &[u8], room: usize) -> Result<Enc, Errno> {
+    let cred = || conn.cred.clone();
     let local = Local {
         fs: &shared.fs,
         prefix: &conn.prefix,
-        cred: conn.cred.clone(),
+        cred: &cred,
     };
     let inval = shared.options.invalidate.as_deref();
     let mut d = Dec::new(request);

@@ -104,20 +104,32 @@ fn core<T>(r: nosefs_core::Result<T>) -> Result<T, Errno> {
 
 /// The calls run on a mounted `Fs` in this process, as `cred`. Handles are inode numbers; the
 /// caller has checked that the description allows the call (read, write).
-#[derive(Debug)]
 pub struct Local<'a> {
     /// The file system.
     pub fs: &'a Fs,
     /// Where the caller sees noseFS's root.
     pub prefix: &'a [u8],
-    /// The caller's credentials.
-    pub cred: Cred,
+    /// The caller's credentials, asked for only by the calls that check permissions (reads and
+    /// writes of an open description, the hot path, never copy them).
+    pub cred: &'a dyn Fn() -> Cred,
+}
+
+impl std::fmt::Debug for Local<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Local")
+            .field("prefix", &String::from_utf8_lossy(self.prefix))
+            .finish_non_exhaustive()
+    }
 }
 
 impl Local<'_> {
+    fn cred(&self) -> Cred {
+        (self.cred)()
+    }
+
     fn caller(&self, umask: u32) -> Caller {
         Caller {
-            cred: self.cred.clone(),
+            cred: self.cred(),
             umask,
         }
     }
@@ -125,7 +137,7 @@ impl Local<'_> {
 
 impl Service for Local<'_> {
     fn walk(&self, path: Vec<u8>, follow_last: bool) -> Result<Walked, Errno> {
-        vfs::walk(self.fs, &self.cred, self.prefix, path, follow_last)
+        vfs::walk(self.fs, &self.cred(), self.prefix, path, follow_last)
     }
 
     fn walk_in(
@@ -135,7 +147,7 @@ impl Service for Local<'_> {
         name: &[u8],
         follow_last: bool,
     ) -> Result<Option<Found>, Errno> {
-        vfs::walk_in(self.fs, &self.cred, dir, dir_path, name, follow_last)
+        vfs::walk_in(self.fs, &self.cred(), dir, dir_path, name, follow_last)
     }
 
     fn open(&self, found: &Found, flags: i32, mode: u32, umask: u32) -> Result<Opened, Errno> {
@@ -174,7 +186,7 @@ impl Service for Local<'_> {
     }
 
     fn fsetattr(&self, handle: Handle, change: &SetAttr, times_now: bool) -> Result<(), Errno> {
-        vfs::setattr(self.fs, &self.cred, handle, change, times_now).map(drop)
+        vfs::setattr(self.fs, &self.cred(), handle, change, times_now).map(drop)
     }
 
     fn readdir(&self, handle: Handle, cookie: u64, max: usize) -> Result<Vec<DirEntry>, Errno> {
@@ -191,7 +203,7 @@ impl Service for Local<'_> {
     }
 
     fn truncate(&self, found: &Found, size: i64) -> Result<(), Errno> {
-        vfs::truncate(self.fs, &self.cred, found, size)
+        vfs::truncate(self.fs, &self.cred(), found, size)
     }
 
     fn mkdir(&self, found: &Found, mode: u32, umask: u32) -> Result<(), Errno> {
@@ -203,7 +215,7 @@ impl Service for Local<'_> {
     }
 
     fn symlink(&self, target: &[u8], found: &Found) -> Result<(), Errno> {
-        vfs::symlink(self.fs, &self.cred, target, found).map(drop)
+        vfs::symlink(self.fs, &self.cred(), target, found).map(drop)
     }
 
     fn readlink(&self, found: &Found) -> Result<Vec<u8>, Errno> {
@@ -211,24 +223,24 @@ impl Service for Local<'_> {
     }
 
     fn unlink(&self, found: &Found) -> Result<(), Errno> {
-        vfs::unlink(self.fs, &self.cred, found)
+        vfs::unlink(self.fs, &self.cred(), found)
     }
 
     fn rmdir(&self, found: &Found, last: &[u8]) -> Result<(), Errno> {
-        vfs::rmdir(self.fs, &self.cred, found, last)
+        vfs::rmdir(self.fs, &self.cred(), found, last)
     }
 
     fn rename(&self, from: &Found, to: &Found, flags: u32) -> Result<(), Errno> {
-        vfs::rename(self.fs, &self.cred, from, to, flags)
+        vfs::rename(self.fs, &self.cred(), from, to, flags)
     }
 
     fn link(&self, from: &Found, to: &Found) -> Result<(), Errno> {
-        vfs::link(self.fs, &self.cred, from, to).map(drop)
+        vfs::link(self.fs, &self.cred(), from, to).map(drop)
     }
 
     fn setattr(&self, found: &Found, change: &SetAttr, times_now: bool) -> Result<(), Errno> {
         let ino = vfs::stat(found)?.ino;
-        vfs::setattr(self.fs, &self.cred, ino, change, times_now).map(drop)
+        vfs::setattr(self.fs, &self.cred(), ino, change, times_now).map(drop)
     }
 
     fn statfs(&self) -> Result<Statfs, Errno> {

@@ -120,7 +120,7 @@ pub fn with_service<T>(f: impl FnOnce(&dyn Service) -> Result<T, Errno>) -> Resu
             f(&Local {
                 fs,
                 prefix,
-                cred: cred(),
+                cred: &cred,
             })
         }
         Backend::Daemon(remote) => f(remote),
@@ -335,18 +335,8 @@ fn holder_of(image: &std::path::Path) -> String {
 
 /// Reads a small file with raw system calls.
 pub fn read_small(path: &[u8]) -> Option<String> {
-    use rustix::fs::{Mode, OFlags};
     let path = std::ffi::CStr::from_bytes_with_nul(path).ok()?;
-    let fd = rustix::fs::open(path, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()).ok()?;
-    let mut out = Vec::new();
-    let mut buf = [0u8; 4096];
-    loop {
-        match rustix::io::read(&fd, &mut buf) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => out.extend_from_slice(&buf[..n]),
-        }
-    }
-    String::from_utf8(out).ok()
+    nosefs_daemon::client::read_small(path)
 }
 
 /// At exit: flush stdio streams (which may hold noseFS data), then commit and unmount.
