@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fuser::{Config, MountOption, SessionACL};
-use nosefs_core::namespace::{Fs, MountOptions};
+use nosefs_core::namespace::{Fs, MountOptions, OnDamage};
 use nosefs_fuse::NoseFuse;
 
 /// Arguments of `nosefs mount`.
@@ -28,8 +28,10 @@ pub struct MountArgs {
     /// Stay in the foreground.
     #[arg(short, long)]
     foreground: bool,
-    /// Options, comma separated: sync (every write durable on return), ro, allow_other,
-    /// threads=N (worker threads, default 2).
+    /// Options, comma separated: sync (every write durable on return), ro (the image is never
+    /// written, not even by recovery), errors=ro (a damaged image is mounted read-only, repaired
+    /// in memory, instead of refused; errors=refuse is the default), allow_other, threads=N
+    /// (worker threads, default 2).
     #[arg(short = 'o', value_delimiter = ',')]
     options: Vec<String>,
 }
@@ -38,6 +40,7 @@ pub struct MountArgs {
 struct Options {
     sync: bool,
     read_only: bool,
+    errors: OnDamage,
     allow_other: bool,
     threads: usize,
 }
@@ -53,6 +56,8 @@ fn parse_options(raw: &[String]) -> Result<Options, String> {
             None if option == "ro" => options.read_only = true,
             None if option == "rw" => options.read_only = false,
             None if option == "allow_other" => options.allow_other = true,
+            Some(("errors", "ro" | "remount-ro")) => options.errors = OnDamage::ReadOnly,
+            Some(("errors", "refuse")) => options.errors = OnDamage::Refuse,
             Some(("threads", n)) => {
                 options.threads = n
                     .parse()
@@ -62,7 +67,7 @@ fn parse_options(raw: &[String]) -> Result<Options, String> {
             }
             _ => {
                 return Err(format!(
-                    "unknown option `{option}` (sync, ro, allow_other, threads=N)"
+                    "unknown option `{option}` (sync, ro, errors=ro|refuse, allow_other, threads=N)"
                 ))
             }
         }
@@ -105,7 +110,7 @@ pub fn run(args: &MountArgs) -> Result<(), String> {
     if args.foreground {
         serve(args, &options)
     } else {
-        start_in_background(args, &options, device)
+        start_in_background(args, device)
     }
 }
 
@@ -140,7 +145,7 @@ fn serves_clients(mountpoint: &Path, child: &mut std::process::Child) -> Result<
     Ok(true)
 }
 
-fn start_in_background(args: &MountArgs, options: &Options, device: u64) -> Result<(), String> {
+fn start_in_background(args: &MountArgs, device: u64) -> Result<(), String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find myself: {e}"))?;
     let mut child = std::process::Command::new(exe)
         .arg("mount")
@@ -180,7 +185,13 @@ fn start_in_background(args: &MountArgs, options: &Options, device: u64) -> Resu
         }
         if device_of(&args.mountpoint).is_ok_and(|d| d != device) {
             // The FUSE mount is live; shim clients can come once the daemon listens too.
-            if options.read_only || serves_clients(&args.mountpoint, &mut child)? {
+            // A read-only mount (asked for, or errors=ro over damage) serves no shim clients.
+            let read_only = rustix::fs::statvfs(&args.mountpoint)
+                .is_ok_and(|st| st.f_flag.contains(rustix::fs::StatVfsMountFlags::RDONLY));
+            if read_only {
+                forward_warnings(&mut child);
+            }
+            if read_only || serves_clients(&args.mountpoint, &mut child)? {
                 clear_progress(terminal && shown_secs > 0);
                 return Ok(());
             }
@@ -203,6 +214,22 @@ fn start_in_background(args: &MountArgs, options: &Options, device: u64) -> Resu
     }
 }
 
+/// Passes on what the server said before its mount came up (the damage an errors=ro mount
+/// found), without waiting for more.
+fn forward_warnings(child: &mut std::process::Child) {
+    use std::io::Write;
+    let Some(err) = child.stderr.as_mut() else {
+        return;
+    };
+    if rustix::fs::fcntl_setfl(&*err, rustix::fs::OFlags::NONBLOCK).is_err() {
+        return;
+    }
+    let mut buf = [0u8; 4096];
+    while let Ok(n @ 1..) = rustix::io::read(&*err, &mut buf) {
+        let _ = std::io::stderr().write_all(&buf[..n]);
+    }
+}
+
 fn clear_progress(shown: bool) {
     if shown {
         eprintln!();
@@ -212,9 +239,22 @@ fn clear_progress(shown: bool) {
 fn serve(args: &MountArgs, options: &Options) -> Result<(), String> {
     let mount_options = MountOptions {
         sync: options.sync,
+        read_only: options.read_only,
+        errors: options.errors,
         ..MountOptions::default()
     };
-    let fs = Arc::new(Fs::mount(&args.image, &mount_options).map_err(|e| e.to_string())?);
+    let fs = Fs::mount(&args.image, &mount_options).map_err(|e| e.to_string())?;
+    if let Some(damage) = &fs.mount_report().damage {
+        eprintln!(
+            "nosefs mount: {} is damaged ({}); mounted read-only over a copy repaired in memory \
+             ({} problems); the image is unchanged: unmount and run nosefs fsck --repair",
+            args.image.display(),
+            damage.refused,
+            damage.repaired_in_memory
+        );
+    }
+    let read_only = fs.is_read_only();
+    let fs = Arc::new(fs);
     let mut config = Config::default();
     config.mount_options = vec![
         MountOption::FSName(
@@ -227,7 +267,7 @@ fn serve(args: &MountArgs, options: &Options) -> Result<(), String> {
         MountOption::Subtype("nosefs".into()),
         MountOption::DefaultPermissions,
     ];
-    if options.read_only {
+    if read_only {
         config.mount_options.push(MountOption::RO);
     }
     if options.allow_other {
@@ -243,7 +283,7 @@ fn serve(args: &MountArgs, options: &Options) -> Result<(), String> {
         .map_err(|e| format!("cannot mount at {}: {e}", args.mountpoint.display()))?;
     // Shim clients (`nosefs run --at MOUNTPOINT`) are served beside the kernel; what they change
     // is invalidated in the kernel's caches before they get their reply.
-    let server = if options.read_only {
+    let server = if read_only {
         None // clients would write: they use the FUSE mount's read-only view instead
     } else {
         let server_options = nosefs_daemon::server::Options {

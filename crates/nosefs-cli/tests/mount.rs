@@ -195,6 +195,100 @@ fn errors_are_clear() {
     assert!(fsck(&s.image).status.success());
 }
 
+/// Waits until the server that served a mount of `image` has let go of it (its lock, shared or
+/// exclusive, is gone), so the image's bytes are final.
+fn released(image: &Path) {
+    use rustix::fs::{flock, FlockOperation};
+    let file = std::fs::File::open(image).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while flock(&file, FlockOperation::NonBlockingLockExclusive).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "the server never let go of the image"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn read_only_mounts_never_write_the_image_and_errors_ro_serves_a_damaged_one() {
+    if !fuse_usable() {
+        return;
+    }
+    let s = setup();
+    assert!(mount(&s).status.success());
+    std::fs::write(s.mnt.join("f"), b"kept").unwrap();
+    umount(&s.mnt);
+    released(&s.image);
+    let clean = std::fs::read(&s.image).unwrap();
+    let ro = nosefs()
+        .args(["mount", "-o", "ro"])
+        .arg(&s.image)
+        .arg(&s.mnt)
+        .output()
+        .unwrap();
+    assert!(ro.status.success(), "{ro:?}");
+    assert_eq!(std::fs::read(s.mnt.join("f")).unwrap(), b"kept");
+    let refused = std::fs::write(s.mnt.join("g"), b"x").unwrap_err();
+    assert_eq!(refused.raw_os_error(), Some(libc_erofs()), "{refused}");
+    umount(&s.mnt);
+    released(&s.image);
+    assert!(
+        std::fs::read(&s.image).unwrap() == clean,
+        "-o ro wrote the image"
+    );
+
+    // Damage: the primary superblock's magic is gone (the backup is intact).
+    let mut damaged = clean.clone();
+    damaged[..8].copy_from_slice(&[0; 8]);
+    std::fs::write(&s.image, &damaged).unwrap();
+    let plain = mount(&s);
+    assert!(
+        !plain.status.success(),
+        "a plain mount took a damaged image"
+    );
+    let why = String::from_utf8_lossy(&plain.stderr);
+    assert!(
+        why.contains("fsck") || why.contains("not a noseFS"),
+        "{why}"
+    );
+    let out = nosefs()
+        .args(["mount", "-o", "errors=ro"])
+        .arg(&s.image)
+        .arg(&s.mnt)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("read-only") && said.contains("fsck --repair"),
+        "errors=ro says nothing of the damage: {said}"
+    );
+    assert_eq!(std::fs::read(s.mnt.join("f")).unwrap(), b"kept");
+    let refused = std::fs::write(s.mnt.join("g"), b"x").unwrap_err();
+    assert_eq!(refused.raw_os_error(), Some(libc_erofs()), "{refused}");
+    umount(&s.mnt);
+    released(&s.image);
+    assert!(
+        std::fs::read(&s.image).unwrap() == damaged,
+        "errors=ro wrote the damaged image"
+    );
+    let repair = nosefs()
+        .args(["fsck", "--repair"])
+        .arg(&s.image)
+        .output()
+        .unwrap();
+    assert_eq!(repair.status.code(), Some(1), "{repair:?}");
+    assert!(mount(&s).status.success(), "the repaired image mounts");
+    assert_eq!(std::fs::read(s.mnt.join("f")).unwrap(), b"kept");
+    umount(&s.mnt);
+    assert!(fsck(&s.image).status.success());
+}
+
+fn libc_erofs() -> i32 {
+    30
+}
+
 #[test]
 fn a_killed_server_loses_no_fsynced_file() {
     if !fuse_usable() {

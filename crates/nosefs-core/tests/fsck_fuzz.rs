@@ -10,11 +10,12 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 
+use nosefs_core::error::Errno;
 use nosefs_core::format::layout::{MkfsParams, Zone};
 use nosefs_core::format::marks::{Table, MARKS_OFFSET};
 use nosefs_core::fsck::{fsck, FsckOptions};
 use nosefs_core::image::Image;
-use nosefs_core::namespace::{Fs, MountOptions, Owner, ROOT_INO};
+use nosefs_core::namespace::{Fs, MountOptions, OnDamage, Owner, ROOT_INO};
 use nosefs_core::pmem::Access;
 
 const OWNER: Owner = Owner { uid: 0, gid: 0 };
@@ -117,6 +118,13 @@ impl Rng {
 /// Mounts and walks the whole tree, reading every file; an `Err` is fine, a panic is not.
 fn mount_and_walk(path: &Path) -> Result<u64, String> {
     let fs = Fs::mount(path, &MountOptions::default()).map_err(|e| e.to_string())?;
+    let seen = walk(&fs)?;
+    drop(fs.unmount());
+    Ok(seen)
+}
+
+/// Walks the whole tree, reading every file; returns how many names it saw.
+fn walk(fs: &Fs) -> Result<u64, String> {
     let mut stack = vec![ROOT_INO];
     let mut seen = 0u64;
     while let Some(dir) = stack.pop() {
@@ -144,8 +152,38 @@ fn mount_and_walk(path: &Path) -> Result<u64, String> {
             }
         }
     }
-    drop(fs.unmount());
     Ok(seen)
+}
+
+/// `errors=ro` on an image a plain mount refused: it mounts read-only, its tree walks, a change
+/// is EROFS, and the image file is not written.
+fn mount_read_only_after_damage(path: &Path, damaged: &[u8]) -> Result<(), String> {
+    let options = MountOptions {
+        errors: OnDamage::ReadOnly,
+        ..MountOptions::default()
+    };
+    let outcome = match Fs::mount(path, &options) {
+        Ok(fs) => {
+            let damage = fs.mount_report().damage.clone();
+            let walked = walk(&fs);
+            let create = fs.create(ROOT_INO, b"new", 0o644, OWNER, true);
+            drop(fs.unmount());
+            match (damage, walked, create) {
+                (None, ..) => Err("errors=ro mount does not report the damage".into()),
+                (_, Err(e), _) => Err(format!("errors=ro mount cannot be walked: {e}")),
+                (_, _, Ok(_)) => Err("errors=ro mount took a create".into()),
+                (_, _, Err(e)) if e.errno() != Errno::EROFS => Err(format!(
+                    "a create on an errors=ro mount failed with {e}, not EROFS"
+                )),
+                _ => Ok(()),
+            }
+        }
+        Err(e) => Err(format!("errors=ro does not mount the damaged image: {e}")),
+    };
+    if std::fs::read(path).unwrap() != damaged {
+        return Err("errors=ro wrote to the damaged image".into());
+    }
+    outcome
 }
 
 #[derive(Default, Debug)]
@@ -155,6 +193,8 @@ struct Tally {
     repaired_clean: u64,
     /// Mounted although fsck found damage, and left it in place.
     mount_accepted_damage: u64,
+    /// Refused by a plain mount, then mounted read-only by `errors=ro`.
+    mounted_read_only: u64,
     failures: Vec<String>,
 }
 
@@ -191,6 +231,11 @@ fn one_case(pristine: &[u8], dir: &Path, seed: u64, bytes: bool, tally: &mut Tal
             return Ok(());
         }
         tally.detected += 1;
+        if !mount_ok {
+            std::fs::write(&path, &image).unwrap();
+            mount_read_only_after_damage(&path, &image)?;
+            tally.mounted_read_only += 1;
+        }
         if mount_ok {
             // Mount may repair derived state itself (bitmap, link counts, backup superblock);
             // what it must not do is run on damage it leaves in place.
@@ -256,13 +301,14 @@ fn run(bytes: bool, default_cases: u64, first_seed: u64) -> Tally {
         one_case(&pristine, dir.path(), seed, bytes, &mut tally);
     }
     eprintln!(
-        "{}: {} cases, {} detected, {} repaired to clean and mounted ({:.1}%), mount ran on {} damaged images without repairing them, {} failures",
+        "{}: {} cases, {} detected, {} repaired to clean and mounted ({:.1}%), mount ran on {} damaged images without repairing them, {} refused by mount and served by errors=ro, {} failures",
         if bytes { "random bytes" } else { "single-bit flips" },
         tally.cases,
         tally.detected,
         tally.repaired_clean,
         100.0 * tally.repaired_clean as f64 / tally.detected.max(1) as f64,
         tally.mount_accepted_damage,
+        tally.mounted_read_only,
         tally.failures.len()
     );
     for f in tally.failures.iter().take(20) {
@@ -275,6 +321,10 @@ fn run(bytes: bool, default_cases: u64, first_seed: u64) -> Tally {
 fn single_bit_flips_are_detected_and_repaired() {
     let tally = run(false, 150, 1);
     assert!(tally.detected > 0, "no flip was detected: {tally:?}");
+    assert!(
+        tally.mounted_read_only > 0,
+        "no case exercised errors=ro: {tally:?}"
+    );
     assert!(
         !tally.failures.iter().any(|f| f.ends_with("PANIC")),
         "panics: {:#?}",

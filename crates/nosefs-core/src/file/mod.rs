@@ -218,7 +218,7 @@ impl Fs {
             return Ok(state);
         }
         if !inode.is_file() {
-            let errno = if inode.dir.is_some() {
+            let errno = if inode.dir().is_some() {
                 Errno::EISDIR
             } else {
                 Errno::EINVAL
@@ -288,6 +288,7 @@ impl Fs {
     /// Writes `data` at `offset` of regular file `ino` (a write past the end leaves a hole).
     /// Durable at the next fsync, or on return when mounted with `sync`.
     pub fn write(&self, ino: u64, offset: u64, data: &[u8]) -> Result<usize> {
+        self.writable()?;
         let inode = self.inode(ino)?;
         self.write_at(&inode, Some(offset), data)?;
         Ok(data.len())
@@ -296,6 +297,7 @@ impl Fs {
     /// Appends `data` to regular file `ino` (O_APPEND: the end is found under the file's lock,
     /// so concurrent appends never overwrite each other). Returns the offset written at.
     pub fn append(&self, ino: u64, data: &[u8]) -> Result<u64> {
+        self.writable()?;
         let inode = self.inode(ino)?;
         self.write_at(&inode, None, data)
     }
@@ -552,6 +554,7 @@ impl Fs {
     /// Sets regular file `ino`'s size: shrinking drops the data past it, growing leaves a hole.
     /// Durable on return (it commits the file's pending writes with it).
     pub fn truncate(&self, ino: u64, size: u64) -> Result<()> {
+        self.writable()?;
         if size > MAX_FILE_BYTES {
             return Err(Errno::EFBIG.into());
         }

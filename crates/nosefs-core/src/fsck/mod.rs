@@ -120,6 +120,26 @@ pub fn fsck(path: &Path, options: FsckOptions) -> Result<FsckReport> {
 
 /// Checks an already-mapped region.
 pub fn fsck_region(region: Region, options: FsckOptions) -> Result<FsckReport> {
+    check_region(region, options).map(|(report, _)| report)
+}
+
+/// A repaired copy of the image at `path`, in this process's memory only: the repair's stores
+/// land in a private copy-on-write mapping and the image itself is never written. What a mount
+/// with `errors=ro` serves when the image is damaged.
+pub fn repaired_private_copy(path: &Path, fd_floor: Option<i32>) -> Result<(FsckReport, Image)> {
+    let region = Region::open(
+        path,
+        &RegionOptions {
+            access: Access::PrivateCopy,
+            fd_floor,
+            ..RegionOptions::default()
+        },
+    )?;
+    check_region(region, FsckOptions { repair: true })
+}
+
+/// Checks (and with `options.repair`, repairs) a region, and gives back the image.
+fn check_region(region: Region, options: FsckOptions) -> Result<(FsckReport, Image)> {
     let mut report = FsckReport::default();
     let Some(primary) = read_superblock(&region, PRIMARY_OFFSET) else {
         return Err(Error::NotAnImage(format!(
@@ -151,7 +171,7 @@ pub fn fsck_region(region: Region, options: FsckOptions) -> Result<FsckReport> {
     let found = check_image(&image, &mut report.notes);
     if !options.repair || found.is_empty() {
         report.problems.extend(found);
-        return Ok(report);
+        return Ok((report, image));
     }
     if image.geometry().read_only_features {
         report.problems.extend(found);
@@ -159,7 +179,7 @@ pub fn fsck_region(region: Region, options: FsckOptions) -> Result<FsckReport> {
             "not repaired: the image uses read-only-compatible features this build does not know"
                 .into(),
         );
-        return Ok(report);
+        return Ok((report, image));
     }
     repair::run(&image, &found, &mut report.notes);
     let mut notes = Vec::new();
@@ -175,7 +195,7 @@ pub fn fsck_region(region: Region, options: FsckOptions) -> Result<FsckReport> {
         p
     }));
     report.notes.extend(notes);
-    Ok(report)
+    Ok((report, image))
 }
 
 /// Every problem of the image; facts that are not problems go to `notes`.

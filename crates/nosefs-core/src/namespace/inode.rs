@@ -2,12 +2,11 @@
 //!
 //! All of it is rebuilt at mount from the pinode table; NVM stays the truth for attributes.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use parking_lot::{Mutex, RwLock};
-use smallvec::SmallVec;
 
 use crate::format::pinode::{S_IFDIR, S_IFREG};
 
@@ -79,13 +78,112 @@ impl Default for DirState {
     }
 }
 
-/// What changes under the inode's lock.
+/// No name: the inode lost its last one.
+const NO_NAME: u32 = u32::MAX;
+
+/// What changes under the inode's lock. Kept to 16 bytes: one lives in every inode, and nearly
+/// every inode has a single name, which needs no allocation.
 #[derive(Debug)]
 pub struct InodeData {
-    /// Slots of every name of the inode; the primary is among them.
-    pub names: SmallVec<[u32; 2]>,
+    /// Slot of one name ([`NO_NAME`] once the last is gone).
+    first_name: u32,
     /// Subdirectories (directories only), for the link count.
     pub subdirs: u32,
+    /// Slots of the other names (hard links), if there are any. Boxed: 8 bytes in every inode
+    /// instead of a `Vec`'s 24, for what few inodes need.
+    #[allow(clippy::box_collection)]
+    more_names: Option<Box<Vec<u32>>>,
+}
+
+impl InodeData {
+    fn new(slot: u32) -> InodeData {
+        InodeData {
+            first_name: slot,
+            subdirs: 0,
+            more_names: None,
+        }
+    }
+
+    /// Slots of every name of the inode; the primary is among them.
+    pub fn names(&self) -> impl Iterator<Item = u32> + '_ {
+        let first = (self.first_name != NO_NAME).then_some(self.first_name);
+        first
+            .into_iter()
+            .chain(self.more_names.iter().flat_map(|more| more.iter().copied()))
+    }
+
+    /// How many names the inode has.
+    pub fn name_count(&self) -> usize {
+        usize::from(self.first_name != NO_NAME) + self.more_names.as_ref().map_or(0, |m| m.len())
+    }
+
+    /// Whether `slot` is one of the inode's names.
+    pub fn has_name(&self, slot: u32) -> bool {
+        self.names().any(|s| s == slot)
+    }
+
+    /// Adds a name.
+    pub fn add_name(&mut self, slot: u32) {
+        assert_ne!(slot, NO_NAME, "slot numbers stay below u32::MAX");
+        if self.first_name == NO_NAME {
+            self.first_name = slot;
+        } else {
+            self.more_names
+                .get_or_insert_with(Default::default)
+                .push(slot);
+        }
+    }
+
+    /// Removes the name at `slot`, if it is one.
+    pub fn remove_name(&mut self, slot: u32) {
+        if let Some(more) = &mut self.more_names {
+            more.retain(|&s| s != slot);
+        }
+        if self.first_name == slot {
+            self.first_name = self
+                .more_names
+                .as_mut()
+                .and_then(|more| more.pop())
+                .unwrap_or(NO_NAME);
+        }
+        if self.more_names.as_ref().is_some_and(|m| m.is_empty()) {
+            self.more_names = None;
+        }
+    }
+
+    /// The name at `old` moved to `new`.
+    pub fn repoint_name(&mut self, old: u32, new: u32) {
+        if self.first_name == old {
+            self.first_name = new;
+        }
+        for s in self.more_names.iter_mut().flat_map(|m| m.iter_mut()) {
+            if *s == old {
+                *s = new;
+            }
+        }
+    }
+
+    /// Forgets every name.
+    pub fn clear_names(&mut self) {
+        self.first_name = NO_NAME;
+        self.more_names = None;
+    }
+
+    /// Replaces the names with `slots`.
+    pub fn set_names(&mut self, slots: impl IntoIterator<Item = u32>) {
+        self.clear_names();
+        slots.into_iter().for_each(|s| self.add_name(s));
+    }
+}
+
+/// What an inode holds besides its attributes, by type.
+#[derive(Debug)]
+enum Contents {
+    /// A directory's listing, made with the inode.
+    Dir(DirState),
+    /// A regular file's data map, made on first use ([`Inode::file_state`]). Boxed again so
+    /// that a directory's contents are not the size of a file's (40 bytes, not 300).
+    File(Box<Mutex<crate::file::FileState>>),
 }
 
 /// One inode in DRAM.
@@ -102,18 +200,17 @@ pub struct Inode {
     /// The file lost its last name while open: its primary pinode is an `ORPHAN`, in no chain,
     /// freed at the last close (or at the next mount).
     pub orphaned: AtomicBool,
-    /// Names and counts, changed by operations that hold it.
-    pub data: Arc<Mutex<InodeData>>,
-    /// The listing, for directories (boxed: most inodes are not directories).
-    pub dir: Option<Box<DirState>>,
     /// Whether the inode is a regular file.
     is_file: bool,
-    /// The data map of a regular file, made on first use ([`Inode::file_state`]): until then the
-    /// file has no extents and nothing pending, and its primary pinode alone describes it. Most
-    /// files a create makes are never written by the process that made them, and the state is the
-    /// largest part of an inode, so creates do not pay for it. Locked after the inode lock when
-    /// both are taken.
-    file: OnceLock<Box<Mutex<crate::file::FileState>>>,
+    /// Names and counts, changed by operations that hold it.
+    pub data: Mutex<InodeData>,
+    /// A directory's listing (set at creation), or a regular file's data map, made on first use
+    /// ([`Inode::file_state`]): until then the file has no extents and nothing pending, and its
+    /// primary pinode alone describes it. Most files a create makes are never written by the
+    /// process that made them, and the state is the largest part of an inode, so creates do not
+    /// pay for it. The file state is locked after the inode lock when both are taken. One
+    /// pointer for both: every name costs an inode, and most inodes need neither.
+    contents: OnceLock<Box<Contents>>,
 }
 
 impl Inode {
@@ -126,10 +223,15 @@ impl Inode {
             is_file || file.is_none(),
             "only regular files have data state"
         );
-        let state = OnceLock::new();
-        if let Some(file) = file {
-            state
-                .set(Box::new(Mutex::new(file)))
+        let contents = OnceLock::new();
+        let made = match (file_type == S_IFDIR, file) {
+            (true, _) => Some(Contents::Dir(DirState::new())),
+            (false, Some(file)) => Some(Contents::File(Box::new(Mutex::new(file)))),
+            (false, None) => None,
+        };
+        if let Some(made) = made {
+            contents
+                .set(Box::new(made))
                 .expect("a new OnceLock is empty");
         }
         Inode {
@@ -138,13 +240,9 @@ impl Inode {
             removed: AtomicBool::new(false),
             open_count: AtomicU32::new(0),
             orphaned: AtomicBool::new(false),
-            data: Arc::new(Mutex::new(InodeData {
-                names: smallvec::smallvec![slot],
-                subdirs: 0,
-            })),
-            dir: (file_type == S_IFDIR).then(|| Box::new(DirState::new())),
             is_file,
-            file: state,
+            data: Mutex::new(InodeData::new(slot)),
+            contents,
         }
     }
 
@@ -153,10 +251,21 @@ impl Inode {
         self.is_file
     }
 
+    /// The listing, for directories.
+    pub fn dir(&self) -> Option<&DirState> {
+        match self.contents.get().map(|c| &**c) {
+            Some(Contents::Dir(dir)) => Some(dir),
+            _ => None,
+        }
+    }
+
     /// The regular file's data state, if a file operation has made it. `None` means no extents
     /// and nothing pending.
     pub fn file_state(&self) -> Option<&Mutex<crate::file::FileState>> {
-        self.file.get().map(|state| &**state)
+        match self.contents.get().map(|c| &**c) {
+            Some(Contents::File(file)) => Some(file),
+            _ => None,
+        }
     }
 
     /// The regular file's data state, made by `make` if it does not exist yet. The caller holds
@@ -166,7 +275,13 @@ impl Inode {
         make: impl FnOnce() -> crate::file::FileState,
     ) -> &Mutex<crate::file::FileState> {
         assert!(self.is_file, "only regular files have data state");
-        self.file.get_or_init(|| Box::new(Mutex::new(make())))
+        let contents = self
+            .contents
+            .get_or_init(|| Box::new(Contents::File(Box::new(Mutex::new(make())))));
+        match &**contents {
+            Contents::File(file) => file,
+            Contents::Dir(_) => unreachable!("a regular file has no listing"),
+        }
     }
 
     /// Slot of the primary pinode.
@@ -203,7 +318,33 @@ impl std::hash::Hasher for InoHasher {
     }
 }
 
-type InoMap = HashMap<u64, Arc<Inode>, std::hash::BuildHasherDefault<InoHasher>>;
+/// A table entry: the inode, found by its number. The number is the inode's own field, so the
+/// table holds 8 bytes per inode (a map keyed by number would hold 16).
+#[derive(Debug)]
+struct ByIno(Arc<Inode>);
+
+impl std::borrow::Borrow<u64> for ByIno {
+    fn borrow(&self) -> &u64 {
+        &self.0.ino
+    }
+}
+
+impl std::hash::Hash for ByIno {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        // As `u64` hashes, which `Borrow` requires.
+        self.0.ino.hash(state);
+    }
+}
+
+impl PartialEq for ByIno {
+    fn eq(&self, other: &ByIno) -> bool {
+        self.0.ino == other.0.ino
+    }
+}
+
+impl Eq for ByIno {}
+
+type InoMap = HashSet<ByIno, std::hash::BuildHasherDefault<InoHasher>>;
 
 /// Inodes by number, sharded so that no lookup takes a global lock.
 #[derive(Debug)]
@@ -228,12 +369,12 @@ impl InodeTable {
 
     /// The inode numbered `ino`, if it exists.
     pub fn get(&self, ino: u64) -> Option<Arc<Inode>> {
-        self.shard(ino).read().get(&ino).cloned()
+        self.shard(ino).read().get(&ino).map(|e| e.0.clone())
     }
 
     /// Adds an inode.
     pub fn insert(&self, inode: Arc<Inode>) {
-        self.shard(inode.ino).write().insert(inode.ino, inode);
+        self.shard(inode.ino).write().replace(ByIno(inode));
     }
 
     /// Makes room for `more` inodes spread over the shards, so that mount's inserts never rehash.
@@ -252,7 +393,7 @@ impl InodeTable {
     pub fn all(&self) -> Vec<Arc<Inode>> {
         self.shards
             .iter()
-            .flat_map(|s| s.read().values().cloned().collect::<Vec<_>>())
+            .flat_map(|s| s.read().iter().map(|e| e.0.clone()).collect::<Vec<_>>())
             .collect()
     }
 }
@@ -273,12 +414,44 @@ mod tests {
     }
 
     #[test]
+    fn names_survive_links_and_unlinks_in_any_order() {
+        assert_eq!(
+            std::mem::size_of::<InodeData>(),
+            16,
+            "one per inode: keep it small"
+        );
+        let mut data = InodeData::new(7);
+        assert_eq!((data.name_count(), data.has_name(7)), (1, true));
+        data.add_name(8);
+        data.add_name(9);
+        data.remove_name(7);
+        let mut names: Vec<u32> = data.names().collect();
+        names.sort_unstable();
+        assert_eq!(names, [8, 9]);
+        data.repoint_name(9, 10);
+        assert!(data.has_name(10) && !data.has_name(9) && data.name_count() == 2);
+        data.remove_name(8);
+        data.remove_name(10);
+        assert_eq!(data.name_count(), 0);
+        assert!(
+            data.more_names.is_none(),
+            "the spill goes with the last extra name"
+        );
+        data.add_name(11);
+        assert_eq!(data.names().collect::<Vec<_>>(), [11]);
+        data.set_names([1, 2, 3]);
+        assert_eq!(data.names().collect::<Vec<_>>(), [1, 2, 3]);
+        data.clear_names();
+        assert_eq!(data.names().count(), 0);
+    }
+
+    #[test]
     fn only_regular_files_get_data_state() {
         let file = Inode::new(5, 9, S_IFREG, None);
-        assert!(file.is_file() && file.file_state().is_none() && file.dir.is_none());
+        assert!(file.is_file() && file.file_state().is_none() && file.dir().is_none());
         let state = file.file_state_or_make(|| crate::file::FileState::new(0));
         assert!(std::ptr::eq(state, file.file_state().unwrap()), "made once");
         let dir = Inode::new(6, 10, S_IFDIR, None);
-        assert!(!dir.is_file() && dir.file_state().is_none() && dir.dir.is_some());
+        assert!(!dir.is_file() && dir.file_state().is_none() && dir.dir().is_some());
     }
 }

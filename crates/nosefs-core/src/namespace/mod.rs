@@ -30,7 +30,7 @@ use std::sync::Arc;
 use parking_lot::{Mutex, MutexGuard};
 use smallvec::SmallVec;
 
-use crate::error::{Errno, Result};
+use crate::error::{Errno, Error, Result};
 use crate::format::hash_table::name_hash;
 use crate::format::pinode::{self, Pinode, INLINE_NAME_MAX, NAME_MAX};
 use crate::format::BLOCK_SIZE;
@@ -111,9 +111,26 @@ pub struct DirEntry {
     pub cookie: u64,
 }
 
+/// What mount does with an image whose invariants fail.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum OnDamage {
+    /// Refuse to mount, saying "run nosefs fsck" (the default).
+    #[default]
+    Refuse,
+    /// Mount, read-only, a copy repaired in this process's memory (`-o errors=ro`): the image is
+    /// never written, and `nosefs fsck --repair` remains the way to fix it.
+    ReadOnly,
+}
+
 /// Mount options.
 #[derive(Debug, Clone, Default)]
 pub struct MountOptions {
+    /// Serve reads only: the image is mapped private copy-on-write, so even recovery's stores
+    /// (journal replay) stay in this process and the image is never written. Every change
+    /// fails with EROFS.
+    pub read_only: bool,
+    /// What to do when the image's invariants fail.
+    pub errors: OnDamage,
     /// CPUs to keep pools for (default: the machine's).
     pub cpus: Option<usize>,
     /// Pre-fault the whole mapping (`MAP_POPULATE`), so no page fault lands in a timed region.
@@ -145,6 +162,17 @@ pub struct MountReport {
     pub bitmap_mismatches: u64,
     /// Whether the image had been unmounted cleanly.
     pub was_clean: bool,
+    /// Set when the image was damaged and `errors=ro` mounted a copy repaired in memory.
+    pub damage: Option<DamageReport>,
+}
+
+/// Why a mount is read-only over a repaired copy (see [`OnDamage::ReadOnly`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DamageReport {
+    /// The error a read-write mount stopped at.
+    pub refused: String,
+    /// Problems the in-memory repair settled (the image still has them).
+    pub repaired_in_memory: usize,
 }
 
 /// A mounted noseFS file system.
@@ -162,6 +190,8 @@ pub struct Fs {
     settler: settle::Settler,
     pub(crate) file_logs: SlotPools,
     pub(crate) sync_writes: bool,
+    /// Mounted read-only ([`MountOptions::read_only`]).
+    read_only: bool,
     next_ino: AtomicU64,
     /// Serialises moves of a directory to another parent, so two of them cannot build a cycle.
     topology: Mutex<()>,
@@ -174,10 +204,58 @@ impl Fs {
         let region_options = crate::pmem::RegionOptions {
             populate: options.populate,
             fd_floor: options.fd_floor,
+            access: if options.read_only {
+                crate::pmem::Access::PrivateCopy
+            } else {
+                crate::pmem::Access::ReadWrite
+            },
             ..crate::pmem::RegionOptions::default()
         };
         let region = crate::pmem::Region::open(path, &region_options)?;
-        Fs::mount_image(Image::from_region(region)?, options)
+        match Image::from_region(region).and_then(|image| Fs::mount_image(image, options)) {
+            // Unsupported too: a damaged version field reads as a newer format. An image that
+            // really is newer fails again below, as fsck cannot read it either.
+            Err(
+                damage @ (Error::Corrupt { .. } | Error::NotAnImage(_) | Error::Unsupported(_)),
+            ) if options.errors == OnDamage::ReadOnly => {
+                Fs::mount_repaired_copy(path, options, &damage)
+            }
+            other => other,
+        }
+    }
+
+    /// `errors=ro`: mounts, read-only, a copy of the damaged image at `path` that fsck repaired
+    /// in this process's memory. The image is not written.
+    fn mount_repaired_copy(
+        path: &std::path::Path,
+        options: &MountOptions,
+        damage: &Error,
+    ) -> Result<Fs> {
+        let (fsck, image) = crate::fsck::repaired_private_copy(path, options.fd_floor)?;
+        let read_only = MountOptions {
+            read_only: true,
+            errors: OnDamage::Refuse,
+            ..options.clone()
+        };
+        let mut fs = Fs::mount_image(image, &read_only)?;
+        fs.report.damage = Some(DamageReport {
+            refused: damage.to_string(),
+            repaired_in_memory: fsck.repaired.len(),
+        });
+        Ok(fs)
+    }
+
+    /// Whether the file system was mounted read-only.
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
+    /// EROFS on a read-only mount: every operation that changes the file system asks first.
+    pub(crate) fn writable(&self) -> Result<()> {
+        if self.read_only {
+            return Err(Errno::EROFS.into());
+        }
+        Ok(())
     }
 
     /// Mounts an opened image (any backend, including a recording one).
@@ -253,7 +331,7 @@ impl Fs {
     /// A directory's inode, or ENOENT / ENOTDIR.
     fn dir_inode(&self, ino: u64) -> Result<Arc<Inode>> {
         let inode = self.inode(ino)?;
-        if inode.dir.is_none() {
+        if inode.dir().is_none() {
             return Err(Errno::ENOTDIR.into());
         }
         Ok(inode)
@@ -322,7 +400,7 @@ impl Fs {
         mut emit: impl FnMut(DirEntry) -> bool,
     ) -> Result<()> {
         let inode = self.dir_inode(dir)?;
-        let state = inode.dir.as_ref().expect("dir_inode checked");
+        let state = inode.dir().expect("dir_inode checked");
         let dots: [(&[u8], u64, u64); 2] = [(b".", dir, 1), (b"..", self.parent_of(&inode)?, 2)];
         for (name, ino, c) in dots {
             if cookie < c {

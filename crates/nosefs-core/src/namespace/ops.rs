@@ -4,8 +4,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use parking_lot::lock_api::ArcMutexGuard;
-use parking_lot::RawMutex;
+use parking_lot::MutexGuard;
 use zerocopy::little_endian::{I64, U32, U64};
 
 use super::inode::{Inode, InodeData};
@@ -63,14 +62,16 @@ const MTIME_OFFSET: u64 = 48;
 const CTIME_OFFSET: u64 = 56;
 const NLINK_OFFSET: u64 = 64;
 
-pub(super) type DataGuard = ArcMutexGuard<RawMutex, InodeData>;
+/// One inode's lock, held for an operation. It borrows the caller's `Arc<Inode>`, which keeps
+/// the inode alive for as long as it is held.
+pub(super) type DataGuard<'a> = MutexGuard<'a, InodeData>;
 /// Inode locks held by an operation, by inode number.
-pub(super) type Locked = SmallVec<[(u64, DataGuard); 4]>;
+pub(super) type Locked<'a> = SmallVec<[(u64, DataGuard<'a>); 4]>;
 /// A new long-name record to write with a transaction.
 pub(super) type NewLongName = Option<(u32, LongName)>;
 
 /// The data of inode `ino`, which the operation holds locked.
-pub(super) fn held(locked: &[(u64, DataGuard)], ino: u64) -> &InodeData {
+pub(super) fn held<'l>(locked: &'l [(u64, DataGuard<'_>)], ino: u64) -> &'l InodeData {
     &locked
         .iter()
         .find(|(i, _)| *i == ino)
@@ -79,7 +80,7 @@ pub(super) fn held(locked: &[(u64, DataGuard)], ino: u64) -> &InodeData {
 }
 
 /// The data of inode `ino`, which the operation holds locked, for changing.
-pub(super) fn held_mut(locked: &mut [(u64, DataGuard)], ino: u64) -> &mut InodeData {
+pub(super) fn held_mut<'l>(locked: &'l mut [(u64, DataGuard<'_>)], ino: u64) -> &'l mut InodeData {
     &mut locked
         .iter_mut()
         .find(|(i, _)| *i == ino)
@@ -96,14 +97,11 @@ pub(super) struct NewName<'a> {
 
 impl Fs {
     /// Locks inodes in ascending inode order, once each.
-    pub(super) fn lock_inodes(&self, inodes: &[&Arc<Inode>]) -> Locked {
-        let mut sorted: SmallVec<[&Arc<Inode>; 4]> = SmallVec::from_slice(inodes);
+    pub(super) fn lock_inodes<'a>(&self, inodes: &[&'a Arc<Inode>]) -> Locked<'a> {
+        let mut sorted: SmallVec<[&'a Arc<Inode>; 4]> = SmallVec::from_slice(inodes);
         sorted.sort_by_key(|i| i.ino);
         sorted.dedup_by_key(|i| i.ino);
-        sorted
-            .into_iter()
-            .map(|i| (i.ino, i.data.lock_arc()))
-            .collect()
+        sorted.into_iter().map(|i| (i.ino, i.data.lock())).collect()
     }
 
     /// Sets `p`'s name, allocating a long-name record for a name over 40 bytes.
@@ -184,7 +182,7 @@ impl Fs {
 
     /// After the commit: lists the new name's slot in its directory and in the mirror.
     pub(super) fn list_name(&self, dir: &Inode, new: &mut NewName<'_>, slot: u32) {
-        let state = dir.dir.as_ref().expect("names are listed in directories");
+        let state = dir.dir().expect("names are listed in directories");
         let seq = state.next_seq();
         self.guard_of(&mut new.guards, new.bucket)
             .insert(MirrorEntry {
@@ -258,6 +256,7 @@ impl Fs {
         }
         let is_dir = mode & pinode::S_IFMT == pinode::S_IFDIR;
         let mut new = self.lock_free_name(parent, name)?;
+        self.writable()?; // after the name: an existing one is EEXIST, as Linux has it
         let slot = self.alloc_pinode()?;
         self.prefetch_pinode(slot);
         let now = now_ns();
@@ -301,13 +300,15 @@ impl Fs {
         Ok(Attr::from_pinode(&self.image.pinode(u64::from(slot))))
     }
 
-    /// Finds (parent, name), locks `dir` and the inode it names (plus `extra`), and checks the
-    /// name still names that inode. Retries when a concurrent operation moved it.
-    pub(super) fn lock_name(
+    /// Finds (parent, name), locks `dir` and the inode it names, checks the name still names
+    /// that inode (retrying when a concurrent operation moved it), and runs `then` with the name's
+    /// entry, its inode and both locks.
+    pub(super) fn with_name_locked<R>(
         &self,
         dir: &Arc<Inode>,
         name: &[u8],
-    ) -> Result<(MirrorEntry, Arc<Inode>, Locked)> {
+        then: impl FnOnce(MirrorEntry, &Arc<Inode>, &mut Locked<'_>) -> Result<R>,
+    ) -> Result<R> {
         let hash = self.hash(dir.ino, name);
         self.prefetch_nvm_bucket(self.bucket_index(hash));
         loop {
@@ -316,43 +317,46 @@ impl Fs {
             let Some(target) = self.inodes.get(ino) else {
                 continue;
             };
-            let locked = self.lock_inodes(&[dir, &target]);
+            let mut locked = self.lock_inodes(&[dir, &target]);
             let still = self.find_hashed(dir.ino, name, hash);
             if still == Some(entry)
                 && locked
                     .iter()
-                    .any(|(i, g)| *i == ino && g.names.contains(&entry.slot))
+                    .any(|(i, g)| *i == ino && g.has_name(entry.slot))
             {
-                return Ok((entry, target, locked));
+                return then(entry, &target, &mut locked);
             }
         }
     }
 
     /// Removes a name that is not a directory.
     pub fn unlink(&self, parent: u64, name: &[u8]) -> Result<()> {
+        self.writable()?;
         check_name_len(name)?;
         if name == b"." || name == b".." {
             return Err(Errno::EISDIR.into());
         }
         let dir = self.dir_inode(parent)?;
-        let (entry, target, mut locked) = self.lock_name(&dir, name)?;
-        if target.dir.is_some() {
-            return Err(Errno::EISDIR.into());
-        }
-        let now = now_ns();
-        let mut plan = self.plan_drop_name(&target, &locked, entry, now)?;
-        plan.txn
-            .in_place
-            .extend(self.touch(dir.primary_slot(), now));
-        let mut guards = self.lock_buckets(&plan.buckets);
-        self.commit(&plan.buckets, &mut plan.txn);
-        let target_data = held_mut(&mut locked, target.ino);
-        self.finish_drop_name(&dir, &target, target_data, entry, &plan, &mut guards);
-        Ok(())
+        self.with_name_locked(&dir, name, |entry, target, locked| {
+            if target.dir().is_some() {
+                return Err(Errno::EISDIR.into());
+            }
+            let now = now_ns();
+            let mut plan = self.plan_drop_name(target, locked, entry, now)?;
+            plan.txn
+                .in_place
+                .extend(self.touch(dir.primary_slot(), now));
+            let mut guards = self.lock_buckets(&plan.buckets);
+            self.commit(&plan.buckets, &mut plan.txn);
+            let target_data = held_mut(locked, target.ino);
+            self.finish_drop_name(&dir, target, target_data, entry, &plan, &mut guards);
+            Ok(())
+        })
     }
 
     /// Removes an empty directory.
     pub fn rmdir(&self, parent: u64, name: &[u8]) -> Result<()> {
+        self.writable()?;
         check_name_len(name)?;
         match name {
             b"." => return Err(Errno::EINVAL.into()),
@@ -360,44 +364,45 @@ impl Fs {
             _ => {}
         }
         let dir = self.dir_inode(parent)?;
-        let (entry, target, mut locked) = self.lock_name(&dir, name)?;
-        let Some(state) = target.dir.as_ref() else {
-            return Err(Errno::ENOTDIR.into());
-        };
-        if !state.children.is_empty() {
-            return Err(Errno::ENOTEMPTY.into());
-        }
-        let now = now_ns();
-        let p = self.image.pinode(u64::from(entry.slot));
-        let bucket = self.bucket_index(entry.hash);
-        let dir_data = held_mut(&mut locked, dir.ino);
-        let mut txn = Txn {
-            removes: smallvec![entry.slot],
-            in_place: self.touch(dir.primary_slot(), now).into_iter().collect(),
-            ..Txn::default()
-        };
-        txn.in_place
-            .push(self.set_nlink(dir.primary_slot(), 2 + dir_data.subdirs - 1));
-        let mut guards = self.lock_buckets(&[bucket]);
-        self.commit(&[bucket], &mut txn);
-        dir_data.subdirs -= 1;
-        self.guard_of(&mut guards, bucket).remove(entry.slot);
-        dir.dir
-            .as_ref()
-            .expect("parent is a directory")
-            .children
-            .remove(&entry.seq);
-        target.removed.store(true, Ordering::Release);
-        self.inodes.remove(target.ino);
-        self.release(&[entry.slot], &[p.long_name.get()]);
-        Ok(())
+        self.with_name_locked(&dir, name, |entry, target, locked| {
+            let Some(state) = target.dir() else {
+                return Err(Errno::ENOTDIR.into());
+            };
+            if !state.children.is_empty() {
+                return Err(Errno::ENOTEMPTY.into());
+            }
+            let now = now_ns();
+            let p = self.image.pinode(u64::from(entry.slot));
+            let bucket = self.bucket_index(entry.hash);
+            let dir_data = held_mut(locked, dir.ino);
+            let mut txn = Txn {
+                removes: smallvec![entry.slot],
+                in_place: self.touch(dir.primary_slot(), now).into_iter().collect(),
+                ..Txn::default()
+            };
+            txn.in_place
+                .push(self.set_nlink(dir.primary_slot(), 2 + dir_data.subdirs - 1));
+            let mut guards = self.lock_buckets(&[bucket]);
+            self.commit(&[bucket], &mut txn);
+            dir_data.subdirs -= 1;
+            self.guard_of(&mut guards, bucket).remove(entry.slot);
+            dir.dir()
+                .expect("parent is a directory")
+                .children
+                .remove(&entry.seq);
+            target.removed.store(true, Ordering::Release);
+            self.inodes.remove(target.ino);
+            self.release(&[entry.slot], &[p.long_name.get()]);
+            Ok(())
+        })
     }
 
     /// Adds the name (new_parent, new_name) to inode `ino`, which must not be a directory.
     pub fn link(&self, ino: u64, new_parent: u64, new_name: &[u8]) -> Result<Attr> {
+        self.writable()?;
         check_new_name(new_name)?;
         let target = self.inode(ino)?;
-        if target.dir.is_some() {
+        if target.dir().is_some() {
             return Err(Errno::EPERM.into());
         }
         let dir = self.dir_inode(new_parent)?;
@@ -407,7 +412,7 @@ impl Fs {
         if gone || dir.removed.load(Ordering::Acquire) {
             return Err(Errno::ENOENT.into());
         }
-        let names = held(&locked, ino).names.len() as u32;
+        let names = held(&locked, ino).name_count() as u32;
         if names >= LINK_MAX {
             return Err(Errno::EMLINK.into());
         }
@@ -433,13 +438,14 @@ impl Fs {
         txn.in_place.extend(self.touch(dir.primary_slot(), now));
         self.commit(&[new.bucket], &mut txn);
         self.list_name(&dir, &mut new, slot);
-        held_mut(&mut locked, ino).names.push(slot);
+        held_mut(&mut locked, ino).add_name(slot);
         self.getattr(ino)
     }
 
     /// Changes attributes (chmod, chown, utimens: a new version of the primary pinode; truncate:
     /// a file-journal commit).
     pub fn setattr(&self, ino: u64, change: &SetAttr) -> Result<Attr> {
+        self.writable()?;
         if let Some(size) = change.size {
             self.truncate(ino, size)?;
         }
@@ -499,10 +505,7 @@ impl Fs {
         if inode.primary_slot() == old_slot {
             inode.primary.store(slot, Ordering::Release);
         }
-        data.names
-            .iter_mut()
-            .filter(|s| **s == old_slot)
-            .for_each(|s| *s = slot);
+        data.repoint_name(old_slot, slot);
         self.release(&[old_slot], &[]);
         Ok(slot)
     }
@@ -513,7 +516,7 @@ impl Fs {
         let Some(dir) = self.inodes.get(parent) else {
             return;
         };
-        if let (Some(state), true) = (dir.dir.as_ref(), seq != 0) {
+        if let (Some(state), true) = (dir.dir(), seq != 0) {
             state.children.insert(seq, slot);
         }
     }
@@ -542,7 +545,7 @@ impl Fs {
     pub(super) fn plan_drop_name(
         &self,
         target: &Inode,
-        locked: &[(u64, DataGuard)],
+        locked: &[(u64, DataGuard<'_>)],
         entry: MirrorEntry,
         now: i64,
     ) -> Result<DropPlan> {
@@ -560,7 +563,7 @@ impl Fs {
             },
             buckets: smallvec![bucket],
             promoted: None,
-            last: data.names.len() == 1,
+            last: data.name_count() == 1,
             data: Vec::new(),
             orphan: None,
         };
@@ -585,7 +588,7 @@ impl Fs {
             }
             return Ok(plan);
         }
-        let remaining = data.names.len() as u32 - 1;
+        let remaining = data.name_count() as u32 - 1;
         let primary_slot = target.primary_slot();
         if slot != primary_slot {
             plan.txn
@@ -595,10 +598,9 @@ impl Fs {
             return Ok(plan);
         }
         // The primary name goes: another name becomes primary, carrying the attributes.
-        let heir = *data
-            .names
-            .iter()
-            .find(|&&s| s != slot)
+        let heir = data
+            .names()
+            .find(|&s| s != slot)
             .expect("another name exists");
         let heir_pinode = self.image.pinode(u64::from(heir));
         let mut promoted = self.image.pinode(u64::from(primary_slot));
@@ -633,22 +635,18 @@ impl Fs {
         let long = plan.long_name;
         self.guard_of(guards, self.bucket_index(entry.hash))
             .remove(entry.slot);
-        dir.dir
-            .as_ref()
+        dir.dir()
             .expect("parent is a directory")
             .children
             .remove(&entry.seq);
-        data.names.retain(|s| *s != entry.slot);
+        data.remove_name(entry.slot);
         let mut freed: SmallVec<[u32; 2]> = smallvec![entry.slot];
         if let Some((heir, new_slot)) = plan.promoted {
             let heir_bucket = plan.buckets[1];
             let guard = self.guard_of(guards, heir_bucket);
             let heir_seq = guard.repoint(heir, new_slot);
             self.relist(new_slot, heir_seq);
-            data.names
-                .iter_mut()
-                .filter(|s| **s == heir)
-                .for_each(|s| *s = new_slot);
+            data.repoint_name(heir, new_slot);
             target.primary.store(new_slot, Ordering::Release);
             freed.push(heir);
         }
@@ -656,7 +654,7 @@ impl Fs {
             // The orphan keeps the name (and its long-name record) until it is freed.
             target.primary.store(orphan, Ordering::Release);
             target.orphaned.store(true, Ordering::Release);
-            data.names.clear();
+            data.clear_names();
             self.release(&freed, &[]);
             return;
         }

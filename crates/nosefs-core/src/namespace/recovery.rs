@@ -28,7 +28,7 @@ use crate::image::Image;
 const NLINK_OFFSET: u64 = 64;
 
 pub(super) fn mount(image: Image, options: &MountOptions) -> Result<Fs> {
-    if image.geometry().read_only_features {
+    if image.geometry().read_only_features && !options.read_only {
         return Err(Error::Unsupported(
             "the image uses read-only-compatible features this build does not know; it cannot be mounted for writing".into(),
         ));
@@ -57,6 +57,7 @@ pub(super) fn mount(image: Image, options: &MountOptions) -> Result<Fs> {
         settler: super::settle::Settler::new(g.dir_log_count(), cpus),
         file_logs: SlotPools::new(cpus, 1..g.file_log_count() as u32),
         sync_writes: options.sync,
+        read_only: options.read_only,
         next_ino: AtomicU64::new(scan.max_ino + 1),
         topology: Mutex::new(()),
         report: MountReport {
@@ -68,6 +69,7 @@ pub(super) fn mount(image: Image, options: &MountOptions) -> Result<Fs> {
             file_logs_discarded: file_journal.discarded,
             bitmap_mismatches: data.mismatches,
             was_clean,
+            damage: None,
         },
         image,
     };
@@ -487,7 +489,10 @@ fn build_tree(fs: &Fs, scan: &Scan) -> Result<Tree> {
         }
         let inode = Inode::new(ino, primary.slot, file_type, None);
         if group.len() > 1 {
-            inode.data.lock().names = group.iter().map(|g| found(g).slot).collect();
+            inode
+                .data
+                .lock()
+                .set_names(group.iter().map(|g| found(g).slot));
         }
         let inode = Arc::new(inode);
         fs.inodes.insert(Arc::clone(&inode));
@@ -496,7 +501,7 @@ fn build_tree(fs: &Fs, scan: &Scan) -> Result<Tree> {
     if fs
         .inodes
         .get(ROOT_INO)
-        .and_then(|r| r.dir.as_ref().map(|_| ()))
+        .and_then(|r| r.dir().map(|_| ()))
         .is_none()
     {
         return Err(corrupt("the root directory is missing".into()));
@@ -546,7 +551,7 @@ fn add_to_tree(fs: &Fs, found: &Found, parent: Option<&Inode>) -> std::result::R
         bucket.push_unlocked(MirrorEntry { hash, slot, seq: 0 });
         return Ok(index);
     };
-    let dir = parent.dir.as_ref().ok_or_else(|| {
+    let dir = parent.dir().ok_or_else(|| {
         format!(
             "slot {slot}: parent inode {} is not a directory",
             found.parent
@@ -644,10 +649,10 @@ fn fix_link_counts(image: &Image, inodes: &[(Arc<Inode>, u32)]) -> u64 {
     let mut fixed = 0;
     for (inode, on_media) in inodes {
         let data = inode.data.lock();
-        let want = if inode.dir.is_some() {
+        let want = if inode.dir().is_some() {
             2 + data.subdirs
         } else {
-            data.names.len() as u32
+            data.name_count() as u32
         };
         if *on_media != want {
             let slot = u64::from(inode.primary_slot());

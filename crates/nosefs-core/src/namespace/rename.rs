@@ -41,6 +41,7 @@ struct Sides {
 impl Fs {
     /// Renames (p1, n1) to (p2, n2).
     pub fn rename(&self, p1: u64, n1: &[u8], p2: u64, n2: &[u8], flags: RenameFlags) -> Result<()> {
+        self.writable()?;
         check_name_len(n1)?;
         if n1 == b"." || n1 == b".." {
             return Err(Errno::EINVAL.into());
@@ -92,15 +93,23 @@ impl Fs {
                 },
                 None => None,
             };
-            let moves_dir = |i: &Inode| i.dir.is_some() && p1 != p2;
+            let moves_dir = |i: &Inode| i.dir().is_some() && p1 != p2;
             let topology = (moves_dir(&src_inode)
                 || dst
                     .as_ref()
                     .is_some_and(|(_, d)| flags.exchange && moves_dir(d)))
             .then(|| self.topology.lock());
+            let sides = Sides {
+                from: from.clone(),
+                to: to.clone(),
+                src,
+                src_inode,
+                dst,
+            };
             let mut locked = {
-                let mut all: SmallVec<[&Arc<Inode>; 4]> = smallvec![&from, &to, &src_inode];
-                if let Some((_, d)) = &dst {
+                let mut all: SmallVec<[&Arc<Inode>; 4]> =
+                    smallvec![&sides.from, &sides.to, &sides.src_inode];
+                if let Some((_, d)) = &sides.dst {
                     all.push(d);
                 }
                 self.lock_inodes(&all)
@@ -110,20 +119,13 @@ impl Fs {
                 && (self.mirror[b1].sequence(), self.mirror[b2].sequence()) == seqs;
             if !unchanged
                 && (self.find_hashed(p1, n1, h1) != Some(src)
-                    || self.find_hashed(p2, n2, h2) != dst.as_ref().map(|(e, _)| *e))
+                    || self.find_hashed(p2, n2, h2) != sides.dst.as_ref().map(|(e, _)| *e))
             {
                 continue;
             }
             if from.removed.load(Ordering::Acquire) || to.removed.load(Ordering::Acquire) {
                 return Err(Errno::ENOENT.into());
             }
-            let sides = Sides {
-                from: from.clone(),
-                to: to.clone(),
-                src,
-                src_inode,
-                dst,
-            };
             let result = self.rename_locked(&sides, (n1, h1), (n2, h2), flags, &mut locked);
             drop(topology);
             return result;
@@ -138,7 +140,7 @@ impl Fs {
         (n1, h1): (&[u8], u64),
         (n2, h2): (&[u8], u64),
         flags: RenameFlags,
-        locked: &mut [(u64, DataGuard)],
+        locked: &mut [(u64, DataGuard<'_>)],
     ) -> Result<()> {
         // Linux's order: the flags against the target first, then "same file: nothing to do",
         // then the type and emptiness checks.
@@ -172,7 +174,7 @@ impl Fs {
                 txn.removes.push(dst.slot);
                 txn.inserts.push(back);
                 txn.long_names.extend(back_long);
-            } else if d_inode.dir.is_some() {
+            } else if d_inode.dir().is_some() {
                 txn.removes.push(dst.slot);
             } else {
                 let plan = self.plan_drop_name(d_inode, locked, *dst, now)?;
@@ -207,18 +209,18 @@ impl Fs {
     /// The checks after the flags, in Linux's order: ancestry (EINVAL) before types and
     /// emptiness (ENOTDIR, EISDIR, ENOTEMPTY).
     fn check_rename(&self, s: &Sides, flags: RenameFlags) -> Result<()> {
-        let src_dir = s.src_inode.dir.is_some();
+        let src_dir = s.src_inode.dir().is_some();
         if src_dir && self.is_ancestor_or_self(s.src_inode.ino, s.to.ino)? {
             return Err(Errno::EINVAL.into());
         }
         let Some((_, d)) = &s.dst else { return Ok(()) };
         if flags.exchange {
-            if d.dir.is_some() && self.is_ancestor_or_self(d.ino, s.from.ino)? {
+            if d.dir().is_some() && self.is_ancestor_or_self(d.ino, s.from.ino)? {
                 return Err(Errno::EINVAL.into());
             }
             return Ok(());
         }
-        match (src_dir, d.dir.as_ref()) {
+        match (src_dir, d.dir()) {
             (true, None) => Err(Errno::ENOTDIR.into()),
             (false, Some(_)) => Err(Errno::EISDIR.into()),
             (true, Some(state)) if !state.children.is_empty() => Err(Errno::ENOTEMPTY.into()),
@@ -264,10 +266,10 @@ impl Fs {
 
     /// Change in subdirectory counts of (from, to).
     fn subdir_deltas(&self, s: &Sides, flags: RenameFlags) -> (i64, i64) {
-        let src_dir = i64::from(s.src_inode.dir.is_some());
+        let src_dir = i64::from(s.src_inode.dir().is_some());
         let (mut from, mut to) = (-src_dir, src_dir);
         if let Some((_, d)) = &s.dst {
-            let dst_dir = i64::from(d.dir.is_some());
+            let dst_dir = i64::from(d.dir().is_some());
             if flags.exchange {
                 (from, to) = (from + dst_dir, to - dst_dir);
             } else {
@@ -284,7 +286,7 @@ impl Fs {
     fn stage_dir_updates(
         &self,
         s: &Sides,
-        locked: &[(u64, DataGuard)],
+        locked: &[(u64, DataGuard<'_>)],
         deltas: (i64, i64),
         now: i64,
         txn: &mut Txn,
@@ -317,7 +319,7 @@ impl Fs {
         flags: RenameFlags,
         txn: &Txn,
         drop_plan: Option<DropPlan>,
-        locked: &mut [(u64, DataGuard)],
+        locked: &mut [(u64, DataGuard<'_>)],
         deltas: (i64, i64),
         hashes: (u64, u64),
         guards: &mut [(u64, super::mirror::BucketGuard<'_>)],
@@ -357,11 +359,7 @@ impl Fs {
                 freed_long.push(self.image.pinode(u64::from(dst.slot)).long_name.get());
                 self.guard_of(guards, self.bucket_index(dst.hash))
                     .remove(dst.slot);
-                s.to.dir
-                    .as_ref()
-                    .expect("directory")
-                    .children
-                    .remove(&dst.seq);
+                s.to.dir().expect("directory").children.remove(&dst.seq);
                 d_inode.removed.store(true, Ordering::Release);
                 self.inodes.remove(d_inode.ino);
             }
@@ -384,17 +382,13 @@ impl Fs {
         from: &Inode,
         to: &Inode,
         inode: &Inode,
-        locked: &mut [(u64, DataGuard)],
+        locked: &mut [(u64, DataGuard<'_>)],
         guards: &mut [(u64, super::mirror::BucketGuard<'_>)],
     ) {
         self.guard_of(guards, self.bucket_index(old.hash))
             .remove(old.slot);
-        from.dir
-            .as_ref()
-            .expect("directory")
-            .children
-            .remove(&old.seq);
-        let to_state = to.dir.as_ref().expect("directory");
+        from.dir().expect("directory").children.remove(&old.seq);
+        let to_state = to.dir().expect("directory");
         let seq = to_state.next_seq();
         self.guard_of(guards, self.bucket_index(hash))
             .insert(MirrorEntry {
@@ -404,10 +398,7 @@ impl Fs {
             });
         to_state.children.insert(seq, new_slot);
         let data = held_mut(locked, inode.ino);
-        data.names
-            .iter_mut()
-            .filter(|s| **s == old.slot)
-            .for_each(|s| *s = new_slot);
+        data.repoint_name(old.slot, new_slot);
         if inode.primary_slot() == old.slot {
             inode.primary.store(new_slot, Ordering::Release);
         }

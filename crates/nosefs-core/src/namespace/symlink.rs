@@ -29,6 +29,7 @@ struct LinkData {
 impl Fs {
     /// Creates a symbolic link `name` in `parent` pointing at `target`.
     pub fn symlink(&self, parent: u64, name: &[u8], target: &[u8], owner: Owner) -> Result<Attr> {
+        self.writable()?;
         check_new_name(name)?;
         if target.is_empty() {
             return Err(Errno::ENOENT.into());

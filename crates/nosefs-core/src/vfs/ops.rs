@@ -93,6 +93,9 @@ pub fn open(
         if found.attr.is_some() {
             core(perm::check(&attr, cred, mask))?;
         }
+        if mask & MAY_WRITE != 0 && fs.is_read_only() {
+            return Err(Errno::EROFS);
+        }
         if flags & libc::O_TRUNC != 0 && ft == pinode::S_IFREG && wants_write && attr.size > 0 {
             core(fs.truncate(attr.ino, 0))?;
             attr.size = 0;
