@@ -127,8 +127,12 @@ impl Target for Recording {
     fn close(&self, file: u64) -> io::Result<()> {
         self.record(self.native.close(file))
     }
-    fn map(&self, dir: &u64, name: &CStr, len: u64) -> io::Result<Infallible> {
-        self.native.map(dir, name, len)
+    fn map(&self, _dir: &u64, _name: &CStr, _len: u64) -> io::Result<Infallible> {
+        // The floor replays recorded image stores; a mapping's stores are not the image's.
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "nosefs-floor has no mmap workload",
+        ))
     }
     fn map_write(&self, map: &Infallible, _offset: u64, _data: &[u8]) {
         match *map {}

@@ -5,7 +5,6 @@
 //! it, so the timed loop pays no dynamic dispatch, and they see only handles and prepared names:
 //! nothing is allocated or looked up by path inside a timed region.
 
-use std::convert::Infallible;
 use std::ffi::{CStr, CString};
 use std::fs::File;
 use std::io;
@@ -17,6 +16,7 @@ use std::path::{Path, PathBuf};
 use crate::cleanup::{self, Registered, Undo};
 use crate::scratch::RamdiskKind;
 use crate::sys;
+use nosefs_core::file::mmap::Mapping;
 use nosefs_core::format::layout::{Geometry, MkfsParams};
 use nosefs_core::image::Image;
 use nosefs_core::namespace::{Fs, MountOptions, Owner, RenameFlags, ROOT_INO};
@@ -313,7 +313,7 @@ impl Native {
 impl Target for Native {
     type Dir = u64;
     type File = u64;
-    type Map = Infallible;
+    type Map = Mapping;
 
     fn root(&self) -> &u64 {
         &self.root
@@ -373,17 +373,21 @@ impl Target for Native {
     fn close(&self, file: u64) -> io::Result<()> {
         self.fs().close(file).map_err(errno)
     }
-    fn map(&self, _dir: &u64, _name: &CStr, _len: u64) -> io::Result<Infallible> {
-        Err(io::Error::new(
-            io::ErrorKind::Unsupported,
-            "the native library has no mmap/msync yet",
-        ))
+    fn map(&self, dir: &u64, name: &CStr, len: u64) -> io::Result<Mapping> {
+        let fs = self.fs();
+        let ino = fs
+            .create(*dir, name.to_bytes(), 0o644, Owner::default(), false)
+            .map_err(errno)?
+            .ino;
+        fs.truncate(ino, len).map_err(errno)?;
+        let len = usize::try_from(len).map_err(|_| io::ErrorKind::InvalidInput)?;
+        fs.map(ino, 0, len, true).map_err(errno)
     }
-    fn map_write(&self, map: &Infallible, _offset: u64, _data: &[u8]) {
-        match *map {}
+    fn map_write(&self, map: &Mapping, offset: u64, data: &[u8]) {
+        map.store(offset as usize, data);
     }
-    fn msync(&self, map: &Infallible, _offset: u64, _len: u64) -> io::Result<()> {
-        match *map {}
+    fn msync(&self, map: &Mapping, _offset: u64, _len: u64) -> io::Result<()> {
+        self.fs().msync(map).map_err(errno)
     }
     fn counters(&self) -> Option<Counters> {
         Some(counters())

@@ -102,8 +102,8 @@ fn a_small_run_writes_table_json_report_and_plots_and_cleans_up() {
         "{stdout}"
     );
     assert!(
-        stdout.contains("not run: nosefs mmap with 1 thread(s)"),
-        "{stdout}"
+        stdout.contains("| nosefs | write+msync | file=1MiB | 1 |"),
+        "the native library maps files: {stdout}"
     );
 
     let records: Vec<serde_json::Value> =

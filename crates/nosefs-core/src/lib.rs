@@ -1,7 +1,9 @@
 //! noseFS core: the persistent-memory layer, the on-media format, mkfs, info and fsck.
 //!
-//! Every frontend (the `nosefs` CLI today; the FUSE mount, the LD_PRELOAD shim and the benchmark
-//! to come) reaches persistent memory only through this crate. Only [`pmem`] holds `unsafe` code.
+//! Every frontend (the `nosefs` CLI, the FUSE mount, the LD_PRELOAD shim, the daemon, the
+//! benchmark) reaches persistent memory only through this crate. Only [`pmem`] holds `unsafe`
+//! code that touches the image; `file::mmap_sys` holds the rest (mapped files' memfd views and
+//! the kernel's write tracking).
 //! See ARCHITECTURE.md for the map and docs/format.md for the byte layout.
 
 #![deny(unsafe_code)]

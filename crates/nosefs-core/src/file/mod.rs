@@ -33,6 +33,8 @@
 pub(crate) mod chunkmap;
 pub(crate) mod filemap;
 pub mod journal;
+pub mod mmap;
+mod mmap_sys;
 #[cfg(test)]
 mod tests;
 
@@ -257,6 +259,9 @@ impl Fs {
             return Err(Errno::EINVAL.into());
         }
         let inode = self.inode(ino)?;
+        if let Some(n) = self.read_shadowed(ino, offset, buf) {
+            return Ok(n);
+        }
         let state = self.file_of(&inode)?.lock();
         Ok(self.read_locked(&state, offset, buf))
     }
@@ -291,6 +296,7 @@ impl Fs {
         self.writable()?;
         let inode = self.inode(ino)?;
         self.write_at(&inode, Some(offset), data)?;
+        self.write_shadowed(ino, offset, data)?;
         Ok(data.len())
     }
 
@@ -299,7 +305,9 @@ impl Fs {
     pub fn append(&self, ino: u64, data: &[u8]) -> Result<u64> {
         self.writable()?;
         let inode = self.inode(ino)?;
-        self.write_at(&inode, None, data)
+        let offset = self.write_at(&inode, None, data)?;
+        self.write_shadowed(ino, offset, data)?;
+        Ok(offset)
     }
 
     fn write_at(&self, inode: &Inode, offset: Option<u64>, data: &[u8]) -> Result<u64> {
@@ -524,6 +532,8 @@ impl Fs {
     }
 
     fn fsync_inode(&self, inode: &Inode) -> Result<()> {
+        // Stores through mappings join the commit as writes (see `mmap`).
+        self.take_mapped_writes(inode)?;
         let _locked = inode.data.lock();
         if inode.removed.load(Ordering::Acquire) {
             return Ok(());
@@ -573,7 +583,9 @@ impl Fs {
         }
         state.size = size;
         state.mtime_ns = now_ns();
-        self.commit_file(&inode, &mut state)
+        self.commit_file(&inode, &mut state)?;
+        drop(state);
+        self.truncate_shadowed(ino, size)
     }
 
     /// Commits the file's pending state (the caller holds its inode lock and file lock).

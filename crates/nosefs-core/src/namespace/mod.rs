@@ -131,6 +131,10 @@ pub struct MountOptions {
     pub read_only: bool,
     /// What to do when the image's invariants fail.
     pub errors: OnDamage,
+    /// Find the pages written through shared mappings by comparing them with the file at each
+    /// sync, even where the kernel could track them (for tests and for kernels whose tracking
+    /// misbehaves). See [`crate::file::mmap`].
+    pub compare_mapped_pages: bool,
     /// CPUs to keep pools for (default: the machine's).
     pub cpus: Option<usize>,
     /// Pre-fault the whole mapping (`MAP_POPULATE`), so no page fault lands in a timed region.
@@ -192,6 +196,8 @@ pub struct Fs {
     pub(crate) sync_writes: bool,
     /// Mounted read-only ([`MountOptions::read_only`]).
     read_only: bool,
+    /// Mapped files' shadows ([`crate::file::mmap`]).
+    pub(crate) shadows: crate::file::mmap::Shadows,
     next_ino: AtomicU64,
     /// Serialises moves of a directory to another parent, so two of them cannot build a cycle.
     topology: Mutex<()>,

@@ -183,6 +183,15 @@ pub fn model_cases(default: u32) -> u32 {
 
 /// Checks an image with fsck (it must be clean) and mounts a copy of it with pools for `cpus`.
 pub fn fsck_and_mount(bytes: &[u8], cpus: usize) -> nosefs_core::namespace::Fs {
+    fsck_and_mount_with(bytes, cpus, false)
+}
+
+/// [`fsck_and_mount`], choosing how mapped files' written pages are found.
+pub fn fsck_and_mount_with(
+    bytes: &[u8],
+    cpus: usize,
+    compare_mapped_pages: bool,
+) -> nosefs_core::namespace::Fs {
     use nosefs_core::fsck::{fsck_region, FsckOptions};
     use nosefs_core::namespace::{Fs, MountOptions};
     use nosefs_core::pmem::Region;
@@ -195,6 +204,7 @@ pub fn fsck_and_mount(bytes: &[u8], cpus: usize) -> nosefs_core::namespace::Fs {
     let image = Image::from_region(Region::recording_from(bytes).unwrap()).unwrap();
     let options = MountOptions {
         cpus: Some(cpus),
+        compare_mapped_pages,
         ..MountOptions::default()
     };
     Fs::mount_image(image, &options).unwrap()

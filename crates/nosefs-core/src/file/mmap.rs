@@ -1,0 +1,423 @@
+//! Mapped files with an atomic msync that copies only the pages a program dirtied (seed 001,
+//! III-D "Memory-mapped I/O").
+//!
+//! **The shadow.** A regular file mapped in this process gets one *shadow*: a memfd holding the
+//! file's bytes, made at the first [`Fs::map`] of the inode. Every mapping of the inode in the
+//! process maps that memfd, so all of them see each other's stores at once (`MAP_SHARED` within
+//! the process), and while the shadow exists [`Fs::read`], [`Fs::write`] and [`Fs::truncate`] read
+//! and update it as the kernel's page cache would. A `MAP_PRIVATE` mapping maps the memfd private
+//! copy-on-write: its stores never reach the file.
+//!
+//! **Dirty pages.** Each shared mapping is write-protected asynchronously with userfaultfd
+//! (`UFFD_FEATURE_WP_ASYNC`): the first store to a page costs the kernel ~1-2 us and marks it
+//! written, with no message to us; `PAGEMAP_SCAN` lists the written pages and protects them again
+//! in one call (~30-40 us for a clean 64 MiB mapping, measured in shared/research/preload.md §4).
+//! Where the kernel cannot (before 6.7), the fallback compares the shadow with the file's data at
+//! each sync: no cost per store, O(file size) per sync. [`Fs::write_tracking`] says which.
+//!
+//! **msync, fsync, fdatasync** of a mapped file take the written pages, write them into the file
+//! through the ordinary data path (Non-Copy-On-Write: each page's bytes go to fresh space, the
+//! unmodified pages are not copied), then commit the file: one file-journal transaction, so the
+//! pages dirtied since the last sync become durable as one atomic unit, with whatever `write`
+//! put there too. msync of a range commits the file's every dirty page (a superset is still one
+//! atomic unit); MS_ASYNC is the same as MS_SYNC (a commit is a few microseconds).
+//!
+//! **Decided:** dropping a [`Mapping`] (munmap) keeps its unsynced stores: they wait in the
+//! shadow for the next fsync, msync or unmount, as written-but-unsynced `write` data does. A
+//! truncate resizes the memfd, so a store past the new end gets SIGBUS as on the kernel's files.
+//! Tracking is per process: a forked child's stores to a shared mapping are not seen by the
+//! parent's scan (page tables are per process), so a child must not expect them synced.
+
+use std::collections::{BTreeSet, HashMap};
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use parking_lot::Mutex;
+
+use super::mmap_sys::{View, WriteTracker, PAGE_BYTES};
+use crate::error::{Errno, Error, Result};
+use crate::namespace::inode::Inode;
+use crate::namespace::Fs;
+
+/// The shadows of this process's mapped files.
+#[derive(Debug, Default)]
+pub(crate) struct Shadows {
+    by_ino: Mutex<HashMap<u64, Arc<Shadow>>>,
+    /// `by_ino.len()`, read without the lock: the read and write paths pay one load when no
+    /// file is mapped.
+    live: AtomicUsize,
+    /// The kernel's write tracking, tried at the first shared mapping (`None`: the fallback).
+    tracker: OnceLock<Option<Arc<WriteTracker>>>,
+    /// Use the fallback even where the kernel could track ([`MountOptions::compare_mapped_pages`]).
+    ///
+    /// [`MountOptions::compare_mapped_pages`]: crate::namespace::MountOptions::compare_mapped_pages
+    compare_only: bool,
+}
+
+/// One mapped file's bytes in this process.
+#[derive(Debug)]
+struct Shadow {
+    memfd: OwnedFd,
+    tracker: Option<Arc<WriteTracker>>,
+    state: Mutex<ShadowState>,
+}
+
+#[derive(Debug)]
+struct ShadowState {
+    /// The file's size.
+    size: u64,
+    /// The core's own view of the whole memfd (not tracked: what the core copies in is already
+    /// in the file's data path).
+    view: View,
+    /// The program's shared views, by id.
+    shared: Vec<(u64, Arc<View>, u64)>,
+    next_id: u64,
+    /// Pages written through views since unmapped, not yet synced.
+    orphaned_pages: BTreeSet<u64>,
+}
+
+/// A mapping of part of a regular file, unmapped on drop (see the module's notes).
+#[derive(Debug)]
+pub struct Mapping {
+    ino: u64,
+    shadow: Arc<Shadow>,
+    view: Arc<View>,
+    /// Id among the shadow's shared views; `None` for a private mapping.
+    id: Option<u64>,
+}
+
+impl Mapping {
+    /// The inode mapped.
+    pub fn ino(&self) -> u64 {
+        self.ino
+    }
+
+    /// The mapping's first byte, for a program that stores through it directly.
+    pub fn addr(&self) -> usize {
+        self.view.addr()
+    }
+
+    /// Bytes mapped.
+    pub fn len(&self) -> usize {
+        self.view.len()
+    }
+
+    /// Whether the mapping is empty (never: a mapping has at least one page).
+    pub fn is_empty(&self) -> bool {
+        self.view.len() == 0
+    }
+
+    /// Stores `data` at `at` in the mapping, as a program's stores would.
+    pub fn store(&self, at: usize, data: &[u8]) {
+        self.view.write(at, data);
+    }
+
+    /// Loads bytes at `at` of the mapping.
+    pub fn load(&self, at: usize, out: &mut [u8]) {
+        self.view.read(at, out);
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        let Some(id) = self.id else {
+            return;
+        };
+        let mut state = self.shadow.state.lock();
+        let mut written = Vec::new();
+        if let Some(tracker) = &self.shadow.tracker {
+            // A failed scan loses nothing: the fallback below treats the whole view as written.
+            if tracker.take_written(&self.view, &mut written).is_err() {
+                written.push((0, self.view.len()));
+            }
+            tracker.untrack(&self.view);
+        }
+        let offset = state
+            .shared
+            .iter()
+            .find(|(i, ..)| *i == id)
+            .map(|(_, _, offset)| *offset)
+            .expect("a live mapping is registered");
+        for (at, len) in written {
+            let first = (offset + at as u64) / PAGE_BYTES;
+            let count = (len as u64).div_ceil(PAGE_BYTES);
+            state.orphaned_pages.extend(first..first + count);
+        }
+        state.shared.retain(|(i, ..)| *i != id);
+    }
+}
+
+fn io_error(e: std::io::Error) -> Error {
+    Error::io("mapping a file", e)
+}
+
+impl Fs {
+    /// Maps `len` bytes of regular file `ino` from `offset` (a multiple of 4096): shared (stores
+    /// reach the file at the next msync or fsync) or private (copy-on-write, never the file's).
+    /// Pages past the end of the file may be mapped; touching them is SIGBUS, as on the kernel's
+    /// files.
+    pub fn map(&self, ino: u64, offset: u64, len: usize, shared: bool) -> Result<Mapping> {
+        if len == 0 || offset % PAGE_BYTES != 0 {
+            return Err(Errno::EINVAL.into());
+        }
+        if shared {
+            self.writable()?;
+        }
+        let inode = self.inode(ino)?;
+        if !inode.is_file() {
+            return Err(Errno(libc::ENODEV).into());
+        }
+        let shadow = self.shadow_or_make(&inode)?;
+        let view =
+            Arc::new(View::map(shadow.memfd.as_fd(), offset, len, shared).map_err(io_error)?);
+        let id = if shared {
+            if let Some(tracker) = &shadow.tracker {
+                tracker.track(&view).map_err(io_error)?;
+            }
+            let mut state = shadow.state.lock();
+            let id = state.next_id;
+            state.next_id += 1;
+            state.shared.push((id, Arc::clone(&view), offset));
+            Some(id)
+        } else {
+            None
+        };
+        Ok(Mapping {
+            ino,
+            shadow,
+            view,
+            id,
+        })
+    }
+
+    /// Makes the stores to `mapping` (and every other change to its file) durable, atomically:
+    /// msync(MS_SYNC). See the module's notes.
+    pub fn msync(&self, mapping: &Mapping) -> Result<()> {
+        self.fsync(mapping.ino)
+    }
+
+    /// How written pages of shared mappings are found: "userfaultfd write-protect + PAGEMAP_SCAN"
+    /// or the fallback "compare at sync". Decided at the first shared mapping; before it, what
+    /// would be chosen.
+    pub fn write_tracking(&self) -> &'static str {
+        match self.shadows.tracker() {
+            Some(_) => "userfaultfd write-protect + PAGEMAP_SCAN",
+            None => "compare at sync (this kernel has no userfaultfd WP_ASYNC with PAGEMAP_SCAN)",
+        }
+    }
+
+    fn shadow_or_make(&self, inode: &Inode) -> Result<Arc<Shadow>> {
+        let mut by_ino = self.shadows.by_ino.lock();
+        if let Some(shadow) = by_ino.get(&inode.ino) {
+            return Ok(Arc::clone(shadow));
+        }
+        let file = self.file_of(inode)?;
+        let state = file.lock();
+        let size = state.size;
+        let memfd = rustix::fs::memfd_create(
+            format!("nosefs:{}", inode.ino),
+            rustix::fs::MemfdFlags::CLOEXEC,
+        )
+        .map_err(|e| io_error(e.into()))?;
+        let capacity = size.div_ceil(PAGE_BYTES).max(1) * PAGE_BYTES;
+        rustix::fs::ftruncate(&memfd, size).map_err(|e| io_error(e.into()))?;
+        let view = View::map(memfd.as_fd(), 0, capacity as usize, true).map_err(io_error)?;
+        let mut chunk = vec![0u8; 1 << 20];
+        let mut at = 0;
+        while at < size {
+            let n = self.read_locked(&state, at, &mut chunk);
+            view.write(at as usize, &chunk[..n]);
+            at += n as u64;
+        }
+        let shadow = Arc::new(Shadow {
+            memfd,
+            tracker: self.shadows.tracker(),
+            state: Mutex::new(ShadowState {
+                size,
+                view,
+                shared: Vec::new(),
+                next_id: 0,
+                orphaned_pages: BTreeSet::new(),
+            }),
+        });
+        by_ino.insert(inode.ino, Arc::clone(&shadow));
+        self.shadows.live.store(by_ino.len(), Ordering::Release);
+        Ok(shadow)
+    }
+
+    fn shadow_of(&self, ino: u64) -> Option<Arc<Shadow>> {
+        if self.shadows.live.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        self.shadows.by_ino.lock().get(&ino).cloned()
+    }
+
+    /// `read` of a mapped file: from its shadow, which holds the program's stores too.
+    pub(super) fn read_shadowed(&self, ino: u64, offset: u64, buf: &mut [u8]) -> Option<usize> {
+        let shadow = self.shadow_of(ino)?;
+        let state = shadow.state.lock();
+        if offset >= state.size {
+            return Some(0);
+        }
+        let n = (state.size - offset).min(buf.len() as u64) as usize;
+        state.view.read(offset as usize, &mut buf[..n]);
+        Some(n)
+    }
+
+    /// `write` of a mapped file: the bytes went to the file's data path; the shadow gets them too.
+    pub(super) fn write_shadowed(&self, ino: u64, offset: u64, data: &[u8]) -> Result<()> {
+        let Some(shadow) = self.shadow_of(ino) else {
+            return Ok(());
+        };
+        let mut state = shadow.state.lock();
+        let end = offset + data.len() as u64;
+        if end > state.size {
+            shadow.resize(&mut state, end)?;
+        }
+        state.view.write(offset as usize, data);
+        Ok(())
+    }
+
+    /// `truncate` of a mapped file: the memfd takes the new size (stores past it: SIGBUS).
+    pub(super) fn truncate_shadowed(&self, ino: u64, size: u64) -> Result<()> {
+        let Some(shadow) = self.shadow_of(ino) else {
+            return Ok(());
+        };
+        let mut state = shadow.state.lock();
+        shadow.resize(&mut state, size)?;
+        let first_gone = size.div_ceil(PAGE_BYTES);
+        state.orphaned_pages.retain(|&p| p < first_gone);
+        Ok(())
+    }
+
+    /// Moves the pages written through the file's mappings into its data path (pending writes),
+    /// for the commit the caller makes next. A shadow no mapping uses any more is dropped.
+    pub(super) fn take_mapped_writes(&self, inode: &Inode) -> Result<()> {
+        let Some(shadow) = self.shadow_of(inode.ino) else {
+            return Ok(());
+        };
+        let mut state = shadow.state.lock();
+        let pages = self.written_pages(inode, &shadow, &mut state)?;
+        let mut page = vec![0u8; PAGE_BYTES as usize];
+        let mut run_start = None;
+        let mut run: Vec<u8> = Vec::new();
+        let size = state.size;
+        let flush = |start: u64, bytes: &[u8]| -> Result<()> {
+            if !bytes.is_empty() {
+                self.write_at(inode, Some(start), bytes)?;
+            }
+            Ok(())
+        };
+        let mut previous = None;
+        for p in pages {
+            let at = p * PAGE_BYTES;
+            if at >= size {
+                break;
+            }
+            if previous.map_or(true, |q: u64| q + 1 != p) {
+                if let Some(start) = run_start {
+                    flush(start, &run)?;
+                }
+                run.clear();
+                run_start = Some(at);
+            }
+            let n = (size - at).min(PAGE_BYTES) as usize;
+            state.view.read(at as usize, &mut page[..n]);
+            run.extend_from_slice(&page[..n]);
+            previous = Some(p);
+        }
+        if let Some(start) = run_start {
+            flush(start, &run)?;
+        }
+        state.orphaned_pages.clear();
+        if state.shared.is_empty() && Arc::strong_count(&shadow) <= 2 {
+            drop(state);
+            let mut by_ino = self.shadows.by_ino.lock();
+            // Mappings hold the shadow too: drop it only when none is alive (private ones included).
+            if Arc::strong_count(&shadow) <= 2 {
+                by_ino.remove(&inode.ino);
+                self.shadows.live.store(by_ino.len(), Ordering::Release);
+            }
+        }
+        Ok(())
+    }
+
+    /// Pages of the shadow written since the last sync, ascending.
+    fn written_pages(
+        &self,
+        inode: &Inode,
+        shadow: &Shadow,
+        state: &mut ShadowState,
+    ) -> Result<BTreeSet<u64>> {
+        let mut pages = std::mem::take(&mut state.orphaned_pages);
+        match &shadow.tracker {
+            Some(tracker) => {
+                let mut runs = Vec::new();
+                for (_, view, offset) in &state.shared {
+                    runs.clear();
+                    tracker.take_written(view, &mut runs).map_err(io_error)?;
+                    for &(at, len) in &runs {
+                        let first = (offset + at as u64) / PAGE_BYTES;
+                        pages.extend(first..first + (len as u64).div_ceil(PAGE_BYTES));
+                    }
+                }
+            }
+            None => {
+                // The fallback: every page whose bytes differ from the file's.
+                let file = self.file_of(inode)?;
+                let data = file.lock();
+                let (mut mine, mut theirs) = (
+                    vec![0u8; PAGE_BYTES as usize],
+                    vec![0u8; PAGE_BYTES as usize],
+                );
+                let mut at = 0;
+                while at < state.size {
+                    let n = self.read_locked(&data, at, &mut theirs);
+                    state.view.read(at as usize, &mut mine[..n]);
+                    if mine[..n] != theirs[..n] {
+                        pages.insert(at / PAGE_BYTES);
+                    }
+                    at += PAGE_BYTES;
+                }
+            }
+        }
+        Ok(pages)
+    }
+}
+
+impl Shadow {
+    /// Gives the memfd (and the core's view) `size` bytes.
+    fn resize(&self, state: &mut ShadowState, size: u64) -> Result<()> {
+        rustix::fs::ftruncate(&self.memfd, size).map_err(|e| io_error(e.into()))?;
+        if size > state.view.len() as u64 {
+            let capacity =
+                (size.div_ceil(PAGE_BYTES) * PAGE_BYTES).max(2 * state.view.len() as u64);
+            state.view =
+                View::map(self.memfd.as_fd(), 0, capacity as usize, true).map_err(io_error)?;
+        }
+        state.size = size;
+        Ok(())
+    }
+}
+
+impl Shadows {
+    /// No shadows yet; `compare_only` forces the fallback.
+    pub(crate) fn new(compare_only: bool) -> Shadows {
+        Shadows {
+            compare_only,
+            ..Shadows::default()
+        }
+    }
+
+    fn tracker(&self) -> Option<Arc<WriteTracker>> {
+        self.tracker
+            .get_or_init(|| {
+                if self.compare_only {
+                    return None;
+                }
+                WriteTracker::new().ok().map(Arc::new)
+            })
+            .clone()
+    }
+}
