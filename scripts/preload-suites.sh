@@ -52,7 +52,7 @@ suite pjdfstest pjdfstest -c "$repo/scripts/suites/pjdfstest-preload.toml" -p "$
 grep Summary "$work/pjdfstest.log" >&2
 
 ops="${NOSEFS_FSX_OPS:-100000}"
-log "fsx under the shim: $ops operations, seed 1 (no mapped I/O: scripts/suites/fsx-preload.toml)"
+log "fsx under the shim: $ops operations, seed 1, mapped reads and writes included (scripts/suites/fsx-preload.toml)"
 suite fsx fsx -N "$ops" -S 1 -f "$repo/scripts/suites/fsx-preload.toml" "$work/fsx/fsx.file"
 tail -n 1 "$work/fsx.log" >&2
 log "fsck after both suites: clean"

@@ -214,6 +214,117 @@ sqlite3 "$D/db" "PRAGMA integrity_check; SELECT count(*), sum(k), sum(v = 'x') F
 }
 
 #[test]
+fn sqlite3_in_wal_mode_maps_its_shm_index() {
+    let setup = setup();
+    // WAL maps the -shm index shared and writable: through the core's mappings (atomic mmap).
+    // Each sqlite3 is its own process, then python holds two connections in one process.
+    let script = r#"set -e
+sqlite3 "$D/db" "PRAGMA journal_mode=WAL; CREATE TABLE t(k INTEGER PRIMARY KEY, v TEXT);"
+sqlite3 "$D/db" "BEGIN; WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM n WHERE i < 2000) INSERT INTO t SELECT i, printf('%040d', i) FROM n; COMMIT;"
+sqlite3 "$D/db" "UPDATE t SET v = 'x' WHERE k % 3 = 0; DELETE FROM t WHERE k % 7 = 0;"
+sqlite3 "$D/db" "PRAGMA journal_mode; PRAGMA integrity_check; SELECT count(*), sum(k), sum(v = 'x') FROM t;"
+python3 - <<'PY'
+import os, sqlite3
+path = os.path.join(os.environ["D"], "db")
+a = sqlite3.connect(path, isolation_level=None)
+b = sqlite3.connect(path, isolation_level=None)
+print(a.execute("PRAGMA journal_mode").fetchone()[0])
+for i in range(50):
+    a.execute("BEGIN")
+    a.execute("INSERT INTO t(v) VALUES (?)", ("a%d" % i,))
+    a.execute("COMMIT")
+    # The other connection sees each commit through the shared -shm index.
+    assert b.execute("SELECT count(*) FROM t WHERE v = ?", ("a%d" % i,)).fetchone()[0] == 1
+b.execute("INSERT INTO t(v) VALUES ('from b')")
+print(a.execute("SELECT count(*) FROM t").fetchone()[0])
+print(a.execute("PRAGMA integrity_check").fetchone()[0])
+a.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+a.close(); b.close()
+PY
+sqlite3 "$D/db" "SELECT count(*), sum(v = 'from b') FROM t; PRAGMA integrity_check;"
+"#;
+    let out = same_as_kernel(&setup, script);
+    assert!(out.contains("wal\nwal\nok\n"), "{out}");
+    assert!(out.contains("1766|1\nok"), "{out}");
+    setup.fsck_clean();
+}
+
+#[test]
+fn lmdb_with_write_mapped_commits() {
+    if Command::new("/usr/bin/python3")
+        .args(["-c", "import lmdb"])
+        .output()
+        .map_or(true, |o| !o.status.success())
+    {
+        eprintln!("skipped: /usr/bin/python3 has no lmdb module (python3-lmdb; scripts/install-deps.sh installs it)");
+        return;
+    }
+    let setup = setup();
+    // writemap=True: LMDB commits by storing into its shared writable mapping and msync.
+    let script = r#"set -e
+/usr/bin/python3 - <<'PY'
+import hashlib, lmdb, os
+path = os.path.join(os.environ["D"], "lm")
+env = lmdb.open(path, map_size=64 << 20, writemap=True, metasync=True, sync=True)
+for r in range(5):
+    with env.begin(write=True) as txn:
+        for i in range(2000):
+            k = r * 2000 + i
+            txn.put(b"k%06d" % k, hashlib.sha256(b"%d" % k).digest() * 3)
+with env.begin(write=True) as txn:
+    for k in range(0, 10000, 5):
+        txn.delete(b"k%06d" % k)
+env.close()
+PY
+/usr/bin/python3 - <<'PY'
+import hashlib, lmdb, os
+env = lmdb.open(os.path.join(os.environ["D"], "lm"), map_size=64 << 20, readonly=True)
+with env.begin() as txn:
+    n = 0
+    for key, value in txn.cursor():
+        k = int(key[1:])
+        assert k % 5 != 0 and value == hashlib.sha256(b"%d" % k).digest() * 3, key
+        n += 1
+    print("entries", n, txn.stat()["entries"])
+PY
+"#;
+    let out = same_as_kernel(&setup, script);
+    assert!(out.contains("entries 8000 8000"), "{out}");
+    setup.fsck_clean();
+}
+
+#[test]
+fn python_mmap_stores_reach_the_file_at_flush_and_at_close() {
+    let setup = setup();
+    let script = r#"set -e
+python3 - <<'PY'
+import mmap, os
+path = os.path.join(os.environ["D"], "m")
+with open(path, "wb") as f:
+    f.write(b"." * 3 * 4096)
+with open(path, "r+b") as f:
+    m = mmap.mmap(f.fileno(), 0)
+    m[5:10] = b"HELLO"
+    m.flush()                      # msync
+    m[4096:4101] = b"WORLD"
+    print(os.pread(f.fileno(), 5, 4096))  # read sees the store before msync
+    m.close()                      # munmap with an unsynced store
+    os.fsync(f.fileno())
+    m2 = mmap.mmap(f.fileno(), 4096, access=mmap.ACCESS_COPY)
+    m2[0:1] = b"P"                 # private: never the file's
+    m2.close()
+PY
+python3 -c 'import os; d=open(os.path.join(os.environ["D"], "m"), "rb").read(); print(len(d), d[:12], d[4096:4102])'
+"#;
+    let out = same_as_kernel(&setup, script);
+    assert!(
+        out.contains("b'WORLD'\n12288 b'.....HELLO..' b'WORLD.'"),
+        "{out}"
+    );
+    setup.fsck_clean();
+}
+
+#[test]
 fn python_os_pathlib_shutil_tempfile() {
     let setup = setup();
     let script = r#"python3 - <<'PY'

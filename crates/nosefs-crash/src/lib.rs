@@ -198,7 +198,7 @@ impl Checker {
                 before: &before_tree,
                 after: &after_tree,
                 // A plain write promises nothing until fsync: its data may stay in flight.
-                durable_on_return: op.writes_to().is_none(),
+                durable_on_return: op.durable_on_return(),
             };
             carry = self.explore(label, index, op, carry, &events, &oracle, seed);
         }

@@ -34,6 +34,10 @@ pub enum Op {
     Truncate(&'static str, u64),
     /// fsync(path).
     Fsync(&'static str),
+    /// Map the whole file shared, store 64 bytes of a pattern from seed into each of the first
+    /// `pages` pages (within the file's size), msync, unmap: durable and atomic on return, with
+    /// the file's pending writes.
+    MapSync(&'static str, u64, u8),
 }
 
 impl Op {
@@ -54,13 +58,14 @@ impl Op {
             Op::Append(_, _, _) => "append",
             Op::Truncate(_, _) => "truncate",
             Op::Fsync(_) => "fsync",
+            Op::MapSync(..) => "msync",
         }
     }
 
     /// The file whose pending data this operation changes (a write or append), if any.
     pub fn writes_to(&self) -> Option<&'static str> {
         match self {
-            Op::Write(p, ..) | Op::Append(p, ..) => Some(p),
+            Op::Write(p, ..) | Op::Append(p, ..) | Op::MapSync(p, ..) => Some(p),
             _ => None,
         }
     }
@@ -68,9 +73,15 @@ impl Op {
     /// The file this operation commits (fsync or truncate), if any.
     pub fn commits(&self) -> Option<&'static str> {
         match self {
-            Op::Fsync(p) | Op::Truncate(p, _) => Some(p),
+            Op::Fsync(p) | Op::Truncate(p, _) | Op::MapSync(p, ..) => Some(p),
             _ => None,
         }
+    }
+
+    /// Whether the operation's effect must be durable when it returns (everything but a plain
+    /// write or append, which wait for a commit).
+    pub fn durable_on_return(&self) -> bool {
+        self.writes_to().is_none() || self.commits().is_some()
     }
 }
 
@@ -164,7 +175,26 @@ pub fn run(fs: &Fs, op: &Op) -> Result<()> {
         Op::Append(p, len, seed) => fs.append(ino(fs, p)?, &pattern(*seed, *len)).map(drop),
         Op::Truncate(p, size) => fs.truncate(ino(fs, p)?, *size),
         Op::Fsync(p) => fs.fsync(ino(fs, p)?),
+        Op::MapSync(p, pages, seed) => map_sync(fs, ino(fs, p)?, *pages, *seed),
     }
+}
+
+fn map_sync(fs: &Fs, ino: u64, pages: u64, seed: u8) -> Result<()> {
+    const PAGE: u64 = 4096;
+    let size = fs.getattr(ino)?.size;
+    if size == 0 {
+        return fs.fsync(ino);
+    }
+    let mapping = fs.map(ino, 0, size.div_ceil(PAGE) as usize * PAGE as usize, true)?;
+    for page in 0..pages {
+        let at = page * PAGE + u64::from(seed % 64);
+        if at >= size {
+            break;
+        }
+        let len = (size - at).min(64) as usize;
+        mapping.store(at as usize, &pattern(seed.wrapping_add(page as u8), len));
+    }
+    fs.msync(&mapping)
 }
 
 /// The starting tree every workload runs on: files, a directory with a file, a hard link, a
@@ -211,6 +241,7 @@ pub fn singles() -> Vec<Op> {
         Op::Truncate("/a", 20_000), // up: a hole
         Op::Truncate("/a", 1000),   // down: extents dropped and split
         Op::Fsync("/a"),            // nothing pending
+        Op::MapSync("/a", 3, 10),   // every page of the file dirtied through a mapping
         Op::Unlink("/a"),           // a file with data (and another name)
     ]
 }
@@ -228,6 +259,14 @@ pub fn file_sequences() -> Vec<Vec<Op>> {
             .collect(),
         vec![Op::Write("/d/c", 0, 40_000, 7), Op::Fsync("/d/c")],
         vec![Op::Write("/a", 50, 10, 8), Op::Truncate("/a", 30)],
+        // Atomic msync: ten dirty pages in one commit, then mapped stores and a pending write
+        // committed together.
+        vec![
+            Op::Write("/d/c", 0, 40_000, 7),
+            Op::Fsync("/d/c"),
+            Op::MapSync("/d/c", 10, 11),
+        ],
+        vec![Op::Write("/a", 100, 50, 12), Op::MapSync("/a", 2, 13)],
     ]
 }
 

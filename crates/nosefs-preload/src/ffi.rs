@@ -34,6 +34,7 @@ use nosefs_core::Errno;
 use parking_lot::Mutex;
 
 use crate::fdtable::{self, Kind};
+use crate::maps;
 use crate::ops;
 use crate::route::{self, Found, Route};
 use crate::state;
@@ -200,6 +201,7 @@ extern "C" fn fork_prepare() {
 }
 
 extern "C" fn fork_child() {
+    maps::forget_in_child();
     state::in_forked_child();
 }
 
@@ -3584,12 +3586,75 @@ pub unsafe extern "C" fn mmap64(
             )
         };
     }
-    match serve(|| unsafe { map_copy(addr, len, prot, flags, fd, offset) }) {
+    let mapped = serve(|| {
+        match maps::map(addr as usize, len, prot, flags, fd, offset) {
+            // Daemon mode: the shadow would live in the daemon; copies instead.
+            Err(Errno(libc::EOPNOTSUPP)) => unsafe { map_copy(addr, len, prot, flags, fd, offset) },
+            other => other.map(|p| p as *mut c_void),
+        }
+    });
+    match mapped {
         Ok(p) => p,
         Err(e) => {
             set_errno(e);
             libc::MAP_FAILED
         }
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
+    if !in_shim() {
+        if let Some(done) = serve(|| Ok(maps::unmap(addr as usize, len))).unwrap_or(None) {
+            return match done {
+                Ok(()) => 0,
+                Err(e) => {
+                    set_errno(e);
+                    -1
+                }
+            };
+        }
+    }
+    unsafe { real!(munmap: fn(*mut c_void, size_t) -> c_int)(addr, len) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn msync(addr: *mut c_void, len: size_t, flags: c_int) -> c_int {
+    if !in_shim() {
+        if let Some(done) = serve(|| Ok(maps::sync(addr as usize))).unwrap_or(None) {
+            return match done {
+                Ok(()) => 0,
+                Err(e) => {
+                    set_errno(e);
+                    -1
+                }
+            };
+        }
+    }
+    unsafe { real!(msync: fn(*mut c_void, size_t, c_int) -> c_int)(addr, len, flags) }
+}
+
+/// mremap cannot move or resize a mapping of a noseFS file (the core knows it by its address):
+/// ENOMEM, which callers such as SQLite answer with munmap and mmap.
+#[no_mangle]
+pub unsafe extern "C" fn mremap(
+    old: *mut c_void,
+    old_len: size_t,
+    new_len: size_t,
+    flags: c_int,
+    // Variadic in C; on x86-64 a fifth argument travels in the same register either way. It is
+    // meaningful only with MREMAP_FIXED (otherwise whatever the register held, passed on and
+    // ignored by the kernel, as libc's own mremap does).
+    new_addr: *mut c_void,
+) -> *mut c_void {
+    if !in_shim() && serve(|| Ok(maps::overlaps(old as usize, old_len))).unwrap_or(false) {
+        set_errno(Errno(libc::ENOMEM));
+        return libc::MAP_FAILED;
+    }
+    unsafe {
+        real!(mremap: fn(*mut c_void, size_t, size_t, c_int, *mut c_void) -> *mut c_void)(
+            old, old_len, new_len, flags, new_addr,
+        )
     }
 }
 

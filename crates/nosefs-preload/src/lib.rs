@@ -13,6 +13,7 @@
 pub mod exec;
 pub mod fdtable;
 pub mod ffi;
+pub mod maps;
 pub mod offsets;
 pub mod ops;
 pub mod route;
@@ -203,6 +204,9 @@ pub const HOOKED: &[&str] = &[
     "sendfile64",
     "mmap",
     "mmap64",
+    "munmap",
+    "msync",
+    "mremap",
     "vfork",
     "_exit",
     "_Exit",

@@ -77,6 +77,26 @@ struct ShadowState {
     orphaned_pages: BTreeSet<u64>,
 }
 
+/// How [`Fs::map_with`] maps.
+#[derive(Debug, Clone, Copy)]
+pub struct MapRequest {
+    /// `MAP_SHARED` (stores reach the file at the next sync) or `MAP_PRIVATE`.
+    pub shared: bool,
+    /// `PROT_*` bits.
+    pub prot: i32,
+    /// Where, for `MAP_FIXED` and `MAP_FIXED_NOREPLACE`; `None`: where the kernel chooses.
+    pub at: Option<MapAt>,
+}
+
+/// A fixed address for [`MapRequest`].
+#[derive(Debug, Clone, Copy)]
+pub struct MapAt {
+    /// The first byte.
+    pub addr: usize,
+    /// `MAP_FIXED` (replace what is there) rather than `MAP_FIXED_NOREPLACE`.
+    pub replace: bool,
+}
+
 /// A mapping of part of a regular file, unmapped on drop (see the module's notes).
 #[derive(Debug)]
 pub struct Mapping {
@@ -153,15 +173,38 @@ fn io_error(e: std::io::Error) -> Error {
 }
 
 impl Fs {
-    /// Maps `len` bytes of regular file `ino` from `offset` (a multiple of 4096): shared (stores
+    /// Maps `len` bytes (rounded up to whole pages) of regular file `ino` from `offset` (a
+    /// multiple of 4096): shared (stores
     /// reach the file at the next msync or fsync) or private (copy-on-write, never the file's).
     /// Pages past the end of the file may be mapped; touching them is SIGBUS, as on the kernel's
     /// files.
     pub fn map(&self, ino: u64, offset: u64, len: usize, shared: bool) -> Result<Mapping> {
+        let request = MapRequest {
+            shared,
+            prot: libc::PROT_READ | libc::PROT_WRITE,
+            at: None,
+        };
+        self.map_with(ino, offset, len, &request)
+    }
+
+    /// [`Fs::map`] with a program's protection and placement (the shim's `mmap`).
+    pub fn map_with(
+        &self,
+        ino: u64,
+        offset: u64,
+        len: usize,
+        request: &MapRequest,
+    ) -> Result<Mapping> {
+        let shared = request.shared;
         if len == 0 || offset % PAGE_BYTES != 0 {
             return Err(Errno::EINVAL.into());
         }
-        if shared {
+        // Whole pages, as mmap(2) rounds a length up.
+        let len = (len as u64)
+            .checked_next_multiple_of(PAGE_BYTES)
+            .and_then(|l| usize::try_from(l).ok())
+            .ok_or(Errno(libc::ENOMEM))?;
+        if shared && request.prot & libc::PROT_WRITE != 0 {
             self.writable()?;
         }
         let inode = self.inode(ino)?;
@@ -169,8 +212,20 @@ impl Fs {
             return Err(Errno(libc::ENODEV).into());
         }
         let shadow = self.shadow_or_make(&inode)?;
-        let view =
-            Arc::new(View::map(shadow.memfd.as_fd(), offset, len, shared).map_err(io_error)?);
+        let view = View::map_placed(
+            shadow.memfd.as_fd(),
+            offset,
+            len,
+            shared,
+            request.prot,
+            request.at.map(|at| (at.addr, at.replace)),
+        )
+        .map_err(|e| match e.raw_os_error() {
+            // What the kernel said about the placement or the protection is the program's answer.
+            Some(code) => Error::Errno(Errno(code)),
+            None => io_error(e),
+        })?;
+        let view = Arc::new(view);
         let id = if shared {
             if let Some(tracker) = &shadow.tracker {
                 tracker.track(&view).map_err(io_error)?;

@@ -24,21 +24,55 @@ pub struct View {
 
 impl View {
     /// Maps `len` bytes of `fd` from `offset` (page aligned), shared or private, readable and
-    /// writable, with its pages faulted in.
+    /// writable, with its pages faulted in, where the kernel chooses.
     pub fn map(fd: BorrowedFd<'_>, offset: u64, len: usize, shared: bool) -> io::Result<View> {
+        View::map_placed(
+            fd,
+            offset,
+            len,
+            shared,
+            libc::PROT_READ | libc::PROT_WRITE,
+            None,
+        )
+    }
+
+    /// [`View::map`] with the caller's protection (`PROT_*` bits) and, for a program's
+    /// `MAP_FIXED` or `MAP_FIXED_NOREPLACE` mapping, its address.
+    pub fn map_placed(
+        fd: BorrowedFd<'_>,
+        offset: u64,
+        len: usize,
+        shared: bool,
+        prot: i32,
+        at: Option<(usize, bool)>,
+    ) -> io::Result<View> {
         assert!(len > 0 && offset % PAGE_BYTES == 0, "views are whole pages");
-        let flags = if shared {
+        let mut flags = if shared {
             MapFlags::SHARED
         } else {
             MapFlags::PRIVATE
         };
-        // SAFETY: a new mapping at an address the kernel chooses overlaps nothing of ours.
+        flags |= MapFlags::POPULATE;
+        let addr = match at {
+            Some((addr, replace)) => {
+                flags |= if replace {
+                    MapFlags::FIXED
+                } else {
+                    MapFlags::FIXED_NOREPLACE
+                };
+                addr
+            }
+            None => 0,
+        };
+        // SAFETY: without a fixed address the kernel picks one that overlaps nothing. With one,
+        // the program asked for exactly this (MAP_FIXED replaces its own pages there, as the
+        // kernel would have done for it).
         let addr = unsafe {
             rustix::mm::mmap(
-                std::ptr::null_mut(),
+                addr as *mut _,
                 len,
-                ProtFlags::READ | ProtFlags::WRITE,
-                flags | MapFlags::POPULATE,
+                ProtFlags::from_bits_retain(prot as u32),
+                flags,
                 fd,
                 offset,
             )

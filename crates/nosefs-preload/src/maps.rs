@@ -1,0 +1,137 @@
+//! Mappings of noseFS files in embedded mode: the core's [`Mapping`]s, kept by address so that
+//! `munmap`, `msync` and `mremap` find them. Every mapping of a file in the process shares the
+//! file's shadow, and msync, fsync and fdatasync commit the pages stored to, atomically
+//! (`nosefs_core::file::mmap`). Daemon mode keeps copies (see `ffi::map_copy`): the shadow lives
+//! in the process that holds the file system.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use nosefs_core::error::Errno;
+use nosefs_core::file::mmap::{MapAt, MapRequest, Mapping};
+use parking_lot::Mutex;
+
+use crate::fdtable::{self, Kind};
+use crate::state;
+
+static MAPPINGS: Mutex<Vec<Mapping>> = Mutex::new(Vec::new());
+/// `MAPPINGS.len()`, read without the lock: munmap and msync of memory that is not a noseFS
+/// mapping (malloc's, every program's) pay one load.
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+
+fn errno(e: nosefs_core::error::Error) -> Errno {
+    e.errno()
+}
+
+/// mmap of noseFS descriptor `fd`.
+pub fn map(
+    addr: usize,
+    len: usize,
+    prot: i32,
+    flags: i32,
+    fd: i32,
+    offset: i64,
+) -> Result<usize, Errno> {
+    let file = fdtable::get(fd).ok_or(Errno::EBADF)?;
+    if file.kind != Kind::File || !file.readable() {
+        return Err(Errno(libc::EACCES));
+    }
+    let map_type = flags & libc::MAP_TYPE;
+    let shared = map_type == libc::MAP_SHARED || map_type == libc::MAP_SHARED_VALIDATE;
+    if shared && prot & libc::PROT_WRITE != 0 && !file.writable() {
+        return Err(Errno(libc::EACCES));
+    }
+    let offset = u64::try_from(offset).map_err(|_| Errno::EINVAL)?;
+    let at = if flags & libc::MAP_FIXED != 0 {
+        Some(MapAt {
+            addr,
+            replace: true,
+        })
+    } else if flags & libc::MAP_FIXED_NOREPLACE != 0 {
+        Some(MapAt {
+            addr,
+            replace: false,
+        })
+    } else {
+        None
+    };
+    if let Some(MapAt {
+        addr,
+        replace: true,
+    }) = at
+    {
+        // MAP_FIXED over our own mapping: retire it first (its stores are kept for the next
+        // sync), so that it never unmaps what replaces it.
+        unmap(addr, len).transpose()?;
+    }
+    let request = MapRequest { shared, prot, at };
+    let mapping = state::with_fs(|fs| fs.map_with(file.ino, offset, len, &request).map_err(errno))?;
+    let start = mapping.addr();
+    let mut all = MAPPINGS.lock();
+    all.push(mapping);
+    LIVE.store(all.len(), Ordering::Release);
+    Ok(start)
+}
+
+/// munmap: `None` when the range holds no noseFS mapping (the kernel's munmap serves it).
+/// A range must cover each noseFS mapping it touches whole (SQLite and LMDB unmap what they
+/// mapped); part of one is EINVAL, said once.
+pub fn unmap(addr: usize, len: usize) -> Option<Result<(), Errno>> {
+    if LIVE.load(Ordering::Acquire) == 0 {
+        return None;
+    }
+    // munmap(2) rounds the length up to whole pages.
+    let end = addr.checked_add(len.checked_next_multiple_of(4096)?)?;
+    let mut all = MAPPINGS.lock();
+    let touched = |m: &Mapping| m.addr() < end && addr < m.addr() + m.len();
+    if !all.iter().any(touched) {
+        return None;
+    }
+    if all
+        .iter()
+        .filter(|m| touched(m))
+        .any(|m| m.addr() < addr || m.addr() + m.len() > end)
+    {
+        state::say("munmap of part of a mapping of a noseFS file is not supported (EINVAL); unmap it whole");
+        return Some(Err(Errno::EINVAL));
+    }
+    // Dropping a mapping scans its written pages into the file's shadow, then unmaps it.
+    all.retain(|m| !touched(m));
+    LIVE.store(all.len(), Ordering::Release);
+    Some(Ok(()))
+}
+
+/// msync: `None` when `addr` is in no noseFS mapping.
+pub fn sync(addr: usize) -> Option<Result<(), Errno>> {
+    if LIVE.load(Ordering::Acquire) == 0 {
+        return None;
+    }
+    let all = MAPPINGS.lock();
+    let mapping = all
+        .iter()
+        .find(|m| m.addr() <= addr && addr < m.addr() + m.len())?;
+    Some(state::with_fs(|fs| fs.msync(mapping).map_err(errno)))
+}
+
+/// Whether `addr..addr+len` overlaps a noseFS mapping (mremap cannot move one: the core knows
+/// it by its address).
+pub fn overlaps(addr: usize, len: usize) -> bool {
+    if LIVE.load(Ordering::Acquire) == 0 {
+        return false;
+    }
+    let end = addr.saturating_add(len);
+    MAPPINGS
+        .lock()
+        .iter()
+        .any(|m| m.addr() < end && addr < m.addr() + m.len())
+}
+
+/// In a forked child: the mappings are the parent's (its write tracking acts on the parent's
+/// memory), so the child forgets them without touching them; its copies of the pages stay
+/// mapped until it unmaps or execs, and its stores are not synced (per-process tracking).
+pub fn forget_in_child() {
+    let mut all = MAPPINGS.lock();
+    for mapping in all.drain(..) {
+        std::mem::forget(mapping);
+    }
+    LIVE.store(0, Ordering::Release);
+}
