@@ -13,7 +13,8 @@ fn main() -> std::io::Result<()> {
         names: 1,
         data_bytes: file_bytes * 2,
     };
-    let target = Native::new(std::path::Path::new("/dev/shm"), needs, false).expect("image");
+    let target =
+        Native::new(std::path::Path::new("/dev/shm"), needs, Default::default()).expect("image");
     let file = target.open(target.root(), &cname("bench"), true)?;
     let chunk = vec![1u8; 1 << 20];
     for offset in (0..file_bytes).step_by(1 << 20) {

@@ -293,7 +293,8 @@ mod tests {
         let sizes = Sizes::quick();
         let floor = per_op(&run_once(place.path(), workload, 1, &sizes).unwrap());
         let native = {
-            let target = Native::new(place.path(), workload.needs(1, &sizes), false).unwrap();
+            let target =
+                Native::new(place.path(), workload.needs(1, &sizes), Default::default()).unwrap();
             per_op(&workload.run_once(&target, 1, &sizes).unwrap())
         };
         assert_eq!(floor.len(), 3);

@@ -166,7 +166,7 @@ pub struct Outcome {
 enum Prepared {
     Native {
         place: PathBuf,
-        sync: bool,
+        mode: crate::target::NativeMode,
     },
     Floor {
         place: PathBuf,
@@ -187,12 +187,12 @@ enum Prepared {
 
 fn prepare(spec: &TargetSpec, plan: &Plan) -> Result<Prepared, String> {
     match spec {
-        TargetSpec::Native { place, sync } => {
+        TargetSpec::Native { place, mode } => {
             let place = place.clone().unwrap_or_else(|| plan.image_dir.clone());
             if !place.exists() {
                 return Err(format!("{} does not exist", place.display()));
             }
-            Ok(Prepared::Native { place, sync: *sync })
+            Ok(Prepared::Native { place, mode: *mode })
         }
         TargetSpec::Floor => {
             let place = plan.image_dir.clone();
@@ -262,9 +262,9 @@ fn run_unit(
     sizes: &Sizes,
 ) -> io::Result<Vec<Measured>> {
     match prepared {
-        Prepared::Native { place, sync } => {
+        Prepared::Native { place, mode } => {
             let needs = workload.needs(threads, sizes);
-            let target = Native::new(place, needs, *sync)
+            let target = Native::new(place, needs, *mode)
                 .map_err(|e| io::Error::other(format!("cannot prepare an image: {e}")))?;
             workload.run_once(&target, threads, sizes)
         }

@@ -123,3 +123,75 @@ unsafe impl std::alloc::GlobalAlloc for CountingAllocator {
         new
     }
 }
+
+/// A shared, writable mapping of a whole file made through libc's `mmap` (so that the preload
+/// shim serves it for noseFS files), unmapped on drop.
+#[derive(Debug)]
+pub struct Mapped {
+    addr: usize,
+    len: usize,
+}
+
+impl Mapped {
+    /// Maps `len` bytes of `fd` from offset 0, shared, with its pages faulted in.
+    pub fn map(fd: BorrowedFd<'_>, len: usize) -> io::Result<Mapped> {
+        // SAFETY: a new mapping where the kernel (or the shim) chooses; it overlaps nothing.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_POPULATE,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Mapped {
+            addr: p as usize,
+            len,
+        })
+    }
+
+    /// Stores `data` at `offset` of the mapping.
+    pub fn write(&self, offset: usize, data: &[u8]) {
+        assert!(offset + data.len() <= self.len, "store past the mapping");
+        // SAFETY: the range is inside the live, writable mapping (asserted).
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                data.as_ptr(),
+                (self.addr + offset) as *mut u8,
+                data.len(),
+            )
+        }
+    }
+
+    /// `msync(MS_SYNC)` of the pages holding `offset..offset + len`.
+    pub fn msync(&self, offset: usize, len: usize) -> io::Result<()> {
+        let start = offset / 4096 * 4096;
+        let end = (offset + len).min(self.len);
+        // SAFETY: msync of pages inside the live mapping.
+        check(unsafe {
+            libc::msync(
+                (self.addr + start) as *mut libc::c_void,
+                end - start,
+                libc::MS_SYNC,
+            )
+        })
+        .map(drop)
+    }
+}
+
+impl Drop for Mapped {
+    fn drop(&mut self) {
+        // SAFETY: the mapping is ours and nothing refers to it once dropped.
+        unsafe { libc::munmap(self.addr as *mut libc::c_void, self.len) };
+    }
+}
+
+// SAFETY: the mapping is plain shared memory; the workloads store to disjoint offsets.
+unsafe impl Send for Mapped {}
+// SAFETY: as above.
+unsafe impl Sync for Mapped {}

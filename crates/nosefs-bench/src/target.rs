@@ -20,18 +20,20 @@ use nosefs_core::file::mmap::Mapping;
 use nosefs_core::format::layout::{Geometry, MkfsParams};
 use nosefs_core::image::Image;
 use nosefs_core::namespace::{Fs, MountOptions, Owner, RenameFlags, ROOT_INO};
-use nosefs_core::pmem::{counters, Counters, Region, RegionOptions};
+use nosefs_core::pmem::{counters, Counters, Region};
 
 /// A target as named on the command line.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TargetSpec {
     /// `nosefs`, `nosefs-sync`, `nosefs:PATH`, `nosefs-sync:PATH`: the native library on a fresh
     /// image per run, in /dev/shm, in directory PATH, or on device-dax device PATH.
+    /// `nosefs-msync-whole` is the ablation of atomic mmap's dirty tracking: every msync writes
+    /// back the whole mapped file, as NOVA does (seed 001, Table I).
     Native {
         /// Where the image goes (`None`: the harness's image directory).
         place: Option<PathBuf>,
-        /// Mounted with the `sync` option (every write durable on return).
-        sync: bool,
+        /// How the image is mounted.
+        mode: NativeMode,
     },
     /// `dir:PATH`: any mounted file system, through system calls.
     Dir(PathBuf),
@@ -60,9 +62,13 @@ impl TargetSpec {
             None => (text, None),
         };
         match (head, arg) {
-            ("nosefs" | "nosefs-sync", place) => Ok(TargetSpec::Native {
+            ("nosefs" | "nosefs-sync" | "nosefs-msync-whole", place) => Ok(TargetSpec::Native {
                 place: place.map(PathBuf::from),
-                sync: head == "nosefs-sync",
+                mode: match head {
+                    "nosefs-sync" => NativeMode::Sync,
+                    "nosefs-msync-whole" => NativeMode::MsyncWhole,
+                    _ => NativeMode::Plain,
+                },
             }),
             ("tmpfs", None) => Ok(TargetSpec::Tmpfs),
             ("nosefs-fuse", None) => Ok(TargetSpec::Fuse),
@@ -75,7 +81,7 @@ impl TargetSpec {
                 format!("unknown ramdisk kind `{kind}` (one of {})", kinds.join(", "))
             }),
             _ => Err(format!(
-                "unknown target `{text}` (nosefs, nosefs-sync, nosefs:PATH, nosefs-fuse, nosefs-floor, nosefs-preload, nosefs-client, dir:PATH, tmpfs, ramdisk:KIND)"
+                "unknown target `{text}` (nosefs, nosefs-sync, nosefs-msync-whole, nosefs:PATH, nosefs-fuse, nosefs-floor, nosefs-preload, nosefs-client, dir:PATH, tmpfs, ramdisk:KIND)"
             )),
         }
     }
@@ -83,8 +89,12 @@ impl TargetSpec {
     /// The name in reports (the text it was parsed from, normalized).
     pub fn label(&self) -> String {
         match self {
-            TargetSpec::Native { place, sync } => {
-                let head = if *sync { "nosefs-sync" } else { "nosefs" };
+            TargetSpec::Native { place, mode } => {
+                let head = match mode {
+                    NativeMode::Plain => "nosefs",
+                    NativeMode::Sync => "nosefs-sync",
+                    NativeMode::MsyncWhole => "nosefs-msync-whole",
+                };
                 match place {
                     Some(p) => format!("{head}:{}", p.display()),
                     None => head.into(),
@@ -97,6 +107,29 @@ impl TargetSpec {
             TargetSpec::Client => "nosefs-client".into(),
             TargetSpec::Tmpfs => "tmpfs".into(),
             TargetSpec::Ramdisk(kind) => format!("ramdisk:{}", kind.name()),
+        }
+    }
+}
+
+/// How a native target's image is mounted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum NativeMode {
+    /// As a program would mount it.
+    #[default]
+    Plain,
+    /// With the `sync` option (every write durable on return).
+    Sync,
+    /// The ablation: every msync writes back the whole mapped file.
+    MsyncWhole,
+}
+
+impl NativeMode {
+    fn mount_options(self) -> MountOptions {
+        MountOptions {
+            populate: true,
+            sync: self == NativeMode::Sync,
+            msync_whole_file: self == NativeMode::MsyncWhole,
+            ..MountOptions::default()
         }
     }
 }
@@ -196,7 +229,11 @@ pub struct BenchImage {
 impl BenchImage {
     /// Formats `path` with `params` (pre-faulted) and mounts it. A regular file is removed on
     /// drop; a device is left formatted.
-    pub fn create(path: PathBuf, params: &MkfsParams, sync: bool) -> nosefs_core::Result<Self> {
+    pub fn create(
+        path: PathBuf,
+        params: &MkfsParams,
+        mode: NativeMode,
+    ) -> nosefs_core::Result<Self> {
         let params = MkfsParams {
             prefault: true,
             ..params.clone()
@@ -204,12 +241,7 @@ impl BenchImage {
         let is_device = std::fs::metadata(&path).is_ok_and(|m| !m.is_file());
         let registered = (!is_device).then(|| cleanup::register(Undo::RemoveFile(path.clone())));
         nosefs_core::mkfs::mkfs(&path, &params)?;
-        let options = MountOptions {
-            populate: true,
-            sync,
-            ..MountOptions::default()
-        };
-        let fs = Fs::mount(&path, &options)?;
+        let fs = Fs::mount(&path, &mode.mount_options())?;
         Ok(BenchImage {
             fs: Some(fs),
             remove: (!is_device).then_some(path),
@@ -271,7 +303,7 @@ pub struct Native {
 impl Native {
     /// Formats an image sized for `needs` at `place` (a directory for an image file, or a
     /// device-dax device) and mounts it.
-    pub fn new(place: &Path, needs: Needs, sync: bool) -> nosefs_core::Result<Native> {
+    pub fn new(place: &Path, needs: Needs, mode: NativeMode) -> nosefs_core::Result<Native> {
         let is_dir = place.is_dir();
         let path = if is_dir {
             place.join(format!("nosefs-bench-{}.img", std::process::id()))
@@ -279,7 +311,7 @@ impl Native {
             place.to_path_buf()
         };
         let params = params_for(needs);
-        let image = BenchImage::create(path, &params, sync)?;
+        let image = BenchImage::create(path, &params, mode)?;
         Ok(Native {
             image,
             root: ROOT_INO,
@@ -437,7 +469,7 @@ impl Drop for Syscalls {
 impl Target for Syscalls {
     type Dir = SysDir;
     type File = File;
-    type Map = Region;
+    type Map = sys::Mapped;
 
     fn root(&self) -> &SysDir {
         &self.root
@@ -487,23 +519,18 @@ impl Target for Syscalls {
         drop(file);
         Ok(())
     }
-    fn map(&self, dir: &SysDir, name: &CStr, len: u64) -> io::Result<Region> {
+    fn map(&self, dir: &SysDir, name: &CStr, len: u64) -> io::Result<sys::Mapped> {
+        // Through libc's open and mmap, which the preload shim serves for noseFS files.
         let file = self.open(dir, name, true)?;
         file.set_len(len)?;
-        drop(file);
-        let path = dir.path.join(name.to_string_lossy().as_ref());
-        let options = RegionOptions {
-            populate: true,
-            ..RegionOptions::default()
-        };
-        Region::open(&path, &options).map_err(|e| io::Error::other(e.to_string()))
+        let len = usize::try_from(len).map_err(|_| io::ErrorKind::InvalidInput)?;
+        sys::Mapped::map(file.as_fd(), len)
     }
-    fn map_write(&self, map: &Region, offset: u64, data: &[u8]) {
-        map.write_bytes(offset, data);
+    fn map_write(&self, map: &sys::Mapped, offset: u64, data: &[u8]) {
+        map.write(offset as usize, data);
     }
-    fn msync(&self, map: &Region, offset: u64, len: u64) -> io::Result<()> {
-        map.msync(offset, len)
-            .map_err(|e| io::Error::other(e.to_string()))
+    fn msync(&self, map: &sys::Mapped, offset: u64, len: u64) -> io::Result<()> {
+        map.msync(offset as usize, len as usize)
     }
 }
 
@@ -516,6 +543,7 @@ mod tests {
         for text in [
             "nosefs",
             "nosefs-sync",
+            "nosefs-msync-whole",
             "nosefs:/mnt/pmem0",
             "dir:/mnt/nosefs",
             "nosefs-fuse",

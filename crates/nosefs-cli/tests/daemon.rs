@@ -332,6 +332,48 @@ fn another_user_gets_the_permissions_the_fuse_mount_gives() {
     m.unmount_and_fsck();
 }
 
+#[test]
+fn a_client_that_changes_credentials_is_checked_with_the_new_ones() {
+    if !usable() {
+        return;
+    }
+    let m = mount_with(&["allow_other"]);
+    // As pjdfstest and daemons that drop privileges do: seteuid inside one process. Before the
+    // daemon learned of such changes, the process kept root's rights there (31 pjdfstest cases).
+    let script = r#"python3 - <<'PY'
+import os
+d = os.environ["D"]
+os.makedirs(os.path.join(d, "open"), exist_ok=True)
+os.chmod(os.path.join(d, "open"), 0o777)
+with open(os.path.join(d, "rootfile"), "w") as f:
+    f.write("root's\n")
+os.chmod(os.path.join(d, "rootfile"), 0o644)
+os.setgroups([])
+os.setegid(65534)
+os.seteuid(65534)
+try:
+    open(os.path.join(d, "rootfile"), "a").write("nobody's\n")
+    print("write as nobody: ok")
+except PermissionError:
+    print("write as nobody: denied")
+new = os.path.join(d, "open", "made-by-nobody")
+open(new, "w").close()
+st = os.stat(new)
+print("owner", st.st_uid, st.st_gid)
+os.seteuid(0)
+os.setegid(0)
+open(os.path.join(d, "rootfile"), "a").write("root again\n")
+print(open(os.path.join(d, "rootfile")).read().strip().replace("\n", " | "))
+PY
+"#;
+    let out = same_as_kernel(&m, script);
+    assert!(
+        out.contains("write as nobody: denied\nowner 65534 65534\nroot's | root again"),
+        "{out}"
+    );
+    m.unmount_and_fsck();
+}
+
 /// A child process killed if the test fails before it ends (no stray writers left behind).
 struct Reaped(Child);
 

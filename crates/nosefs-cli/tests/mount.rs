@@ -290,6 +290,38 @@ fn libc_erofs() -> i32 {
 }
 
 #[test]
+fn a_setgid_directory_passes_its_group_on() {
+    if !fuse_usable() {
+        return;
+    }
+    let s = setup();
+    assert!(mount(&s).status.success());
+    let d = s.mnt.join("shared");
+    std::fs::create_dir(&d).unwrap();
+    std::os::unix::fs::chown(&d, None, Some(12345)).unwrap();
+    std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o2775)).unwrap();
+    std::fs::create_dir(d.join("sub")).unwrap();
+    std::fs::write(d.join("file"), b"x").unwrap();
+    std::os::unix::fs::symlink("file", d.join("link")).unwrap();
+    let sub = std::fs::metadata(d.join("sub")).unwrap();
+    // As tmpfs and ext4: the group, and for a directory the set-group-id bit too.
+    assert_eq!((sub.gid(), sub.mode() & 0o2000), (12345, 0o2000), "mkdir");
+    let file = std::fs::metadata(d.join("file")).unwrap();
+    assert_eq!((file.gid(), file.mode() & 0o2000), (12345, 0), "create");
+    let link = std::fs::symlink_metadata(d.join("link")).unwrap();
+    assert_eq!(link.gid(), 12345, "symlink");
+    std::fs::create_dir(d.join("sub/deeper")).unwrap();
+    let deeper = std::fs::metadata(d.join("sub/deeper")).unwrap();
+    assert_eq!(
+        (deeper.gid(), deeper.mode() & 0o2000),
+        (12345, 0o2000),
+        "inherited again"
+    );
+    umount(&s.mnt);
+    assert!(fsck(&s.image).status.success());
+}
+
+#[test]
 fn a_killed_server_loses_no_fsynced_file() {
     if !fuse_usable() {
         return;

@@ -239,13 +239,18 @@ impl Remote {
 
     fn path_request(opcode: u32, found: &Found) -> Enc {
         let mut e = Enc::new(opcode);
-        e.bytes(&found.path).bool(found.trailing_slash);
+        e.path_of(found);
         e
     }
 
     /// An empty request (the round trip's cost).
     pub fn nop(&self) -> Result<(), Errno> {
         self.call(&Enc::new(op::NOP)).map(drop)
+    }
+
+    /// Tells the daemon this process's credentials changed; it reads them from /proc.
+    pub fn recred(&self) -> Result<(), Errno> {
+        self.call(&Enc::new(op::RECRED)).map(drop)
     }
 
     /// Hands references on `handles` to a process about to be created (fork, spawn) or to
@@ -444,13 +449,13 @@ impl Service for Remote {
 
     fn rename(&self, from: &Found, to: &Found, flags: u32) -> Result<(), Errno> {
         let mut e = Self::path_request(op::RENAME, from);
-        e.bytes(&to.path).bool(to.trailing_slash).u32(flags);
+        e.path_of(to).u32(flags);
         self.call(&e).map(drop)
     }
 
     fn link(&self, from: &Found, to: &Found) -> Result<(), Errno> {
         let mut e = Self::path_request(op::LINK, from);
-        e.bytes(&to.path).bool(to.trailing_slash);
+        e.path_of(to);
         self.call(&e).map(drop)
     }
 

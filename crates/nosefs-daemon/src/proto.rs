@@ -40,6 +40,9 @@ pub mod op {
     pub const CLAIM: u32 = 26;
     pub const BIND: u32 = 27;
     pub const NOP: u32 = 28;
+    /// The client's credentials changed (setuid, setgroups, ...): the daemon reads them again
+    /// from /proc itself (the client says only *that* they changed, never what they are).
+    pub const RECRED: u32 = 29;
 }
 
 /// A message that does not decode.
@@ -122,6 +125,14 @@ impl Enc {
         self.opt_u64(s.atime_ns.map(|t| t as u64));
         self.opt_u64(s.mtime_ns.map(|t| t as u64));
         self.opt_u64(s.size)
+    }
+    /// Appends a path for the daemon to walk again: the logical path, whether it ended with a
+    /// slash, and whether it named a directory itself (`d/.`, `..`), which the logical path
+    /// alone no longer says (rename and rmdir of `.` must fail as the kernel's do).
+    pub fn path_of(&mut self, f: &Found) -> &mut Enc {
+        self.bytes(&f.path)
+            .bool(f.trailing_slash)
+            .bool(f.name == b".")
     }
     /// Appends a resolved path.
     pub fn found(&mut self, f: &Found) -> &mut Enc {

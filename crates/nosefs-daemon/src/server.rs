@@ -111,7 +111,12 @@ struct Shared {
 
 struct Conn {
     area: Area,
-    cred: Cred,
+    /// The credentials requests are checked against: from the socket at connect, then from
+    /// /proc at each RECRED.
+    cred: parking_lot::RwLock<Cred>,
+    /// The client process (its pid and a pidfd, so a RECRED never reads a reused pid).
+    pid: i32,
+    pidfd: Option<OwnedFd>,
     prefix: Vec<u8>,
     /// Tokens this connection holds a reference on.
     held: Mutex<HashSet<u64>>,
@@ -295,12 +300,59 @@ fn peer_cred(socket: &OwnedFd) -> Option<(i32, Cred)> {
     ))
 }
 
+/// The credentials a process's file-system calls are checked with, from /proc: the
+/// file-system uid and gid (the fourth column; equal to the effective ones unless set apart
+/// with setfsuid) and the supplementary groups.
+fn proc_cred(pid: i32) -> Option<Cred> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let field = |name: &str| -> Option<Vec<u32>> {
+        let line = status.lines().find_map(|l| l.strip_prefix(name))?;
+        Some(
+            line.split_whitespace()
+                .filter_map(|n| n.parse().ok())
+                .collect(),
+        )
+    };
+    let uids = field("Uid:")?;
+    let gids = field("Gid:")?;
+    Some(Cred {
+        uid: *uids.get(3)?,
+        gid: *gids.get(3)?,
+        groups: field("Groups:").unwrap_or_default().into_iter().collect(),
+    })
+}
+
+/// RECRED: the client's credentials again, read by the daemon from /proc. A client whose new
+/// uid the mount does not admit (no `allow_other`) loses its connection.
+fn recred(shared: &Shared, conn: &Conn) -> Result<(), Errno> {
+    let cred = proc_cred(conn.pid).ok_or(Errno::EIO)?;
+    // The pid was the client's when the status was read only if the process still runs now.
+    let alive = conn.pidfd.as_ref().is_some_and(|fd| {
+        let mut poll = [rustix::event::PollFd::new(fd, rustix::event::PollFlags::IN)];
+        let now = rustix::event::Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        rustix::event::poll(&mut poll, Some(&now)).is_ok_and(|n| n == 0)
+    });
+    if !alive {
+        return Err(Errno::EIO);
+    }
+    let own_uid = rustix::process::geteuid().as_raw();
+    if !shared.options.allow_other && cred.uid != own_uid {
+        conn.dead.store(true, Ordering::Release);
+        return Err(Errno::EACCES);
+    }
+    *conn.cred.write() = cred;
+    Ok(())
+}
+
 /// The handshake: the client's prefix in, its request area out.
 fn admit(
     shared: &Arc<Shared>,
     socket: &OwnedFd,
 ) -> Option<(Arc<Conn>, std::thread::JoinHandle<()>)> {
-    let (_, cred) = peer_cred(socket)?;
+    let (pid, cred) = peer_cred(socket)?;
     let own_uid = rustix::process::geteuid().as_raw();
     let allowed = shared.options.allow_other || cred.uid == own_uid;
     let mut hello = [0u8; 8 + libc::PATH_MAX as usize];
@@ -342,9 +394,13 @@ fn admit(
         SendFlags::NOSIGNAL,
     )
     .ok()?;
+    let pidfd = rustix::process::Pid::from_raw(pid)
+        .and_then(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok());
     let conn = Arc::new(Conn {
         area,
-        cred,
+        cred: parking_lot::RwLock::new(cred),
+        pid,
+        pidfd,
         prefix,
         held: Mutex::new(HashSet::new()),
         dead: AtomicBool::new(false),
@@ -462,8 +518,11 @@ fn writable(d: &Description) -> Result<u64, Errno> {
 
 /// Walks a path sent with a path operation again, with the client's credentials.
 fn rewalk(local: &Local<'_>, d: &mut Dec<'_>) -> Result<Found, Errno> {
-    let path = d.bytes()?.to_vec();
+    let mut path = d.bytes()?.to_vec();
     let trailing_slash = d.bool()?;
+    if d.bool()? {
+        path.extend_from_slice(b"/."); // walked again, it names the directory itself again
+    }
     match local.walk(path, false)? {
         Walked::Found(mut found) => {
             found.trailing_slash = trailing_slash;
@@ -479,7 +538,7 @@ fn ok() -> Enc {
 
 /// Decodes and runs one request.
 fn execute(shared: &Shared, conn: &Conn, request: &[u8], room: usize) -> Result<Enc, Errno> {
-    let cred = || conn.cred.clone();
+    let cred = || conn.cred.read().clone();
     let local = Local {
         fs: &shared.fs,
         prefix: &conn.prefix,
@@ -491,6 +550,7 @@ fn execute(shared: &Shared, conn: &Conn, request: &[u8], room: usize) -> Result<
     let mut reply = ok();
     match opcode {
         op::NOP => {}
+        op::RECRED => recred(shared, conn)?,
         op::WALK => {
             let path = d.bytes()?.to_vec();
             let follow = d.bool()?;
@@ -665,7 +725,12 @@ fn execute(shared: &Shared, conn: &Conn, request: &[u8], room: usize) -> Result<
             if opcode == op::UNLINK {
                 local.unlink(&found)?;
             } else {
-                local.rmdir(&found, d.bytes()?)?;
+                let last = d.bytes()?;
+                if found.attr.is_some_and(|a| a.is_dir()) && is_mount_point(&found.path) {
+                    // Something is mounted on it through the FUSE mount: the kernel says EBUSY.
+                    return Err(Errno(libc::EBUSY));
+                }
+                local.rmdir(&found, last)?;
             }
             if let Some(i) = inval {
                 i.entry(found.parent, &found.name);
@@ -793,6 +858,19 @@ pub fn find_daemon(mountinfo: &str, mount_point: &[u8]) -> Option<(u32, u32, u32
             .parse()
             .ok()?;
         Some((major.parse().ok()?, minor.parse().ok()?, owner))
+    })
+}
+
+/// Whether the kernel has something mounted at `path` (a directory of the FUSE mount that a
+/// client is about to remove: rmdir(2) answers EBUSY for a mount point).
+fn is_mount_point(path: &[u8]) -> bool {
+    let Ok(mountinfo) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return false;
+    };
+    mountinfo.lines().any(|line| {
+        line.split(' ')
+            .nth(4)
+            .is_some_and(|point| unescape(point) == path)
     })
 }
 

@@ -130,6 +130,26 @@ fn owner(req: &Request) -> Owner {
     }
 }
 
+impl NoseFuse {
+    /// Owner and permission bits of a new inode of `mode` (with its type) in `parent`: the
+    /// caller's, except in a set-group-id directory, whose group the new inode takes, and a new
+    /// directory its set-group-id bit too (as every Linux file system does). The kernel has
+    /// already dropped a set-group-id bit the caller may not give a file.
+    fn new_owner(&self, req: &Request, parent: u64, mode: u32) -> (Owner, u32) {
+        let mut owner = owner(req);
+        let mut perm = mode & 0o7777;
+        if let Ok(dir) = self.fs().getattr(parent) {
+            if dir.mode & pinode::S_ISGID != 0 {
+                owner.gid = dir.gid;
+                if mode & pinode::S_IFMT == pinode::S_IFDIR {
+                    perm |= pinode::S_ISGID;
+                }
+            }
+        }
+        (owner, perm)
+    }
+}
+
 fn reply_entry(reply: ReplyEntry, result: nosefs_core::Result<Attr>) {
     match result {
         Ok(a) => reply.entry(&TTL, &file_attr(&a), Generation(0)),
@@ -233,12 +253,14 @@ impl Filesystem for NoseFuse {
         reply: ReplyEntry,
     ) {
         let mode = mode & !(umask & 0o777);
+        let (owner, perm) = self.new_owner(req, parent.0, mode);
+        let mode = (mode & pinode::S_IFMT) | perm;
         let result = if mode & pinode::S_IFMT == pinode::S_IFREG {
             self.fs()
-                .create(parent.0, name.as_bytes(), mode, owner(req), true)
+                .create(parent.0, name.as_bytes(), perm, owner, true)
         } else {
             self.fs()
-                .mknod(parent.0, name.as_bytes(), mode, rdev, owner(req))
+                .mknod(parent.0, name.as_bytes(), mode, rdev, owner)
         };
         reply_entry(reply, result);
     }
@@ -252,10 +274,11 @@ impl Filesystem for NoseFuse {
         umask: u32,
         reply: ReplyEntry,
     ) {
-        let perm = mode & !umask & 0o7777;
+        let (owner, perm) =
+            self.new_owner(req, parent.0, pinode::S_IFDIR | (mode & !umask & 0o7777));
         reply_entry(
             reply,
-            self.fs().mkdir(parent.0, name.as_bytes(), perm, owner(req)),
+            self.fs().mkdir(parent.0, name.as_bytes(), perm, owner),
         );
     }
 
@@ -276,10 +299,11 @@ impl Filesystem for NoseFuse {
         reply: ReplyEntry,
     ) {
         let target = target.as_os_str().as_bytes();
+        let (owner, _) = self.new_owner(req, parent.0, pinode::S_IFLNK | 0o777);
         reply_entry(
             reply,
             self.fs()
-                .symlink(parent.0, link_name.as_bytes(), target, owner(req)),
+                .symlink(parent.0, link_name.as_bytes(), target, owner),
         );
     }
 
@@ -519,11 +543,12 @@ impl Filesystem for NoseFuse {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        let perm = mode & !umask & 0o7777;
+        let (owner, perm) =
+            self.new_owner(req, parent.0, pinode::S_IFREG | (mode & !umask & 0o7777));
         let exclusive = flags & libc::O_EXCL != 0;
         let created = self
             .fs()
-            .create(parent.0, name.as_bytes(), perm, owner(req), exclusive)
+            .create(parent.0, name.as_bytes(), perm, owner, exclusive)
             .and_then(|a| self.fs().open(a.ino).map(|()| a));
         match created {
             Ok(a) => reply.created(

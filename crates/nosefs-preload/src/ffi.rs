@@ -2199,13 +2199,19 @@ pub unsafe extern "C" fn umask(mask: mode_t) -> mode_t {
     old
 }
 
-// Credentials change: forget the cached ones.
+// Credentials change: forget the cached ones, and in daemon mode have the daemon read them
+// again (it checks every request against them).
 macro_rules! cred_hook {
     ($name:ident ( $($arg:ident : $ty:ty),* )) => {
         #[no_mangle]
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> c_int {
             let rc = unsafe { real!($name: fn($($ty),*) -> c_int)($($arg),*) };
-            state::invalidate_cred();
+            if rc == 0 && !in_shim() {
+                let _ = serve(|| {
+                    state::credentials_changed();
+                    Ok(())
+                });
+            }
             rc
         }
     };

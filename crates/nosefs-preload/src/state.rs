@@ -388,9 +388,17 @@ pub fn cred() -> Cred {
     cred
 }
 
-/// Forgets the cached credentials (after setuid, setgroups, ...).
-pub fn invalidate_cred() {
+/// After setuid, setgroups, ...: forgets the cached credentials, and tells the daemon (if this
+/// process is connected to one), which reads the new ones from /proc itself.
+pub fn credentials_changed() {
     *CRED.write() = None;
+    with_remote(|remote| {
+        if remote.recred().is_err() {
+            say(
+                "the daemon did not take this process's new credentials; its noseFS calls may fail",
+            );
+        }
+    });
 }
 
 /// The process's umask (read once, then tracked by the `umask` hook).

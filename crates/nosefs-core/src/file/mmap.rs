@@ -53,6 +53,10 @@ pub(crate) struct Shadows {
     ///
     /// [`MountOptions::compare_mapped_pages`]: crate::namespace::MountOptions::compare_mapped_pages
     compare_only: bool,
+    /// Every page of a mapped file is written at every sync ([`MountOptions::msync_whole_file`]).
+    ///
+    /// [`MountOptions::msync_whole_file`]: crate::namespace::MountOptions::msync_whole_file
+    whole_file: bool,
 }
 
 /// One mapped file's bytes in this process.
@@ -406,6 +410,17 @@ impl Fs {
         state: &mut ShadowState,
     ) -> Result<BTreeSet<u64>> {
         let mut pages = std::mem::take(&mut state.orphaned_pages);
+        if self.shadows.whole_file {
+            // The ablation: still scan (re-arming the protection), then take every page.
+            if let Some(tracker) = &shadow.tracker {
+                let mut runs = Vec::new();
+                for (_, view, _) in &state.shared {
+                    tracker.take_written(view, &mut runs).map_err(io_error)?;
+                }
+            }
+            pages.extend(0..state.size.div_ceil(PAGE_BYTES));
+            return Ok(pages);
+        }
         match &shadow.tracker {
             Some(tracker) => {
                 let mut runs = Vec::new();
@@ -457,10 +472,11 @@ impl Shadow {
 }
 
 impl Shadows {
-    /// No shadows yet; `compare_only` forces the fallback.
-    pub(crate) fn new(compare_only: bool) -> Shadows {
+    /// No shadows yet; `compare_only` forces the fallback, `whole_file` the ablation.
+    pub(crate) fn new(compare_only: bool, whole_file: bool) -> Shadows {
         Shadows {
             compare_only,
+            whole_file,
             ..Shadows::default()
         }
     }

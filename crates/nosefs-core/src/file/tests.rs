@@ -412,6 +412,28 @@ fn a_rename_over_an_open_file_orphans_it() {
     assert_eq!(h.fs().lookup(ROOT_INO, b"target").unwrap().ino, source);
     assert_eq!(read_all(h.fs(), target), b"old contents");
     assert_eq!(h.fs().getattr(target).unwrap().nlink, 0);
+    // Still fully usable through its descriptor: fchmod, fchown, futimens (issue 25).
+    let change = crate::namespace::SetAttr {
+        mode: Some(0o600),
+        uid: Some(7),
+        gid: Some(8),
+        mtime_ns: Some(1_000_000_000),
+        ..Default::default()
+    };
+    let attr = h.fs().setattr(target, &change).unwrap();
+    assert_eq!(
+        (
+            attr.mode & 0o7777,
+            attr.uid,
+            attr.gid,
+            attr.mtime_ns,
+            attr.nlink
+        ),
+        (0o600, 7, 8, 1_000_000_000, 0)
+    );
+    h.fs().write(target, 0, b"new").unwrap();
+    h.fs().fsync(target).unwrap();
+    assert_eq!(read_all(h.fs(), target), b"new contents");
     h.remount(true); // fsck accepts the orphan; mount frees it
     assert_eq!(h.fs().mount_report().orphans_freed, 1);
 }

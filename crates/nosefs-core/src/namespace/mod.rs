@@ -135,6 +135,9 @@ pub struct MountOptions {
     /// sync, even where the kernel could track them (for tests and for kernels whose tracking
     /// misbehaves). See [`crate::file::mmap`].
     pub compare_mapped_pages: bool,
+    /// The ablation of dirty tracking (benchmarks only): every sync of a mapped file writes back
+    /// every page of it, as NOVA's msync does (seed 001, Table I).
+    pub msync_whole_file: bool,
     /// CPUs to keep pools for (default: the machine's).
     pub cpus: Option<usize>,
     /// Pre-fault the whole mapping (`MAP_POPULATE`), so no page fault lands in a timed region.

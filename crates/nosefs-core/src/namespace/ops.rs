@@ -457,10 +457,6 @@ impl Fs {
         if inode.removed.load(Ordering::Acquire) {
             return Err(Errno::ENOENT.into());
         }
-        if inode.orphaned.load(Ordering::Acquire) {
-            // A new version would have to stay out of every chain too; not supported yet.
-            return Err(Errno::ENOENT.into());
-        }
         let old_slot = inode.primary_slot();
         let old = self.image.pinode(u64::from(old_slot));
         let mut new = old.clone();
@@ -472,7 +468,19 @@ impl Fs {
         new.atime_ns = change.atime_ns.map_or(old.atime_ns, I64::new);
         new.mtime_ns = change.mtime_ns.map_or(old.mtime_ns, I64::new);
         new.ctime_ns = I64::new(now_ns());
-        self.replace_version(&inode, &mut locked[0].1, old_slot, new)?;
+        if inode.orphaned.load(Ordering::Acquire) {
+            // A file open after losing its last name (fchmod, fchown, futimens on it). Its
+            // ORPHAN pinode is in no chain and is freed at the next mount, so nothing about it
+            // must survive a crash: its attributes change in place, with no commit. Only the
+            // attribute fields differ from what is there.
+            let offset = self.image.geometry().pinode_offset(u64::from(old_slot));
+            self.image
+                .region()
+                .write_bytes(offset, zerocopy::IntoBytes::as_bytes(&new));
+            self.image.region().flush(offset, pinode::PINODE_BYTES);
+        } else {
+            self.replace_version(&inode, &mut locked[0].1, old_slot, new)?;
+        }
         if let (Some(file), Some(mtime_ns)) = (inode.file_state(), change.mtime_ns) {
             file.lock().set_mtime(mtime_ns);
         }

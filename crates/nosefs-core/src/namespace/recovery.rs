@@ -58,7 +58,10 @@ pub(super) fn mount(image: Image, options: &MountOptions) -> Result<Fs> {
         file_logs: SlotPools::new(cpus, 1..g.file_log_count() as u32),
         sync_writes: options.sync,
         read_only: options.read_only,
-        shadows: crate::file::mmap::Shadows::new(options.compare_mapped_pages),
+        shadows: crate::file::mmap::Shadows::new(
+            options.compare_mapped_pages,
+            options.msync_whole_file,
+        ),
         next_ino: AtomicU64::new(scan.max_ino + 1),
         topology: Mutex::new(()),
         report: MountReport {
