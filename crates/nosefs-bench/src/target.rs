@@ -418,8 +418,10 @@ impl Target for Native {
     fn map_write(&self, map: &Mapping, offset: u64, data: &[u8]) {
         map.store(offset as usize, data);
     }
-    fn msync(&self, map: &Mapping, _offset: u64, _len: u64) -> io::Result<()> {
-        self.fs().msync(map).map_err(errno)
+    fn msync(&self, map: &Mapping, offset: u64, len: u64) -> io::Result<()> {
+        self.fs()
+            .msync_range(map, offset as usize, len as usize)
+            .map_err(errno)
     }
     fn counters(&self) -> Option<Counters> {
         Some(counters())

@@ -106,6 +106,29 @@ fn stores_left_by_an_unmapped_mapping_are_synced_by_fsync() {
     drop(fs.unmount());
 }
 
+#[test]
+fn msync_of_a_range_commits_that_range_and_fsync_the_rest() {
+    let t = common::fresh_image(16 << 20);
+    let bytes = std::fs::read(&t.path).unwrap();
+    let fs = common::fsck_and_mount(&bytes, 1);
+    let ino = file_with(&fs, b"m", &vec![b'.'; 16 * PAGE]);
+    let fs = common::track_durable(fs);
+    let a = fs.map(ino, 0, 16 * PAGE, true).unwrap();
+    let b = fs.map(ino, 8 * PAGE as u64, 8 * PAGE, true).unwrap();
+    a.store(PAGE + 3, b"one");
+    b.store(2 * PAGE + 3, b"ten"); // file page 10, through the other mapping
+    fs.msync_range(&b, 2 * PAGE, 10).unwrap(); // file page 10 only
+    let crashed = common::fsck_and_mount(&common::crash_image(&fs), 1);
+    let after = read_all(&crashed, ino);
+    assert_eq!(&after[10 * PAGE + 3..10 * PAGE + 6], b"ten", "the range is durable");
+    assert_eq!(&after[PAGE + 3..PAGE + 6], b"...", "a page outside it is not yet");
+    drop(crashed);
+    fs.fsync(ino).unwrap();
+    let crashed = common::fsck_and_mount(&common::crash_image(&fs), 1);
+    assert_eq!(&read_all(&crashed, ino)[PAGE + 3..PAGE + 6], b"one", "fsync takes the rest");
+    drop((a, b));
+}
+
 struct Rng(u64);
 impl Rng {
     fn next(&mut self) -> u64 {

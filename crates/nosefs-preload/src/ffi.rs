@@ -3627,7 +3627,7 @@ pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn msync(addr: *mut c_void, len: size_t, flags: c_int) -> c_int {
     if !in_shim() {
-        if let Some(done) = serve(|| Ok(maps::sync(addr as usize))).unwrap_or(None) {
+        if let Some(done) = serve(|| Ok(maps::sync(addr as usize, len))).unwrap_or(None) {
             return match done {
                 Ok(()) => 0,
                 Err(e) => {

@@ -100,8 +100,8 @@ pub fn unmap(addr: usize, len: usize) -> Option<Result<(), Errno>> {
     Some(Ok(()))
 }
 
-/// msync: `None` when `addr` is in no noseFS mapping.
-pub fn sync(addr: usize) -> Option<Result<(), Errno>> {
+/// msync of `len` bytes from `addr`: `None` when `addr` is in no noseFS mapping.
+pub fn sync(addr: usize, len: usize) -> Option<Result<(), Errno>> {
     if LIVE.load(Ordering::Acquire) == 0 {
         return None;
     }
@@ -109,7 +109,10 @@ pub fn sync(addr: usize) -> Option<Result<(), Errno>> {
     let mapping = all
         .iter()
         .find(|m| m.addr() <= addr && addr < m.addr() + m.len())?;
-    Some(state::with_fs(|fs| fs.msync(mapping).map_err(errno)))
+    let at = addr - mapping.addr();
+    Some(state::with_fs(|fs| {
+        fs.msync_range(mapping, at, len).map_err(errno)
+    }))
 }
 
 /// Whether `addr..addr+len` overlaps a noseFS mapping (mremap cannot move one: the core knows

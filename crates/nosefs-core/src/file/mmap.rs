@@ -105,6 +105,8 @@ pub struct MapAt {
 #[derive(Debug)]
 pub struct Mapping {
     ino: u64,
+    /// The file offset of the mapping's first byte.
+    offset: u64,
     shadow: Arc<Shadow>,
     view: Arc<View>,
     /// Id among the shadow's shared views; `None` for a private mapping.
@@ -244,6 +246,7 @@ impl Fs {
         };
         Ok(Mapping {
             ino,
+            offset,
             shadow,
             view,
             id,
@@ -251,9 +254,23 @@ impl Fs {
     }
 
     /// Makes the stores to `mapping` (and every other change to its file) durable, atomically:
-    /// msync(MS_SYNC). See the module's notes.
+    /// msync(MS_SYNC) of the whole mapping. See the module's notes.
     pub fn msync(&self, mapping: &Mapping) -> Result<()> {
-        self.fsync(mapping.ino)
+        self.msync_range(mapping, 0, mapping.len())
+    }
+
+    /// msync(MS_SYNC) of `len` bytes of `mapping` from `at`: the pages of that part of the file
+    /// written through any of its mappings, with the file's pending writes, become durable as
+    /// one unit. Only that part is scanned, so the cost follows the range, not the file.
+    pub fn msync_range(&self, mapping: &Mapping, at: usize, len: usize) -> Result<()> {
+        if at > mapping.len() {
+            return Err(Errno(libc::ENOMEM).into());
+        }
+        let first = mapping.offset + (at as u64 / PAGE_BYTES) * PAGE_BYTES;
+        let end = mapping.offset + (at + len).min(mapping.len()) as u64;
+        let inode = self.inode(mapping.ino)?;
+        self.take_mapped_writes(&inode, Some((first, end)))?;
+        self.commit_inode(&inode)
     }
 
     /// How written pages of shared mappings are found: "userfaultfd write-protect + PAGEMAP_SCAN"
@@ -352,12 +369,17 @@ impl Fs {
 
     /// Moves the pages written through the file's mappings into its data path (pending writes),
     /// for the commit the caller makes next. A shadow no mapping uses any more is dropped.
-    pub(super) fn take_mapped_writes(&self, inode: &Inode) -> Result<()> {
+    /// `range`: only the pages of this part of the file (`None`: all).
+    pub(super) fn take_mapped_writes(
+        &self,
+        inode: &Inode,
+        range: Option<(u64, u64)>,
+    ) -> Result<()> {
         let Some(shadow) = self.shadow_of(inode.ino) else {
             return Ok(());
         };
         let mut state = shadow.state.lock();
-        let pages = self.written_pages(inode, &shadow, &mut state)?;
+        let pages = self.written_pages(inode, &shadow, &mut state, range)?;
         let mut page = vec![0u8; PAGE_BYTES as usize];
         let mut run_start = None;
         let mut run: Vec<u8> = Vec::new();
@@ -408,7 +430,9 @@ impl Fs {
         inode: &Inode,
         shadow: &Shadow,
         state: &mut ShadowState,
+        range: Option<(u64, u64)>,
     ) -> Result<BTreeSet<u64>> {
+        let (first, end) = range.unwrap_or((0, u64::MAX));
         let mut pages = std::mem::take(&mut state.orphaned_pages);
         if self.shadows.whole_file {
             // The ablation: still scan (re-arming the protection), then take every page.
@@ -425,8 +449,18 @@ impl Fs {
             Some(tracker) => {
                 let mut runs = Vec::new();
                 for (_, view, offset) in &state.shared {
+                    // The part of this view inside the range, in whole pages of the view.
+                    let from = first.max(*offset);
+                    let to = end.min(offset + view.len() as u64);
+                    if from >= to {
+                        continue;
+                    }
+                    let at = ((from - offset) / PAGE_BYTES * PAGE_BYTES) as usize;
+                    let len = ((to - offset).div_ceil(PAGE_BYTES) * PAGE_BYTES) as usize - at;
                     runs.clear();
-                    tracker.take_written(view, &mut runs).map_err(io_error)?;
+                    tracker
+                        .take_written_in(view, at, len.min(view.len() - at), &mut runs)
+                        .map_err(io_error)?;
                     for &(at, len) in &runs {
                         let first = (offset + at as u64) / PAGE_BYTES;
                         pages.extend(first..first + (len as u64).div_ceil(PAGE_BYTES));
@@ -441,8 +475,8 @@ impl Fs {
                     vec![0u8; PAGE_BYTES as usize],
                     vec![0u8; PAGE_BYTES as usize],
                 );
-                let mut at = 0;
-                while at < state.size {
+                let mut at = first / PAGE_BYTES * PAGE_BYTES;
+                while at < state.size.min(end) {
                     let n = self.read_locked(&data, at, &mut theirs);
                     state.view.read(at as usize, &mut mine[..n]);
                     if mine[..n] != theirs[..n] {

@@ -296,13 +296,28 @@ impl WriteTracker {
     /// Appends the view's pages written since the last call, as (offset in the view, bytes)
     /// runs, and write-protects them again in the same call.
     pub fn take_written(&self, view: &View, out: &mut Vec<(usize, usize)>) -> io::Result<()> {
+        self.take_written_in(view, 0, view.len, out)
+    }
+
+    /// [`WriteTracker::take_written`] for `len` bytes of the view from `at` (page aligned).
+    pub fn take_written_in(
+        &self,
+        view: &View,
+        at: usize,
+        len: usize,
+        out: &mut Vec<(usize, usize)>,
+    ) -> io::Result<()> {
+        assert!(
+            at % PAGE_BYTES as usize == 0 && at + len <= view.len,
+            "a scan covers whole pages of the view"
+        );
         let mut regions: [PageRegion; 32] = std::array::from_fn(|_| PageRegion {
             start: 0,
             end: 0,
             categories: 0,
         });
-        let end = (view.addr + view.len) as u64;
-        let mut start = view.addr as u64;
+        let end = (view.addr + at + len) as u64;
+        let mut start = (view.addr + at) as u64;
         while start < end {
             let mut arg = PmScanArg {
                 size: std::mem::size_of::<PmScanArg>() as u64,

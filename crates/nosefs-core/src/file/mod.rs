@@ -533,7 +533,12 @@ impl Fs {
 
     fn fsync_inode(&self, inode: &Inode) -> Result<()> {
         // Stores through mappings join the commit as writes (see `mmap`).
-        self.take_mapped_writes(inode)?;
+        self.take_mapped_writes(inode, None)?;
+        self.commit_inode(inode)
+    }
+
+    /// Commits the file's pending writes (not its mapped stores: see [`Fs::fsync`]).
+    fn commit_inode(&self, inode: &Inode) -> Result<()> {
         let _locked = inode.data.lock();
         if inode.removed.load(Ordering::Acquire) {
             return Ok(());
