@@ -289,6 +289,78 @@ fn libc_erofs() -> i32 {
     30
 }
 
+/// Runs `script` with `sh -c` in `dir`; its stdout.
+fn sh_in(dir: &Path, script: &str) -> String {
+    let out = Command::new("sh")
+        .args(["-c", script])
+        .current_dir(dir)
+        .env("LC_ALL", "C")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{script}: {out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn holes_are_punched_found_and_copied_as_on_tmpfs() {
+    if !fuse_usable() {
+        return;
+    }
+    let s = setup();
+    assert!(mount(&s).status.success());
+    let tmpfs = s.mnt.with_file_name("tmpfs");
+    std::fs::create_dir(&tmpfs).unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "none"])
+        .arg(&tmpfs)
+        .status()
+        .unwrap();
+    assert!(mounted.success());
+    // 1 MiB of data, 1 MiB of zeros, 1 MiB of data; then a punched hole, dug holes, sparse
+    // copies; lseek's answers; du's block counts; the bytes.
+    let script = r#"set -e
+python3 -c "
+with open('f', 'wb') as f:
+    f.write(b'a' * 1048576); f.write(bytes(1048576)); f.write(b'b' * 1048576)
+"
+cp --sparse=always f g
+fallocate --punch-hole -o 4096 -l 65536 f
+cp f f2
+fallocate --dig-holes f2
+cp --sparse=always f h
+python3 -c "
+import os
+for name, at in (('f', 0), ('f', 70000), ('g', 0), ('g', 1048576), ('f2', 5000)):
+    fd = os.open(name, os.O_RDONLY)
+    print(name, at, os.lseek(fd, at, os.SEEK_DATA), os.lseek(fd, at, os.SEEK_HOLE))
+    os.close(fd)
+fd = os.open('f', os.O_RDONLY)
+try:
+    os.lseek(fd, 3145728, os.SEEK_DATA)
+except OSError as e:
+    print('past the end:', e.strerror)
+"
+du -k f f2 g h
+md5sum f f2 g h
+"#;
+    let ours = sh_in(&s.mnt, script);
+    let theirs = sh_in(&tmpfs, script);
+    let _ = Command::new("umount").arg(&tmpfs).status();
+    assert_eq!(ours, theirs, "noseFS:\n{ours}\ntmpfs:\n{theirs}");
+    assert!(ours.contains("g 0 0 1048576"), "{ours}");
+    // ZERO_RANGE (tmpfs has none; ext4's answer): zeros, the size kept; and preallocation
+    // grows the size, KEEP_SIZE does not.
+    let out = sh_in(
+        &s.mnt,
+        "set -e; fallocate -z -o 10 -l 100 h; od -A d -t x1 -j 8 -N 4 h | head -1; \
+         fallocate -l 8M big; fallocate -n -l 16M big; stat -c %s h big",
+    );
+    assert!(out.starts_with("0000008 61 61 00 00\n"), "{out}");
+    assert!(out.ends_with("3145728\n8388608\n"), "{out}");
+    umount(&s.mnt);
+    assert!(fsck(&s.image).status.success());
+}
+
 #[test]
 fn a_setgid_directory_passes_its_group_on() {
     if !fuse_usable() {

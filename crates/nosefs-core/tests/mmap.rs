@@ -120,12 +120,24 @@ fn msync_of_a_range_commits_that_range_and_fsync_the_rest() {
     fs.msync_range(&b, 2 * PAGE, 10).unwrap(); // file page 10 only
     let crashed = common::fsck_and_mount(&common::crash_image(&fs), 1);
     let after = read_all(&crashed, ino);
-    assert_eq!(&after[10 * PAGE + 3..10 * PAGE + 6], b"ten", "the range is durable");
-    assert_eq!(&after[PAGE + 3..PAGE + 6], b"...", "a page outside it is not yet");
+    assert_eq!(
+        &after[10 * PAGE + 3..10 * PAGE + 6],
+        b"ten",
+        "the range is durable"
+    );
+    assert_eq!(
+        &after[PAGE + 3..PAGE + 6],
+        b"...",
+        "a page outside it is not yet"
+    );
     drop(crashed);
     fs.fsync(ino).unwrap();
     let crashed = common::fsck_and_mount(&common::crash_image(&fs), 1);
-    assert_eq!(&read_all(&crashed, ino)[PAGE + 3..PAGE + 6], b"one", "fsync takes the rest");
+    assert_eq!(
+        &read_all(&crashed, ino)[PAGE + 3..PAGE + 6],
+        b"one",
+        "fsync takes the rest"
+    );
     drop((a, b));
 }
 

@@ -38,6 +38,9 @@ pub enum Op {
     /// `pages` pages (within the file's size), msync, unmap: durable and atomic on return, with
     /// the file's pending writes.
     MapSync(&'static str, u64, u8),
+    /// fallocate(PUNCH_HOLE | KEEP_SIZE) of `len` bytes at `offset`: durable and atomic on
+    /// return, with the file's pending writes.
+    PunchHole(&'static str, u64, u64),
 }
 
 impl Op {
@@ -59,6 +62,7 @@ impl Op {
             Op::Truncate(_, _) => "truncate",
             Op::Fsync(_) => "fsync",
             Op::MapSync(..) => "msync",
+            Op::PunchHole(..) => "punch",
         }
     }
 
@@ -73,7 +77,9 @@ impl Op {
     /// The file this operation commits (fsync or truncate), if any.
     pub fn commits(&self) -> Option<&'static str> {
         match self {
-            Op::Fsync(p) | Op::Truncate(p, _) | Op::MapSync(p, ..) => Some(p),
+            Op::Fsync(p) | Op::Truncate(p, _) | Op::MapSync(p, ..) | Op::PunchHole(p, ..) => {
+                Some(p)
+            }
             _ => None,
         }
     }
@@ -176,6 +182,7 @@ pub fn run(fs: &Fs, op: &Op) -> Result<()> {
         Op::Truncate(p, size) => fs.truncate(ino(fs, p)?, *size),
         Op::Fsync(p) => fs.fsync(ino(fs, p)?),
         Op::MapSync(p, pages, seed) => map_sync(fs, ino(fs, p)?, *pages, *seed),
+        Op::PunchHole(p, offset, len) => fs.punch_hole(ino(fs, p)?, *offset, *len),
     }
 }
 
@@ -238,11 +245,12 @@ pub fn singles() -> Vec<Op> {
         ),
         Op::Write("/a", 100, 300, 2), // pending only: every crash shows the old data
         Op::Append("/d/c", 3000, 3),
-        Op::Truncate("/a", 20_000), // up: a hole
-        Op::Truncate("/a", 1000),   // down: extents dropped and split
-        Op::Fsync("/a"),            // nothing pending
-        Op::MapSync("/a", 3, 10),   // every page of the file dirtied through a mapping
-        Op::Unlink("/a"),           // a file with data (and another name)
+        Op::Truncate("/a", 20_000),     // up: a hole
+        Op::Truncate("/a", 1000),       // down: extents dropped and split
+        Op::Fsync("/a"),                // nothing pending
+        Op::MapSync("/a", 3, 10),       // every page of the file dirtied through a mapping
+        Op::PunchHole("/a", 100, 5000), // a hole inside the file's one extent
+        Op::Unlink("/a"),               // a file with data (and another name)
     ]
 }
 
@@ -267,6 +275,12 @@ pub fn file_sequences() -> Vec<Vec<Op>> {
             Op::MapSync("/d/c", 10, 11),
         ],
         vec![Op::Write("/a", 100, 50, 12), Op::MapSync("/a", 2, 13)],
+        // A hole across several extents, with a pending write inside it.
+        (0..6)
+            .map(|i| Op::Write("/a", i * 1500, 700, 20 + i as u8))
+            .chain([Op::Fsync("/a"), Op::Write("/a", 3000, 100, 30)])
+            .chain([Op::PunchHole("/a", 1000, 6000)])
+            .collect(),
     ]
 }
 

@@ -108,7 +108,10 @@ impl Enc {
             .u32(a.uid)
             .u32(a.gid);
         self.u64(a.size).u32(a.rdev);
-        self.i64(a.atime_ns).i64(a.mtime_ns).i64(a.ctime_ns)
+        self.i64(a.atime_ns)
+            .i64(a.mtime_ns)
+            .i64(a.ctime_ns)
+            .u64(a.blocks)
     }
     /// Appends an optional u64-sized value.
     fn opt_u64(&mut self, v: Option<u64>) -> &mut Enc {
@@ -236,6 +239,7 @@ impl<'a> Dec<'a> {
             atime_ns: self.i64()?,
             mtime_ns: self.i64()?,
             ctime_ns: self.i64()?,
+            blocks: self.u64()?,
         })
     }
     fn opt_u64(&mut self) -> Result<Option<u64>, Malformed> {
@@ -320,6 +324,7 @@ mod tests {
             atime_ns: -5,
             mtime_ns: 6,
             ctime_ns: i64::MAX,
+            blocks: 9,
         }
     }
 

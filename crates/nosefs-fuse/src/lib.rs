@@ -22,9 +22,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
     INodeNo, LockOwner, OpenFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
-    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request,
-    TimeOrNow, WriteFlags,
+    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite,
+    Request, TimeOrNow, WriteFlags,
 };
+use nosefs_core::file::holes::Seek;
 use nosefs_core::format::pinode;
 use nosefs_core::namespace::{Attr, Fs, Owner, RenameFlags, SetAttr};
 
@@ -107,7 +108,7 @@ pub fn file_attr(a: &Attr) -> FileAttr {
     FileAttr {
         ino: INodeNo(a.ino),
         size: a.size,
-        blocks: a.size.div_ceil(512),
+        blocks: a.blocks,
         atime: time(a.atime_ns),
         mtime: time(a.mtime_ns),
         ctime: time(a.ctime_ns),
@@ -526,6 +527,54 @@ impl Filesystem for NoseFuse {
             255,
             4096,
         );
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        let (Ok(offset), Ok(length)) = (i64::try_from(offset), i64::try_from(length)) else {
+            reply.error(Errno::EINVAL);
+            return;
+        };
+        match nosefs_core::vfs::fallocate(self.fs(), ino.0, mode, offset, length) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(Errno::from_i32(e.0)),
+        }
+    }
+
+    fn lseek(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        // The kernel answers SEEK_SET, SEEK_CUR and SEEK_END itself; holes are ours to find.
+        let what = match whence {
+            libc::SEEK_DATA => Seek::Data,
+            libc::SEEK_HOLE => Seek::Hole,
+            _ => {
+                reply.error(Errno::EINVAL);
+                return;
+            }
+        };
+        let Ok(offset) = u64::try_from(offset) else {
+            reply.error(Errno::ENXIO);
+            return;
+        };
+        match self.fs().seek(ino.0, offset, what) {
+            Ok(at) => reply.offset(at as i64),
+            Err(e) => reply.error(errno(e)),
+        }
     }
 
     fn access(&self, _req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {

@@ -901,7 +901,7 @@ fn fill_stat(attr: &Attr, st: &mut libc::stat) {
     st.st_rdev = u64::from(attr.rdev);
     st.st_size = attr.size as i64;
     st.st_blksize = 4096;
-    st.st_blocks = attr.size.div_ceil(512) as i64;
+    st.st_blocks = attr.blocks as i64;
     st.st_atime = attr.atime_ns.div_euclid(1_000_000_000);
     st.st_atime_nsec = attr.atime_ns.rem_euclid(1_000_000_000);
     st.st_mtime = attr.mtime_ns.div_euclid(1_000_000_000);

@@ -168,6 +168,8 @@ pub struct Punched {
 #[derive(Debug, Default, Clone)]
 pub struct FileMap {
     pieces: ChunkMap<Piece>,
+    /// Bytes the pieces hold (what the file stores, holes excluded).
+    bytes: u64,
     refs: BlockRefs,
     pending: Vec<u64>,
     pending_count: usize,
@@ -187,6 +189,7 @@ impl FileMap {
         if piece.eno == 0 {
             self.note_pending(offset);
         }
+        self.bytes += piece.len;
         self.pieces.insert(offset, piece);
     }
 
@@ -202,9 +205,15 @@ impl FileMap {
         }
     }
 
+    /// Bytes the pieces hold: the file's data, holes excluded.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
     /// Removes the piece at exactly `offset` and returns it.
     pub fn remove(&mut self, offset: u64) -> Piece {
         let piece = self.pieces.remove(offset).expect("a piece at the offset");
+        self.bytes -= piece.len;
         self.refs.remove(piece.addr, piece.len);
         if piece.eno == 0 {
             self.forget_pending();
@@ -260,6 +269,7 @@ impl FileMap {
         );
         let (addr, old_len) = (piece.addr, piece.len);
         piece.len = len;
+        self.bytes -= old_len - len;
         let was_committed = piece.eno != 0;
         piece.eno = 0;
         self.refs.remove(addr, old_len);
@@ -382,6 +392,11 @@ impl FileMap {
             }
         }
         assert_eq!(refs, self.refs, "block counts out of step");
+        assert_eq!(
+            self.bytes,
+            self.pieces.iter().map(|(_, p)| p.len).sum::<u64>(),
+            "byte count out of step"
+        );
         assert_eq!(
             self.pending_count,
             self.pieces.iter().filter(|(_, p)| p.eno == 0).count()

@@ -32,6 +32,7 @@
 
 pub(crate) mod chunkmap;
 pub(crate) mod filemap;
+pub mod holes;
 pub mod journal;
 pub mod mmap;
 mod mmap_sys;
@@ -153,6 +154,11 @@ impl FileState {
     }
 
     /// Size and modification time as stat reports them (pending writes included).
+    /// Bytes the file's pieces hold (its data, holes excluded).
+    pub fn data_bytes(&self) -> u64 {
+        self.map.bytes()
+    }
+
     pub fn size_and_mtime(&self) -> (u64, i64) {
         (self.size, self.mtime_ns)
     }

@@ -73,6 +73,10 @@ pub struct Attr {
     pub mtime_ns: i64,
     /// Status change time.
     pub ctime_ns: i64,
+    /// Space the file holds, in 512-byte units (`st_blocks`): its data bytes in whole 4 KiB
+    /// blocks, so a hole holds none. A file whose data state is not loaded yet (untouched since
+    /// mount) is counted as dense.
+    pub blocks: u64,
 }
 
 impl Attr {
@@ -89,6 +93,11 @@ impl Attr {
             atime_ns: p.atime_ns.get(),
             mtime_ns: p.mtime_ns.get(),
             ctime_ns: p.ctime_ns.get(),
+            blocks: if is_dir {
+                BLOCK_SIZE / 512
+            } else {
+                p.size.get().div_ceil(BLOCK_SIZE) * (BLOCK_SIZE / 512)
+            },
         }
     }
 
@@ -370,7 +379,10 @@ impl Fs {
         let mut attr = Attr::from_pinode(&self.primary_pinode(&inode)?);
         if let Some(file) = inode.file_state() {
             // Writes since the last commit live in DRAM until fsync; stat sees them.
-            let (size, mtime_ns) = file.lock().size_and_mtime();
+            let state = file.lock();
+            let (size, mtime_ns) = state.size_and_mtime();
+            attr.blocks = state.data_bytes().div_ceil(BLOCK_SIZE) * (BLOCK_SIZE / 512);
+            drop(state);
             attr.size = size;
             attr.mtime_ns = mtime_ns;
             attr.ctime_ns = attr.ctime_ns.max(mtime_ns);

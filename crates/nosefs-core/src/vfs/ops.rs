@@ -310,32 +310,32 @@ pub fn fallocate(fs: &Fs, ino: u64, mode: i32, offset: i64, len: i64) -> Result<
     let (offset, len) = (offset as u64, len as u64);
     let end = offset.checked_add(len).ok_or(Errno(libc::EFBIG))?;
     let size = core(fs.getattr(ino))?.size;
-    match mode {
+    let keep_size = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
+    match mode & !libc::FALLOC_FL_KEEP_SIZE {
+        // Preallocation. Writes never fail for want of space they were promised by an earlier
+        // fallocate only as long as the space is there: this checks it is, without setting it
+        // aside (a byte-granular file has no blocks to reserve before it is written).
         0 => {
-            if end > size {
+            let needed = end.saturating_sub(size).div_ceil(crate::format::BLOCK_SIZE);
+            if needed > fs.free_data_blocks() {
+                return Err(Errno(libc::ENOSPC));
+            }
+            if end > size && !keep_size {
                 core(fs.truncate(ino, end))?;
             }
             Ok(())
         }
-        libc::FALLOC_FL_KEEP_SIZE => Ok(()),
-        m if m == libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE
-            || m == libc::FALLOC_FL_ZERO_RANGE
-            || m == libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE =>
-        {
-            let stop = if m & libc::FALLOC_FL_KEEP_SIZE != 0 {
-                end.min(size)
-            } else {
-                end
-            };
-            let zeros = vec![0u8; 1 << 16];
-            let mut at = offset;
-            while at < stop {
-                let n = (stop - at).min(zeros.len() as u64) as usize;
-                core(fs.write(ino, at, &zeros[..n]))?;
-                at += n as u64;
+        // A hole: cheap on byte-granular extents (the pieces in the range are cut, not copied).
+        libc::FALLOC_FL_PUNCH_HOLE if keep_size => core(fs.punch_hole(ino, offset, len)),
+        libc::FALLOC_FL_PUNCH_HOLE => Err(Errno::EINVAL), // PUNCH_HOLE needs KEEP_SIZE
+        libc::FALLOC_FL_ZERO_RANGE => {
+            core(fs.punch_hole(ino, offset, len))?;
+            if end > size && !keep_size {
+                core(fs.truncate(ino, end))?;
             }
             Ok(())
         }
+        // COLLAPSE_RANGE and INSERT_RANGE would shift every piece after the range: not yet.
         _ => Err(Errno(libc::EOPNOTSUPP)),
     }
 }

@@ -1,0 +1,90 @@
+//! Holes: punching them (`fallocate` PUNCH_HOLE and ZERO_RANGE) and finding them (`lseek`
+//! SEEK_DATA and SEEK_HOLE).
+//!
+//! A hole is a range of a file that no piece covers: it reads as zeros and holds no space. The
+//! byte-granular map makes punching cheap: the pieces that overlap the range are cut at its
+//! edges (their bytes outside it stay where they are, as an overwrite leaves them) and the rest
+//! is dropped, in one file commit, so a punch is atomic and durable on return like a truncate,
+//! and costs O(pieces in the range), not O(bytes).
+
+use crate::error::{Errno, Result};
+use crate::mkfs::now_ns;
+use crate::namespace::Fs;
+
+use super::filemap::Punched;
+use super::MAX_FILE_BYTES;
+
+/// What `lseek` looks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Seek {
+    /// SEEK_DATA: the first byte at or after the offset that a piece holds.
+    Data,
+    /// SEEK_HOLE: the first byte at or after the offset that none holds (the end of the file
+    /// counts as a hole).
+    Hole,
+}
+
+impl Fs {
+    /// Makes bytes `[offset, offset + len)` of regular file `ino` a hole (they read as zeros
+    /// and hold no space); the size does not change. Durable and atomic on return.
+    pub fn punch_hole(&self, ino: u64, offset: u64, len: u64) -> Result<()> {
+        self.writable()?;
+        let end = offset.checked_add(len).ok_or(Errno::EINVAL)?;
+        if len == 0 || end > MAX_FILE_BYTES {
+            return Err(Errno::EINVAL.into());
+        }
+        let inode = self.inode(ino)?;
+        let file = self.file_of(&inode)?;
+        let _locked = inode.data.lock();
+        if inode.removed.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(Errno::ENOENT.into());
+        }
+        let mut state = file.lock();
+        let end = end.min(state.size);
+        if offset < end {
+            let mut punched = Punched::default();
+            state.map.punch(offset, end, &mut punched);
+            state.removed.extend(punched.removed);
+            self.free_dropped(&mut state, &punched.dropped);
+            state.mtime_ns = now_ns();
+        }
+        self.commit_file(&inode, &mut state)?;
+        drop(state);
+        // A mapped file's shadow reads the zeros too.
+        if offset < end {
+            self.write_shadowed(ino, offset, &vec![0; (end - offset) as usize])?;
+        }
+        Ok(())
+    }
+
+    /// `lseek(SEEK_DATA)` and `lseek(SEEK_HOLE)` on regular file `ino`: ENXIO at or past the end
+    /// of the file, as the kernel answers.
+    pub fn seek(&self, ino: u64, offset: u64, what: Seek) -> Result<u64> {
+        let inode = self.inode(ino)?;
+        // Stores through mappings are data too: into the map first (pending, not committed).
+        self.take_mapped_writes(&inode, None)?;
+        let file = self.file_of(&inode)?;
+        let state = file.lock();
+        if offset >= state.size {
+            return Err(Errno(libc::ENXIO).into());
+        }
+        let mut at = offset;
+        for (start, piece) in state.map.overlapping(offset, state.size) {
+            if start > at {
+                // A gap before this piece: a hole at `at`, data at `start`.
+                return Ok(match what {
+                    Seek::Hole => at,
+                    Seek::Data => start,
+                });
+            }
+            if what == Seek::Data {
+                return Ok(at);
+            }
+            at = at.max(start + piece.len);
+        }
+        match what {
+            Seek::Hole => Ok(at.min(state.size)),
+            Seek::Data => Err(Errno(libc::ENXIO).into()),
+        }
+    }
+}
