@@ -374,6 +374,17 @@ PY
     m.unmount_and_fsck();
 }
 
+#[test]
+fn holes_are_punched_found_and_copied_as_on_the_kernel() {
+    if !usable() {
+        return;
+    }
+    let m = mount_with(&[]);
+    let out = same_as_kernel(&m, common::HOLES_SCRIPT);
+    assert!(out.contains("f2 0 0 4096\n"), "{out}");
+    m.unmount_and_fsck();
+}
+
 /// A child process killed if the test fails before it ends (no stray writers left behind).
 struct Reaped(Child);
 

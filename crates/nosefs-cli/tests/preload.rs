@@ -325,6 +325,14 @@ python3 -c 'import os; d=open(os.path.join(os.environ["D"], "m"), "rb").read(); 
 }
 
 #[test]
+fn holes_are_punched_found_and_copied_as_on_the_kernel() {
+    let setup = setup();
+    let out = same_as_kernel(&setup, common::HOLES_SCRIPT);
+    assert!(out.contains("f2 0 0 4096\n"), "{out}");
+    setup.fsck_clean();
+}
+
+#[test]
 fn python_os_pathlib_shutil_tempfile() {
     let setup = setup();
     let script = r#"python3 - <<'PY'

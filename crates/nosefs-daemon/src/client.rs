@@ -408,6 +408,13 @@ impl Service for Remote {
         self.call(&e).map(drop)
     }
 
+    fn seek_hole(&self, handle: Handle, offset: u64, data: bool) -> Result<u64, Errno> {
+        let mut e = Enc::new(op::SEEK_HOLE);
+        e.u64(handle).u64(offset).bool(data);
+        let reply = self.call(&e)?;
+        Dec::new(&reply).u64().map_err(|_| Errno::EIO)
+    }
+
     fn truncate(&self, found: &Found, size: i64) -> Result<(), Errno> {
         let mut e = Self::path_request(op::TRUNCATE, found);
         e.i64(size);

@@ -43,6 +43,8 @@ pub mod op {
     /// The client's credentials changed (setuid, setgroups, ...): the daemon reads them again
     /// from /proc itself (the client says only *that* they changed, never what they are).
     pub const RECRED: u32 = 29;
+    /// lseek SEEK_DATA or SEEK_HOLE.
+    pub const SEEK_HOLE: u32 = 30;
 }
 
 /// A message that does not decode.

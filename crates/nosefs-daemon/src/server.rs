@@ -669,6 +669,14 @@ fn execute(shared: &Shared, conn: &Conn, request: &[u8], room: usize) -> Result<
                 reply.entry(e);
             }
         }
+        op::SEEK_HOLE => {
+            let desc = description(shared, conn, d.u64()?)?;
+            if desc.kind != OpenKind::File {
+                return Err(Errno::EINVAL);
+            }
+            let at = local.seek_hole(desc.ino, d.u64()?, d.bool()?)?;
+            reply.u64(at);
+        }
         op::FALLOCATE => {
             let desc = description(shared, conn, d.u64()?)?;
             if desc.kind != OpenKind::File {

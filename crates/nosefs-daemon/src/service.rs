@@ -72,6 +72,8 @@ pub trait Service {
     fn readdir(&self, handle: Handle, cookie: u64, max: usize) -> Result<Vec<DirEntry>, Errno>;
     /// `fallocate`.
     fn fallocate(&self, handle: Handle, mode: i32, offset: i64, len: i64) -> Result<(), Errno>;
+    /// `lseek` SEEK_DATA (`data`) or SEEK_HOLE from `offset`.
+    fn seek_hole(&self, handle: Handle, offset: u64, data: bool) -> Result<u64, Errno>;
     /// `truncate` of a path.
     fn truncate(&self, found: &Found, size: i64) -> Result<(), Errno>;
     /// `mkdir`.
@@ -200,6 +202,15 @@ impl Service for Local<'_> {
 
     fn fallocate(&self, handle: Handle, mode: i32, offset: i64, len: i64) -> Result<(), Errno> {
         vfs::fallocate(self.fs, handle, mode, offset, len)
+    }
+
+    fn seek_hole(&self, handle: Handle, offset: u64, data: bool) -> Result<u64, Errno> {
+        let what = if data {
+            nosefs_core::file::holes::Seek::Data
+        } else {
+            nosefs_core::file::holes::Seek::Hole
+        };
+        self.fs.seek(handle, offset, what).map_err(|e| e.errno())
     }
 
     fn truncate(&self, found: &Found, size: i64) -> Result<(), Errno> {

@@ -110,7 +110,7 @@ pub fn pwrite(fd: i32, data: &[u8], offset: i64) -> Result<usize, Errno> {
     })
 }
 
-/// `lseek`, including SEEK_DATA and SEEK_HOLE (the whole file is data: noseFS has no holes yet).
+/// `lseek`, including SEEK_DATA and SEEK_HOLE (from the file's map of pieces).
 pub fn lseek(fd: i32, offset: i64, whence: i32) -> Result<i64, Errno> {
     let file = file_of(fd)?;
     if file.kind == Kind::Path {
@@ -134,13 +134,10 @@ pub fn lseek(fd: i32, offset: i64, whence: i32) -> Result<i64, Errno> {
             if offset < 0 || offset >= size {
                 return Err(Errno(libc::ENXIO));
             }
-            let at = if whence == libc::SEEK_DATA {
-                offset
-            } else {
-                size
-            };
-            *current = at as u64;
-            return Ok(at);
+            let data = whence == libc::SEEK_DATA;
+            let at = with_service(|s| s.seek_hole(file.handle, offset as u64, data))?;
+            *current = at;
+            return Ok(at as i64);
         }
         _ => return Err(Errno::EINVAL),
     };

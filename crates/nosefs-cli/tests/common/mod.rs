@@ -44,3 +44,26 @@ pub fn assert_same_as_kernel(
     );
     String::from_utf8_lossy(&ours.stdout).into_owned()
 }
+
+/// Holes made and found through a frontend: fallocate(1) punching and digging, cp's sparse copy
+/// (it asks lseek for SEEK_DATA and SEEK_HOLE), python's lseek; as on a kernel directory.
+#[allow(dead_code)]
+pub const HOLES_SCRIPT: &str = r#"set -e
+cd "$D"
+python3 -c "
+with open('f', 'wb') as f:
+    f.write(b'a' * 1048576); f.write(bytes(1048576)); f.write(b'b' * 1048576)
+"
+fallocate --punch-hole -o 4096 -l 65536 f
+cp f f2
+fallocate --dig-holes f2
+cp --sparse=always f2 h
+python3 -c "
+import os
+for name, at in (('f', 0), ('f', 70000), ('f2', 0), ('f2', 1048576), ('h', 5000)):
+    fd = os.open(name, os.O_RDONLY)
+    print(name, at, os.lseek(fd, at, os.SEEK_DATA), os.lseek(fd, at, os.SEEK_HOLE))
+    os.close(fd)
+"
+md5sum f f2 h
+"#;
