@@ -217,6 +217,10 @@ fn run_info(path: &Path) -> Result<(), Error> {
         image.region().flush_kind(),
         FlushKind::detect()
     );
+    println!(
+        "mapped files dirty pages found by {}",
+        nosefs_core::file::mmap::write_tracking_here()
+    );
     println!();
     println!(
         "{:<14} {:>14} {:>12} {:>12} {:>12}",

@@ -30,8 +30,10 @@ pub struct MountArgs {
     foreground: bool,
     /// Options, comma separated: sync (every write durable on return), ro (the image is never
     /// written, not even by recovery), errors=ro (a damaged image is mounted read-only, repaired
-    /// in memory, instead of refused; errors=refuse is the default), allow_other, threads=N
-    /// (worker threads, default 2).
+    /// in memory, instead of refused; errors=refuse is the default), allow_other, dev (device
+    /// nodes on the mount can be opened; nodev is the default, as for every FUSE mount), suid
+    /// (set-user-id bits take effect; nosuid is the default), threads=N (worker threads,
+    /// default 2).
     #[arg(short = 'o', value_delimiter = ',')]
     options: Vec<String>,
 }
@@ -42,6 +44,8 @@ struct Options {
     read_only: bool,
     errors: OnDamage,
     allow_other: bool,
+    dev: bool,
+    suid: bool,
     threads: usize,
 }
 
@@ -56,6 +60,10 @@ fn parse_options(raw: &[String]) -> Result<Options, String> {
             None if option == "ro" => options.read_only = true,
             None if option == "rw" => options.read_only = false,
             None if option == "allow_other" => options.allow_other = true,
+            None if option == "dev" => options.dev = true,
+            None if option == "nodev" => options.dev = false,
+            None if option == "suid" => options.suid = true,
+            None if option == "nosuid" => options.suid = false,
             Some(("errors", "ro" | "remount-ro")) => options.errors = OnDamage::ReadOnly,
             Some(("errors", "refuse")) => options.errors = OnDamage::Refuse,
             Some(("threads", n)) => {
@@ -67,7 +75,7 @@ fn parse_options(raw: &[String]) -> Result<Options, String> {
             }
             _ => {
                 return Err(format!(
-                    "unknown option `{option}` (sync, ro, errors=ro|refuse, allow_other, threads=N)"
+                    "unknown option `{option}` (sync, ro, errors=ro|refuse, allow_other, dev, suid, threads=N)"
                 ))
             }
         }
@@ -270,6 +278,16 @@ fn serve(args: &MountArgs, options: &Options) -> Result<(), String> {
     if read_only {
         config.mount_options.push(MountOption::RO);
     }
+    config.mount_options.push(if options.dev {
+        MountOption::Dev
+    } else {
+        MountOption::NoDev
+    });
+    config.mount_options.push(if options.suid {
+        MountOption::Suid
+    } else {
+        MountOption::NoSuid
+    });
     if options.allow_other {
         config.acl = SessionACL::All;
     }

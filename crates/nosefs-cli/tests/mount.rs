@@ -362,6 +362,36 @@ md5sum f f2 g h
 }
 
 #[test]
+fn device_nodes_open_with_dev_and_not_without() {
+    if !fuse_usable() {
+        return;
+    }
+    let s = setup();
+    for (options, opens) in [(None, false), (Some("dev"), true)] {
+        let mut cmd = nosefs();
+        cmd.arg("mount");
+        if let Some(o) = options {
+            cmd.args(["-o", o]);
+        }
+        let out = cmd.arg(&s.image).arg(&s.mnt).output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let null = s.mnt.join("null");
+        if !null.exists() {
+            let made = Command::new("mknod")
+                .arg(&null)
+                .args(["c", "1", "3"])
+                .status();
+            assert!(made.unwrap().success());
+        }
+        let wrote = std::fs::write(&null, b"gone");
+        assert_eq!(wrote.is_ok(), opens, "-o {options:?}: {wrote:?}");
+        umount(&s.mnt);
+        released(&s.image);
+    }
+    assert!(fsck(&s.image).status.success());
+}
+
+#[test]
 fn a_setgid_directory_passes_its_group_on() {
     if !fuse_usable() {
         return;

@@ -174,6 +174,19 @@ impl Drop for Mapping {
     }
 }
 
+const TRACKED: &str = "userfaultfd write-protect + PAGEMAP_SCAN";
+const COMPARED: &str =
+    "compare at sync (this kernel has no userfaultfd WP_ASYNC with PAGEMAP_SCAN)";
+
+/// How a mount on this machine would find the pages written through shared mappings
+/// ([`Fs::write_tracking`]), tried now (`nosefs info` says it).
+pub fn write_tracking_here() -> &'static str {
+    match WriteTracker::new() {
+        Ok(_) => TRACKED,
+        Err(_) => COMPARED,
+    }
+}
+
 fn io_error(e: std::io::Error) -> Error {
     Error::io("mapping a file", e)
 }
@@ -278,8 +291,8 @@ impl Fs {
     /// would be chosen.
     pub fn write_tracking(&self) -> &'static str {
         match self.shadows.tracker() {
-            Some(_) => "userfaultfd write-protect + PAGEMAP_SCAN",
-            None => "compare at sync (this kernel has no userfaultfd WP_ASYNC with PAGEMAP_SCAN)",
+            Some(_) => TRACKED,
+            None => COMPARED,
         }
     }
 
