@@ -48,7 +48,8 @@ pub fn read_small(path: &std::ffi::CStr) -> Option<String> {
     use rustix::fs::{Mode, OFlags};
     let fd = rustix::fs::open(path, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()).ok()?;
     let mut out = Vec::new();
-    let mut buf = [0u8; 4096];
+    // Large reads: a proc file changes between two of them (see `Remote::connect`).
+    let mut buf = vec![0u8; 64 << 10];
     loop {
         match rustix::io::read(&fd, &mut buf) {
             Ok(0) | Err(_) => break,
@@ -62,13 +63,17 @@ impl Remote {
     /// Connects to the daemon of the noseFS mount at `prefix` (the mount point as this process
     /// names it). `Ok(None)`: `prefix` is not a noseFS FUSE mount.
     pub fn connect(prefix: &[u8]) -> Result<Option<Remote>, Errno> {
-        let Some(mountinfo) = read_small(c"/proc/self/mountinfo") else {
-            return Ok(None);
-        };
-        let Some((major, minor, owner)) = find_daemon(&mountinfo, prefix) else {
-            return Ok(None);
-        };
-        Remote::connect_device(major, minor, owner, prefix).map(Some)
+        // mountinfo is read in pieces, and a mount or unmount elsewhere between two reads can
+        // make a line go missing from what one pass sees: look again before saying no.
+        for _ in 0..3 {
+            let Some(mountinfo) = read_small(c"/proc/self/mountinfo") else {
+                return Ok(None);
+            };
+            if let Some((major, minor, owner)) = find_daemon(&mountinfo, prefix) {
+                return Remote::connect_device(major, minor, owner, prefix).map(Some);
+            }
+        }
+        Ok(None)
     }
 
     /// Connects to the daemon serving the mount whose device is `major:minor`, owned by user
