@@ -375,6 +375,17 @@ PY
 }
 
 #[test]
+fn a_listing_that_renames_what_it_reads_ends() {
+    if !usable() {
+        return;
+    }
+    let m = mount_with(&[]);
+    let out = same_as_kernel(&m, common::RENAME_WHILE_LISTING_SCRIPT);
+    assert_eq!(out, "5000 5000 5000\n");
+    m.unmount_and_fsck();
+}
+
+#[test]
 fn holes_are_punched_found_and_copied_as_on_the_kernel() {
     if !usable() {
         return;

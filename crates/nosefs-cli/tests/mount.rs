@@ -362,6 +362,39 @@ md5sum f f2 g h
 }
 
 #[test]
+fn a_listing_that_renames_what_it_reads_ends() {
+    if !fuse_usable() {
+        return;
+    }
+    let s = setup();
+    assert!(mount(&s).status.success());
+    // Each renamed name gets a new place in the directory after the cursor; before the listing
+    // stopped at the end it had when opened, this never ended (15,001 entries and counting).
+    let out = sh_in(
+        &s.mnt,
+        r#"mkdir d && cd d && python3 -c "
+import os
+for i in range(5000):
+    open('f%d' % i, 'w').close()
+seen = set(); n = 0
+for e in os.scandir('.'):
+    n += 1
+    seen.add(e.name)
+    os.rename(e.name, e.name + '.renamed')
+    if n > 20000:
+        break
+print(n, len([x for x in seen if not x.endswith('.renamed')]), len(os.listdir('.')))
+""#,
+    );
+    assert_eq!(
+        out, "5000 5000 5000\n",
+        "entries listed, originals seen, names after"
+    );
+    umount(&s.mnt);
+    assert!(fsck(&s.image).status.success());
+}
+
+#[test]
 fn device_nodes_open_with_dev_and_not_without() {
     if !fuse_usable() {
         return;

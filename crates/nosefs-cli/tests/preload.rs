@@ -325,6 +325,14 @@ python3 -c 'import os; d=open(os.path.join(os.environ["D"], "m"), "rb").read(); 
 }
 
 #[test]
+fn a_listing_that_renames_what_it_reads_ends() {
+    let setup = setup();
+    let out = same_as_kernel(&setup, common::RENAME_WHILE_LISTING_SCRIPT);
+    assert_eq!(out, "5000 5000 5000\n");
+    setup.fsck_clean();
+}
+
+#[test]
 fn holes_are_punched_found_and_copied_as_on_the_kernel() {
     let setup = setup();
     let out = same_as_kernel(&setup, common::HOLES_SCRIPT);

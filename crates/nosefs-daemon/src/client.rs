@@ -413,6 +413,13 @@ impl Service for Remote {
         self.call(&e).map(drop)
     }
 
+    fn listing_end(&self, handle: Handle) -> Result<u64, Errno> {
+        let mut e = Enc::new(op::LISTING_END);
+        e.u64(handle);
+        let reply = self.call(&e)?;
+        Dec::new(&reply).u64().map_err(|_| Errno::EIO)
+    }
+
     fn seek_hole(&self, handle: Handle, offset: u64, data: bool) -> Result<u64, Errno> {
         let mut e = Enc::new(op::SEEK_HOLE);
         e.u64(handle).u64(offset).bool(data);

@@ -45,6 +45,8 @@ pub mod op {
     pub const RECRED: u32 = 29;
     /// lseek SEEK_DATA or SEEK_HOLE.
     pub const SEEK_HOLE: u32 = 30;
+    /// Where a directory listing starting now ends.
+    pub const LISTING_END: u32 = 31;
 }
 
 /// A message that does not decode.

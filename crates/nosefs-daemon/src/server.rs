@@ -669,6 +669,13 @@ fn execute(shared: &Shared, conn: &Conn, request: &[u8], room: usize) -> Result<
                 reply.entry(e);
             }
         }
+        op::LISTING_END => {
+            let desc = description(shared, conn, d.u64()?)?;
+            if desc.kind != OpenKind::Dir {
+                return Err(Errno::ENOTDIR);
+            }
+            reply.u64(local.listing_end(desc.ino)?);
+        }
         op::SEEK_HOLE => {
             let desc = description(shared, conn, d.u64()?)?;
             if desc.kind != OpenKind::File {

@@ -74,6 +74,8 @@ pub trait Service {
     fn fallocate(&self, handle: Handle, mode: i32, offset: i64, len: i64) -> Result<(), Errno>;
     /// `lseek` SEEK_DATA (`data`) or SEEK_HOLE from `offset`.
     fn seek_hole(&self, handle: Handle, offset: u64, data: bool) -> Result<u64, Errno>;
+    /// Where a listing of the open directory starting now ends (`Fs::listing_end`).
+    fn listing_end(&self, handle: Handle) -> Result<u64, Errno>;
     /// `truncate` of a path.
     fn truncate(&self, found: &Found, size: i64) -> Result<(), Errno>;
     /// `mkdir`.
@@ -202,6 +204,10 @@ impl Service for Local<'_> {
 
     fn fallocate(&self, handle: Handle, mode: i32, offset: i64, len: i64) -> Result<(), Errno> {
         vfs::fallocate(self.fs, handle, mode, offset, len)
+    }
+
+    fn listing_end(&self, handle: Handle) -> Result<u64, Errno> {
+        self.fs.listing_end(handle).map_err(|e| e.errno())
     }
 
     fn seek_hole(&self, handle: Handle, offset: u64, data: bool) -> Result<u64, Errno> {

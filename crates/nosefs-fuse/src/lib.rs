@@ -446,8 +446,12 @@ impl Filesystem for NoseFuse {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        // The handle is where the listing ends (see `Fs::listing_end`).
         match self.fs().getattr(ino.0) {
-            Ok(a) if a.is_dir() => reply.opened(FileHandle(0), FopenFlags::empty()),
+            Ok(a) if a.is_dir() => match self.fs().listing_end(ino.0) {
+                Ok(end) => reply.opened(FileHandle(end), FopenFlags::empty()),
+                Err(e) => reply.error(errno(e)),
+            },
             Ok(_) => reply.error(Errno::ENOTDIR),
             Err(e) => reply.error(errno(e)),
         }
@@ -457,11 +461,15 @@ impl Filesystem for NoseFuse {
         &self,
         _req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
+        let end = fh.0;
         let result = self.fs().readdir(ino.0, offset, |e| {
+            if e.cookie >= end {
+                return false; // added after the directory was opened: the listing ends here
+            }
             let name = OsStr::from_bytes(&e.name);
             !reply.add(INodeNo(e.ino), e.cookie, kind(e.file_type), name)
         });
@@ -475,12 +483,16 @@ impl Filesystem for NoseFuse {
         &self,
         _req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
         let fs = self.fs();
+        let end = fh.0;
         let result = fs.readdir(ino.0, offset, |e| {
+            if e.cookie >= end {
+                return false;
+            }
             // A name removed since the listing was read is skipped, as readdir would.
             let Ok(a) = fs.getattr(e.ino) else {
                 return true;

@@ -97,6 +97,8 @@ pub struct OpenFile {
     pub path: Vec<u8>,
     /// Whether the core counts this description as an open of the inode (`Fs::open`).
     counted: AtomicBool,
+    /// A directory: the cookie its listing ends at, fixed when the listing starts (0: none).
+    pub listing_end: std::sync::atomic::AtomicU64,
 }
 
 impl OpenFile {
@@ -110,6 +112,7 @@ impl OpenFile {
             offset: Offset::new(0),
             path,
             counted: AtomicBool::new(false),
+            listing_end: std::sync::atomic::AtomicU64::new(0),
         }
     }
 

@@ -289,7 +289,17 @@ pub fn read_dir(fd: i32, max: usize) -> Result<Vec<DirEntry>, Errno> {
     }
     let mut cookie = file.offset.lock();
     let mut out: Vec<DirEntry> = Vec::new();
+    // A listing that starts (or restarts: rewinddir) ends where the directory ended then, so
+    // that names renamed under the reader (each gets a new cookie) cannot keep it going forever.
+    if *cookie == 0 {
+        let end = with_service(|s| s.listing_end(file.handle))?;
+        file.listing_end.store(end, Ordering::Relaxed);
+    }
     out.extend(with_service(|s| s.readdir(file.handle, *cookie, max))?);
+    let end = file.listing_end.load(Ordering::Relaxed);
+    if end != 0 {
+        out.retain(|e| e.cookie < end); // cookies grow along a batch: only a tail goes
+    }
     if let Some(last) = out.last() {
         *cookie = last.cookie;
     }

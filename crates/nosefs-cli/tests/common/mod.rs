@@ -67,3 +67,24 @@ for name, at in (('f', 0), ('f', 70000), ('f2', 0), ('f2', 1048576), ('h', 5000)
 "
 md5sum f f2 h
 "#;
+
+/// A program that renames every entry of a 5,000-entry directory as it lists it: the listing
+/// must end (each renamed name comes back at a new place after the cursor).
+#[allow(dead_code)]
+pub const RENAME_WHILE_LISTING_SCRIPT: &str = r#"set -e
+cd "$D"
+mkdir d && cd d
+python3 -c "
+import os
+for i in range(5000):
+    open('f%d' % i, 'w').close()
+seen = set(); n = 0
+for e in os.scandir('.'):
+    n += 1
+    seen.add(e.name)
+    os.rename(e.name, e.name + '.renamed')
+    if n > 20000:
+        break
+print(n, len([x for x in seen if not x.endswith('.renamed')]), len(os.listdir('.')))
+"
+"#;

@@ -65,6 +65,11 @@ impl DirState {
         }
     }
 
+    /// The cookie the next new entry will get: every entry listed now has a smaller one.
+    pub fn listing_end(&self) -> u64 {
+        self.next_seq.load(Ordering::Relaxed)
+    }
+
     /// A fresh cookie for a new entry. Cookies only grow, so a readdir cursor never sees a
     /// surviving entry twice nor skips one.
     pub fn next_seq(&self) -> u64 {

@@ -411,6 +411,15 @@ impl Fs {
         Ok(self.primary_pinode(dir)?.parent.get())
     }
 
+    /// Where a listing of directory `dir` opened now should end: the first cookie a name added
+    /// (or moved in, or renamed) later will get. A reader that stops there ends, however many
+    /// names are renamed under it as it reads (btrfs's rule; POSIX leaves it open whether such
+    /// names are returned again, not whether the listing ends).
+    pub fn listing_end(&self, dir: u64) -> Result<u64> {
+        let inode = self.dir_inode(dir)?;
+        Ok(inode.dir().expect("dir_inode checked").listing_end())
+    }
+
     /// Lists directory `dir` from `cookie` (0 to start), calling `emit` for each entry until it
     /// returns false. "." and ".." come first. Entries created or removed during the listing may or
     /// may not appear; every entry present throughout appears exactly once.
