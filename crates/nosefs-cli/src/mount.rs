@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fuser::{Config, MountOption, SessionACL};
-use nosefs_core::namespace::{Fs, MountOptions, OnDamage};
+use nosefs_core::namespace::{AtimeMode, Fs, MountOptions, OnDamage};
 use nosefs_fuse::NoseFuse;
 
 /// Arguments of `nosefs mount`.
@@ -32,8 +32,8 @@ pub struct MountArgs {
     /// written, not even by recovery), errors=ro (a damaged image is mounted read-only, repaired
     /// in memory, instead of refused; errors=refuse is the default), allow_other, dev (device
     /// nodes on the mount can be opened; nodev is the default, as for every FUSE mount), suid
-    /// (set-user-id bits take effect; nosuid is the default), threads=N (worker threads,
-    /// default 2).
+    /// (set-user-id bits take effect; nosuid is the default), relatime (the default), noatime,
+    /// strictatime (when reads update access times), threads=N (worker threads, default 2).
     #[arg(short = 'o', value_delimiter = ',')]
     options: Vec<String>,
 }
@@ -46,6 +46,7 @@ struct Options {
     allow_other: bool,
     dev: bool,
     suid: bool,
+    atime: AtimeMode,
     threads: usize,
 }
 
@@ -63,6 +64,9 @@ fn parse_options(raw: &[String]) -> Result<Options, String> {
             None if option == "dev" => options.dev = true,
             None if option == "nodev" => options.dev = false,
             None if option == "suid" => options.suid = true,
+            None if option == "relatime" => options.atime = AtimeMode::Relatime,
+            None if option == "noatime" => options.atime = AtimeMode::Noatime,
+            None if option == "strictatime" => options.atime = AtimeMode::Strictatime,
             None if option == "nosuid" => options.suid = false,
             Some(("errors", "ro" | "remount-ro")) => options.errors = OnDamage::ReadOnly,
             Some(("errors", "refuse")) => options.errors = OnDamage::Refuse,
@@ -75,7 +79,7 @@ fn parse_options(raw: &[String]) -> Result<Options, String> {
             }
             _ => {
                 return Err(format!(
-                    "unknown option `{option}` (sync, ro, errors=ro|refuse, allow_other, dev, suid, threads=N)"
+                    "unknown option `{option}` (sync, ro, errors=ro|refuse, allow_other, dev, suid, relatime, noatime, strictatime, threads=N)"
                 ))
             }
         }
@@ -249,6 +253,7 @@ fn serve(args: &MountArgs, options: &Options) -> Result<(), String> {
         sync: options.sync,
         read_only: options.read_only,
         errors: options.errors,
+        atime: options.atime,
         ..MountOptions::default()
     };
     let fs = Fs::mount(&args.image, &mount_options).map_err(|e| e.to_string())?;

@@ -395,6 +395,42 @@ print(n, len([x for x in seen if not x.endswith('.renamed')]), len(os.listdir('.
 }
 
 #[test]
+fn reads_update_access_times_by_the_mount_option() {
+    if !fuse_usable() {
+        return;
+    }
+    let s = setup();
+    // An atime older than the file's mtime; then a read (cat); then the atime again.
+    let probe = "python3 -c \"
+import os, subprocess
+os.utime('f', ns=(10**9, os.stat('f').st_mtime_ns))
+subprocess.run(['cat', 'f'], stdout=subprocess.DEVNULL, check=True)
+st = os.stat('f')
+print('moved' if st.st_atime_ns >= st.st_mtime_ns else 'kept')
+\"";
+    for (option, expect) in [
+        ("relatime", "moved"),
+        ("noatime", "kept"),
+        ("strictatime", "moved"),
+    ] {
+        let out = nosefs()
+            .args(["mount", "-o", option])
+            .arg(&s.image)
+            .arg(&s.mnt)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        if !s.mnt.join("f").exists() {
+            std::fs::write(s.mnt.join("f"), b"data").unwrap();
+        }
+        assert_eq!(sh_in(&s.mnt, probe).trim(), expect, "-o {option}");
+        umount(&s.mnt);
+        released(&s.image);
+    }
+    assert!(fsck(&s.image).status.success());
+}
+
+#[test]
 fn device_nodes_open_with_dev_and_not_without() {
     if !fuse_usable() {
         return;

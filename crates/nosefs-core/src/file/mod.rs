@@ -265,11 +265,15 @@ impl Fs {
             return Err(Errno::EINVAL.into());
         }
         let inode = self.inode(ino)?;
-        if let Some(n) = self.read_shadowed(ino, offset, buf) {
-            return Ok(n);
-        }
-        let state = self.file_of(&inode)?.lock();
-        Ok(self.read_locked(&state, offset, buf))
+        let n = match self.read_shadowed(ino, offset, buf) {
+            Some(n) => n,
+            None => {
+                let state = self.file_of(&inode)?.lock();
+                self.read_locked(&state, offset, buf)
+            }
+        };
+        self.note_access(&inode);
+        Ok(n)
     }
 
     fn read_locked(&self, state: &FileState, offset: u64, buf: &mut [u8]) -> usize {

@@ -479,3 +479,37 @@ fn a_removed_file_without_state_refuses_writes() {
     assert_eq!(errno(h.fs().truncate(f, 10)), Errno::ENOENT);
     assert_eq!(free, h.fs().free_data_blocks(), "nothing allocated");
 }
+
+#[test]
+fn reads_update_an_access_time_older_than_the_last_change_once() {
+    let h = fresh(None);
+    let ino = new_file(&h, b"f");
+    h.fs().write(ino, 0, b"some bytes").unwrap();
+    h.fs().fsync(ino).unwrap();
+    let old = crate::namespace::SetAttr {
+        atime_ns: Some(1_000),
+        ..Default::default()
+    };
+    h.fs().setattr(ino, &old).unwrap();
+    let before = h.fs().getattr(ino).unwrap();
+    assert_eq!(before.atime_ns, 1_000);
+    read_all(h.fs(), ino);
+    let first = h.fs().getattr(ino).unwrap().atime_ns;
+    assert!(
+        first >= before.mtime_ns,
+        "relatime: an atime older than mtime moves"
+    );
+    read_all(h.fs(), ino);
+    assert_eq!(
+        h.fs().getattr(ino).unwrap().atime_ns,
+        first,
+        "relatime: one store per change, not per read"
+    );
+    // A listing of a directory counts as reading it.
+    let dir = h.fs().getattr(crate::namespace::ROOT_INO).unwrap();
+    h.fs().setattr(crate::namespace::ROOT_INO, &old).unwrap();
+    h.fs()
+        .readdir(crate::namespace::ROOT_INO, 0, |_| true)
+        .unwrap();
+    assert!(h.fs().getattr(crate::namespace::ROOT_INO).unwrap().atime_ns >= dir.mtime_ns);
+}

@@ -13,6 +13,7 @@
 //! place with atomic stores after the commit, and mount recomputes link counts from the tree, so a
 //! crash between the commit and those stores is repaired.
 
+mod atime;
 pub(crate) mod inode;
 mod mirror;
 mod ops;
@@ -40,6 +41,7 @@ use mirror::{BucketGuard, Buckets, MirrorEntry};
 use pool::SlotPools;
 
 pub use crate::file::{MAX_FILE_BYTES, WINDOW_BYTES, WINDOW_MAX_PIECES};
+pub use atime::AtimeMode;
 pub use ops::{Owner, SetAttr, LINK_MAX};
 pub use rename::RenameFlags;
 pub use symlink::SYMLINK_MAX;
@@ -147,6 +149,8 @@ pub struct MountOptions {
     /// The ablation of dirty tracking (benchmarks only): every sync of a mapped file writes back
     /// every page of it, as NOVA's msync does (seed 001, Table I).
     pub msync_whole_file: bool,
+    /// When reads update access times (default relatime).
+    pub atime: AtimeMode,
     /// CPUs to keep pools for (default: the machine's).
     pub cpus: Option<usize>,
     /// Pre-fault the whole mapping (`MAP_POPULATE`), so no page fault lands in a timed region.
@@ -208,6 +212,8 @@ pub struct Fs {
     pub(crate) sync_writes: bool,
     /// Mounted read-only ([`MountOptions::read_only`]).
     read_only: bool,
+    /// When reads update access times.
+    pub(crate) atime: AtimeMode,
     /// Mapped files' shadows ([`crate::file::mmap`]).
     pub(crate) shadows: crate::file::mmap::Shadows,
     next_ino: AtomicU64,
@@ -430,6 +436,9 @@ impl Fs {
         mut emit: impl FnMut(DirEntry) -> bool,
     ) -> Result<()> {
         let inode = self.dir_inode(dir)?;
+        if cookie == 0 {
+            self.note_access(&inode); // a listing reads the directory
+        }
         let state = inode.dir().expect("dir_inode checked");
         let dots: [(&[u8], u64, u64); 2] = [(b".", dir, 1), (b"..", self.parent_of(&inode)?, 2)];
         for (name, ino, c) in dots {

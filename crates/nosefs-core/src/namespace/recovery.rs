@@ -58,6 +58,7 @@ pub(super) fn mount(image: Image, options: &MountOptions) -> Result<Fs> {
         file_logs: SlotPools::new(cpus, 1..g.file_log_count() as u32),
         sync_writes: options.sync,
         read_only: options.read_only,
+        atime: options.atime,
         shadows: crate::file::mmap::Shadows::new(
             options.compare_mapped_pages,
             options.msync_whole_file,
