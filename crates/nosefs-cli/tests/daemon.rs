@@ -375,6 +375,35 @@ PY
 }
 
 #[test]
+fn python_multiprocessing_writes_files_from_a_pool() {
+    if !usable() {
+        return;
+    }
+    let m = mount_with(&[]);
+    // Forked workers (each its own connection, inheriting the parent's descriptors and cwd).
+    let script = r#"cd "$D" || exit 9
+python3 - <<'PY'
+import hashlib, multiprocessing, os
+def work(i):
+    path = os.path.join("out", "part-%03d" % i)
+    with open(path, "wb") as f:
+        f.write(hashlib.sha256(b"%d" % i).digest() * (i + 1))
+        f.flush()
+        os.fsync(f.fileno())
+    return os.getpid()
+os.makedirs("out", exist_ok=True)
+with multiprocessing.Pool(4) as pool:
+    pids = pool.map(work, range(64))
+print(len(set(pids)) > 1, len(os.listdir("out")))
+print(hashlib.sha256(b"".join(open(os.path.join("out", n), "rb").read() for n in sorted(os.listdir("out")))).hexdigest())
+PY
+"#;
+    let out = same_as_kernel(&m, script);
+    assert!(out.starts_with("True 64\n"), "{out}");
+    m.unmount_and_fsck();
+}
+
+#[test]
 fn a_listing_that_renames_what_it_reads_ends() {
     if !usable() {
         return;
