@@ -375,6 +375,74 @@ PY
 }
 
 #[test]
+fn two_sqlite3_processes_share_one_database_under_its_locks() {
+    if !usable() {
+        return;
+    }
+    let m = mount_with(&[]);
+    // Rollback journaling: each writer takes the database's POSIX locks; without them being
+    // honoured between processes, transactions failed with "disk I/O error".
+    let script = r#"cd "$D" || exit 9
+sqlite3 db "PRAGMA journal_mode=DELETE; CREATE TABLE t(w INTEGER, i INTEGER);" >/dev/null
+w() { for i in $(seq 100); do sqlite3 -cmd ".timeout 20000" db "BEGIN IMMEDIATE; INSERT INTO t VALUES($1, $i); INSERT INTO t SELECT $1, -i FROM t WHERE w=$1 AND i=$i; COMMIT;" || echo "failed $1 $i"; done; }
+w 1 & w 2 & wait
+sqlite3 db "PRAGMA integrity_check; SELECT w, count(*) FROM t GROUP BY w;"
+"#;
+    let out = same_as_kernel(&m, script);
+    assert_eq!(out, "ok\n1|200\n2|200\n");
+    m.unmount_and_fsck();
+}
+
+#[test]
+fn locks_are_honoured_between_clients_and_the_fuse_mount() {
+    if !usable() {
+        return;
+    }
+    let m = mount_with(&[]);
+    // A client holds a lock; another client, and a program on the FUSE mount (no shim), see it.
+    let script = r#"cd "$D" || exit 9
+python3 - <<'PY'
+import fcntl, os, subprocess, sys
+probe = """
+import fcntl, struct
+f = open("lockme", "r+")
+try:
+    fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB, 10, 5)
+    print("%s: granted")
+except OSError:
+    print("%s: refused")
+got = fcntl.fcntl(f, fcntl.F_GETLK, struct.pack("hhqqi", fcntl.F_WRLCK, 0, 0, 0, 0))
+print("%s: F_GETLK type", struct.unpack("hhqqi", got)[0] == fcntl.F_WRLCK)
+f.close()
+"""
+with open("lockme", "w") as f:
+    f.write("x" * 100)
+f = open("lockme", "r+")
+f.seek(5)
+fcntl.lockf(f, fcntl.LOCK_EX, 10, 0, os.SEEK_CUR)
+env = dict(os.environ)
+def run(who, env=None):
+    r = subprocess.run([sys.executable, "-c", probe.replace("%s", who)], capture_output=True, text=True, env=env)
+    print(r.stdout.strip() or r.stderr)
+run("client", env)
+env.pop("LD_PRELOAD", None)
+run("kernel", env)
+fcntl.lockf(f, fcntl.LOCK_UN, 10, 0, os.SEEK_CUR)
+run("after unlock")
+PY
+"#;
+    let out = m.run(script);
+    let text_out = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(
+        text_out,
+        "client: refused\nclient: F_GETLK type True\nkernel: refused\nkernel: F_GETLK type True\n\
+         after unlock: granted\nafter unlock: F_GETLK type False\n"
+    );
+    m.unmount_and_fsck();
+}
+
+#[test]
 fn python_multiprocessing_writes_files_from_a_pool() {
     if !usable() {
         return;
@@ -394,12 +462,12 @@ def work(i):
 os.makedirs("out", exist_ok=True)
 with multiprocessing.Pool(4) as pool:
     pids = pool.map(work, range(64))
-print(len(set(pids)) > 1, len(os.listdir("out")))
+print(len(pids), len(os.listdir("out")))  # which workers ran them depends on the timing
 print(hashlib.sha256(b"".join(open(os.path.join("out", n), "rb").read() for n in sorted(os.listdir("out")))).hexdigest())
 PY
 "#;
     let out = same_as_kernel(&m, script);
-    assert!(out.starts_with("True 64\n"), "{out}");
+    assert!(out.starts_with("64 64\n"), "{out}");
     m.unmount_and_fsck();
 }
 

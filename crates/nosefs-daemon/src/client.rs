@@ -76,6 +76,17 @@ impl Remote {
         Ok(None)
     }
 
+    /// Moves the connection's descriptors (its socket and its area) to numbers at or above
+    /// `floor`, and returns them: the shim keeps them out of the program's way and marks them as
+    /// its own, so that a program closing every descriptor (a child before exec) leaves them.
+    pub fn raise_fds(&mut self, floor: i32) -> Result<[std::os::fd::RawFd; 2], Errno> {
+        use std::os::fd::AsRawFd;
+        let io = |e: rustix::io::Errno| Errno(e.raw_os_error());
+        self.socket = rustix::io::fcntl_dupfd_cloexec(&self.socket, floor).map_err(io)?;
+        self.area.raise_fd(floor).map_err(io)?;
+        Ok([self.socket.as_raw_fd(), self.area.fd().as_raw_fd()])
+    }
+
     /// Connects to the daemon serving the mount whose device is `major:minor`, owned by user
     /// `owner`, which this process sees at `prefix`.
     pub fn connect_device(

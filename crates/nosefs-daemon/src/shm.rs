@@ -140,6 +140,13 @@ impl Area {
         &self._fd
     }
 
+    /// Moves the area's descriptor to the lowest free number at or above `floor` (a shim keeps
+    /// its descriptors out of the program's way).
+    pub fn raise_fd(&mut self, floor: i32) -> rustix::io::Result<()> {
+        self._fd = rustix::io::fcntl_dupfd_cloexec(&self._fd, floor)?;
+        Ok(())
+    }
+
     /// Number of slots.
     pub fn slots(&self) -> usize {
         self.slots

@@ -30,7 +30,7 @@ static FILES: RwLock<Vec<Option<Arc<OpenFile>>>> = RwLock::new(Vec::new());
 static COUNT: AtomicUsize = AtomicUsize::new(0);
 static ANCHOR: OnceLock<Result<OwnedFd, Errno>> = OnceLock::new();
 /// The shim's own descriptors (the image, the anchor, the offsets area), kept high and out of the program's reach.
-static INTERNAL: [AtomicI32; 3] = [const { AtomicI32::new(-1) }; 3];
+static INTERNAL: [AtomicI32; 5] = [const { AtomicI32::new(-1) }; 5];
 
 /// The shim's own descriptors.
 #[derive(Debug, Clone, Copy)]
@@ -41,6 +41,10 @@ pub enum Internal {
     Anchor = 1,
     /// The memfd of offsets shared across fork and exec (`offsets`).
     Offsets = 2,
+    /// Daemon mode: the connection's socket.
+    Socket = 3,
+    /// Daemon mode: the connection's request area.
+    Area = 4,
 }
 
 /// Where the shim's own descriptors go: near the top of the soft limit (at most 4,096), where
@@ -62,7 +66,11 @@ pub fn set_internal(which: Internal, fd: Option<RawFd>) {
 /// replace.
 #[inline]
 pub fn is_internal(fd: RawFd) -> bool {
-    fd >= 0 && INTERNAL.iter().any(|i| i.load(Ordering::Relaxed) == fd)
+    fd >= 0
+        && (INTERNAL.iter().any(|i| i.load(Ordering::Relaxed) == fd)
+            || LOCK_FDS
+                .get(fd as usize)
+                .is_some_and(|b| b.load(Ordering::Relaxed)))
 }
 
 /// The shim's own descriptors, ascending.
@@ -72,8 +80,49 @@ pub fn internal() -> Vec<RawFd> {
         .map(|i| i.load(Ordering::Relaxed))
         .filter(|&fd| fd >= 0)
         .collect();
+    if LOCK_FD_COUNT.load(Ordering::Relaxed) > 0 {
+        v.extend(
+            (0..MAX_FDS)
+                .filter(|&fd| LOCK_FDS[fd].load(Ordering::Relaxed))
+                .map(|fd| fd as RawFd),
+        );
+    }
     v.sort_unstable();
     v
+}
+
+/// Daemon mode's lock descriptors (`OpenFile::lock_fd`): the shim's own too, so a program's
+/// close, close_range or dup2 cannot take a description's locks away.
+static LOCK_FDS: [AtomicBool; MAX_FDS] = [const { AtomicBool::new(false) }; MAX_FDS];
+static LOCK_FD_COUNT: AtomicUsize = AtomicUsize::new(0);
+
+/// A kernel descriptor on which a description's locks are taken; closed (dropping them) when
+/// the description goes.
+#[derive(Debug)]
+pub struct LockFd(OwnedFd);
+
+impl LockFd {
+    /// Takes `fd` (which must be below [`MAX_FDS`]) as a lock descriptor.
+    pub fn new(fd: OwnedFd) -> Option<LockFd> {
+        use std::os::fd::AsRawFd;
+        let slot = LOCK_FDS.get(fd.as_raw_fd() as usize)?;
+        slot.store(true, Ordering::Relaxed);
+        LOCK_FD_COUNT.fetch_add(1, Ordering::Relaxed);
+        Some(LockFd(fd))
+    }
+
+    /// The descriptor number.
+    pub fn raw(&self) -> RawFd {
+        use std::os::fd::AsRawFd;
+        self.0.as_raw_fd()
+    }
+}
+
+impl Drop for LockFd {
+    fn drop(&mut self) {
+        LOCK_FDS[self.raw() as usize].store(false, Ordering::Relaxed);
+        LOCK_FD_COUNT.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 pub use nosefs_core::vfs::OpenKind as Kind;
@@ -99,6 +148,9 @@ pub struct OpenFile {
     counted: AtomicBool,
     /// A directory: the cookie its listing ends at, fixed when the listing starts (0: none).
     pub listing_end: std::sync::atomic::AtomicU64,
+    /// Daemon mode: a kernel descriptor of the same file through the FUSE mount, opened at the
+    /// first lock, on which the kernel arbitrates this description's locks among processes.
+    pub lock_fd: parking_lot::Mutex<Option<LockFd>>,
 }
 
 impl OpenFile {
@@ -113,6 +165,7 @@ impl OpenFile {
             path,
             counted: AtomicBool::new(false),
             listing_end: std::sync::atomic::AtomicU64::new(0),
+            lock_fd: parking_lot::Mutex::new(None),
         }
     }
 

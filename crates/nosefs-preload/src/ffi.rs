@@ -1978,16 +1978,46 @@ pub unsafe extern "C" fn nosefs_hook_fcntl(fd: c_int, cmd: c_int, arg: *mut c_vo
             }
             None => fail(Errno::EBADF),
         },
-        // Embedded mode serves one process, and POSIX record locks never conflict within a
-        // process: they are granted, and F_GETLK finds no conflicting lock.
-        libc::F_SETLK | libc::F_SETLKW | libc::F_OFD_SETLK | libc::F_OFD_SETLKW => 0,
-        libc::F_GETLK | libc::F_OFD_GETLK => {
-            if !arg.is_null() {
-                // SAFETY: F_GETLK takes a struct flock.
-                unsafe { (*arg.cast::<libc::flock>()).l_type = libc::F_UNLCK as i16 };
+        libc::F_SETLK
+        | libc::F_SETLKW
+        | libc::F_OFD_SETLK
+        | libc::F_OFD_SETLKW
+        | libc::F_GETLK
+        | libc::F_OFD_GETLK => match serve(|| ops::lock_fd(fd)) {
+            // Embedded mode serves one process, and POSIX record locks never conflict within a
+            // process: they are granted, and F_GETLK finds no conflicting lock.
+            Ok(None) => {
+                if cmd == libc::F_GETLK || cmd == libc::F_OFD_GETLK {
+                    if arg.is_null() {
+                        return fail(Errno(libc::EFAULT));
+                    }
+                    // SAFETY: F_GETLK takes a struct flock.
+                    unsafe { (*arg.cast::<libc::flock>()).l_type = libc::F_UNLCK as i16 };
+                }
+                0
             }
-            0
-        }
+            // Daemon mode: on the file's kernel descriptor through the FUSE mount, where the
+            // kernel arbitrates between processes (ops::lock_fd).
+            Ok(Some((_file, kernel_fd, offset))) => {
+                if arg.is_null() {
+                    return fail(Errno(libc::EFAULT));
+                }
+                // SAFETY: the lock commands take a struct flock, which the caller passed.
+                let mut lock = unsafe { *arg.cast::<libc::flock>() };
+                if lock.l_whence == libc::SEEK_CUR as i16 {
+                    // The kernel descriptor's offset is not the description's: make it absolute.
+                    lock.l_start += offset as i64;
+                    lock.l_whence = libc::SEEK_SET as i16;
+                }
+                let rc = unsafe { f(kernel_fd, cmd, (&raw mut lock).cast()) };
+                if rc == 0 && (cmd == libc::F_GETLK || cmd == libc::F_OFD_GETLK) {
+                    // SAFETY: as above; F_GETLK answers in the caller's struct.
+                    unsafe { *arg.cast::<libc::flock>() = lock };
+                }
+                rc
+            }
+            Err(e) => fail(e),
+        },
         // Descriptor flags (FD_CLOEXEC) live on the placeholder, in the kernel.
         libc::F_GETFD | libc::F_SETFD => unsafe { f(fd, cmd, arg) },
         libc::F_ADD_SEALS | libc::F_GET_SEALS => fail(Errno::EINVAL),
@@ -2006,19 +2036,37 @@ pub unsafe extern "C" fn nosefs_hook_ioctl(fd: c_int, request: c_ulong, arg: *mu
 
 #[no_mangle]
 pub unsafe extern "C" fn flock(fd: c_int, op: c_int) -> c_int {
+    let real_flock = real!(flock: fn(c_int, c_int) -> c_int);
     if fdtable::is_ours(fd) && !in_shim() {
-        // As record locks: one process, granted (see nosefs_hook_fcntl).
-        return 0;
+        return match serve(|| ops::lock_fd(fd)) {
+            // As record locks: one process, granted (see nosefs_hook_fcntl).
+            Ok(None) => 0,
+            Ok(Some((_file, kernel_fd, _))) => unsafe { real_flock(kernel_fd, op) },
+            Err(e) => fail(e),
+        };
     }
-    unsafe { real!(flock: fn(c_int, c_int) -> c_int)(fd, op) }
+    unsafe { real_flock(fd, op) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn lockf(fd: c_int, cmd: c_int, len: off_t) -> c_int {
+    let real_lockf = real!(lockf: fn(c_int, c_int, off_t) -> c_int);
     if fdtable::is_ours(fd) && !in_shim() {
-        return 0;
+        return match serve(|| ops::lock_fd(fd)) {
+            Ok(None) => 0,
+            Ok(Some((file, kernel_fd, offset))) => {
+                // lockf locks from the descriptor's offset: give the kernel descriptor ours.
+                let _serialised = file.lock_fd.lock();
+                let seek = real!(lseek: fn(c_int, off_t, c_int) -> off_t);
+                if unsafe { seek(kernel_fd, offset as off_t, libc::SEEK_SET) } < 0 {
+                    return -1;
+                }
+                unsafe { real_lockf(kernel_fd, cmd, len) }
+            }
+            Err(e) => fail(e),
+        };
     }
-    unsafe { real!(lockf: fn(c_int, c_int, off_t) -> c_int)(fd, cmd, len) }
+    unsafe { real_lockf(fd, cmd, len) }
 }
 
 #[no_mangle]

@@ -281,6 +281,48 @@ pub fn fsetattr(fd: i32, change: &SetAttr, times_now: bool) -> Result<(), Errno>
     with_service(|s| s.fsetattr(file.handle, change, times_now))
 }
 
+/// Daemon mode: the kernel descriptor on which the locks of `fd`'s description are taken (see
+/// `OpenFile::lock_fd`), with the description's current offset (for SEEK_CUR and lockf), and
+/// the description, which keeps the descriptor open. `None` in embedded mode, where one process
+/// holds the image and locks cannot conflict.
+///
+/// The kernel keeps POSIX locks per process and inode, and flock and OFD locks per open file
+/// description, on the FUSE mount's inode, where every process of the machine meets: so locks
+/// are honoured between daemon clients, and between a client and a program using the FUSE mount.
+/// Closing the description drops its descriptor, and with it the process's POSIX locks on the
+/// file (as closing any descriptor of a file does). Not followed: a lock fd is opened by path, so
+/// a file renamed or removed since it was opened gets ENOLCK.
+pub fn lock_fd(fd: i32) -> Result<Option<(Arc<OpenFile>, i32, u64)>, Errno> {
+    if !state::daemon_mode() {
+        return Ok(None);
+    }
+    let file = file_of(fd)?;
+    if file.kind == Kind::Path {
+        return Err(Errno::EBADF);
+    }
+    let raw = {
+        let mut slot = file.lock_fd.lock();
+        if slot.is_none() {
+            let access = match file.flags.load(Ordering::Relaxed) & libc::O_ACCMODE {
+                libc::O_WRONLY => rustix::fs::OFlags::WRONLY,
+                libc::O_RDWR => rustix::fs::OFlags::RDWR,
+                _ => rustix::fs::OFlags::RDONLY,
+            };
+            let flags = access | rustix::fs::OFlags::CLOEXEC | rustix::fs::OFlags::NOCTTY;
+            let opened = rustix::fs::open(file.path.as_slice(), flags, rustix::fs::Mode::empty())
+                .map_err(|_| Errno(libc::ENOLCK))?;
+            // Out of the way of the numbers programs pick for dup2 (shells keep to 10-255), and
+            // marked as the shim's own (close, close_range and dup2 step around it).
+            let high = rustix::io::fcntl_dupfd_cloexec(&opened, fdtable::internal_fd_floor() / 2)
+                .unwrap_or(opened);
+            *slot = Some(fdtable::LockFd::new(high).ok_or(Errno(libc::ENOLCK))?);
+        }
+        slot.as_ref().map(|f| f.raw()).expect("just set")
+    };
+    let offset = *file.offset.lock();
+    Ok(Some((file, raw, offset)))
+}
+
 /// Directory entries of an open directory from its position, at most `max`, advancing it.
 pub fn read_dir(fd: i32, max: usize) -> Result<Vec<DirEntry>, Errno> {
     let file = file_of(fd)?;

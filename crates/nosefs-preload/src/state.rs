@@ -176,7 +176,7 @@ fn mount() -> Result<(), Errno> {
 }
 
 fn connect(config: &Config) -> Result<Remote, Errno> {
-    let remote = match Remote::connect(&config.prefix) {
+    let mut remote = match Remote::connect(&config.prefix) {
         Ok(Some(remote)) => remote,
         Ok(None) => {
             say(&format!(
@@ -195,6 +195,11 @@ fn connect(config: &Config) -> Result<Remote, Errno> {
             return Err(e);
         }
     };
+    // The connection's descriptors are the shim's own: high, and stepped around by close_range
+    // (a child closing every descriptor before exec must not take them).
+    let [socket, area] = remote.raise_fds(crate::fdtable::internal_fd_floor())?;
+    crate::fdtable::set_internal(crate::fdtable::Internal::Socket, Some(socket));
+    crate::fdtable::set_internal(crate::fdtable::Internal::Area, Some(area));
     let ticket = PENDING_TICKET.swap(0, Ordering::Relaxed);
     if ticket != 0 {
         let mut keep: Vec<Handle> = Vec::new();
