@@ -351,12 +351,17 @@ impl ScratchMount {
         config.n_threads = Some(threads.max(1));
         let unmount_guard = cleanup::register(Undo::Unmount(dir.clone()));
         let fs = std::sync::Arc::new(fs);
-        match fuser::spawn_mount(nosefs_fuse::NoseFuse::shared(fs.clone()), &dir, &config) {
+        let frontend = nosefs_fuse::NoseFuse::shared(fs.clone());
+        let kernel_view = frontend.kernel_view();
+        match fuser::spawn_mount(frontend, &dir, &config) {
             Ok(session) => {
                 let server = if serve_clients {
                     let options = nosefs_daemon::server::Options {
                         allow_other: false,
-                        invalidate: Some(Box::new(nosefs_fuse::Invalidator(session.notifier()))),
+                        invalidate: Some(Box::new(nosefs_fuse::Invalidator::new(
+                            session.notifier(),
+                            kernel_view,
+                        ))),
                     };
                     Some(
                         nosefs_daemon::server::Server::start(fs, &dir, options)

@@ -302,7 +302,9 @@ fn serve(args: &MountArgs, options: &Options) -> Result<(), String> {
         signal_hook::flag::register(signal, Arc::clone(&stop))
             .map_err(|e| format!("cannot handle signals: {e}"))?;
     }
-    let session = fuser::spawn_mount(NoseFuse::shared(Arc::clone(&fs)), &args.mountpoint, &config)
+    let frontend = NoseFuse::shared(Arc::clone(&fs));
+    let kernel_view = frontend.kernel_view();
+    let session = fuser::spawn_mount(frontend, &args.mountpoint, &config)
         .map_err(|e| format!("cannot mount at {}: {e}", args.mountpoint.display()))?;
     // Shim clients (`nosefs run --at MOUNTPOINT`) are served beside the kernel; what they change
     // is invalidated in the kernel's caches before they get their reply.
@@ -311,7 +313,10 @@ fn serve(args: &MountArgs, options: &Options) -> Result<(), String> {
     } else {
         let server_options = nosefs_daemon::server::Options {
             allow_other: options.allow_other,
-            invalidate: Some(Box::new(nosefs_fuse::Invalidator(session.notifier()))),
+            invalidate: Some(Box::new(nosefs_fuse::Invalidator::new(
+                session.notifier(),
+                kernel_view,
+            ))),
         };
         match nosefs_daemon::server::Server::start(
             Arc::clone(&fs),

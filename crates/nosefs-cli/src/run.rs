@@ -98,10 +98,16 @@ fn run_on_daemon(args: &RunArgs, shim: &Path) -> Result<std::convert::Infallible
         .map_err(|e| format!("{}: {e}", args.at.display()))?;
     match nosefs_daemon::client::Remote::connect(at.as_os_str().as_bytes()) {
         Ok(Some(_)) => {}
-        Ok(None) | Err(nosefs_core::Errno(libc::EIO)) => {
+        Ok(None) => {
             return Err(format!(
                 "{} is not a noseFS mount: start one with `nosefs mount IMAGE {}`, or give --image for embedded mode",
                 at.display(),
+                at.display()
+            ))
+        }
+        Err(nosefs_core::Errno(libc::EIO)) => {
+            return Err(format!(
+                "the daemon of {} did not answer (is its `nosefs mount` still running?)",
                 at.display()
             ))
         }

@@ -63,17 +63,33 @@ impl Remote {
     /// Connects to the daemon of the noseFS mount at `prefix` (the mount point as this process
     /// names it). `Ok(None)`: `prefix` is not a noseFS FUSE mount.
     pub fn connect(prefix: &[u8]) -> Result<Option<Remote>, Errno> {
-        // mountinfo is read in pieces, and a mount or unmount elsewhere between two reads can
-        // make a line go missing from what one pass sees: look again before saying no.
-        for _ in 0..3 {
+        // A mount or unmount elsewhere while mountinfo is read can make a line go missing from
+        // what one pass sees, and a daemon under load can drop a handshake (CI saw both as a
+        // rare "not a noseFS mount"): try again, briefly, before saying no.
+        let mut outcome = Ok(None);
+        for attempt in 0..5 {
+            if attempt > 0 {
+                let pause = rustix::thread::Timespec {
+                    tv_sec: 0,
+                    tv_nsec: 20_000_000,
+                };
+                let _ = rustix::thread::nanosleep(&pause);
+            }
             let Some(mountinfo) = read_small(c"/proc/self/mountinfo") else {
                 return Ok(None);
             };
-            if let Some((major, minor, owner)) = find_daemon(&mountinfo, prefix) {
-                return Remote::connect_device(major, minor, owner, prefix).map(Some);
+            outcome = match find_daemon(&mountinfo, prefix) {
+                Some((major, minor, owner)) => {
+                    Remote::connect_device(major, minor, owner, prefix).map(Some)
+                }
+                None => Ok(None),
+            };
+            match outcome {
+                Ok(None) | Err(Errno::EIO) => continue,
+                _ => return outcome,
             }
         }
-        Ok(None)
+        outcome
     }
 
     /// Moves the connection's descriptors (its socket and its area) to numbers at or above

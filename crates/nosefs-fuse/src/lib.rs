@@ -37,6 +37,57 @@ const TTL: Duration = Duration::from_secs(1);
 #[derive(Debug)]
 pub struct NoseFuse {
     fs: Option<Arc<Fs>>,
+    view: Arc<KernelView>,
+}
+
+/// What the kernel may have cached through this mount, so that the daemon invalidates only
+/// that (each invalidation is a write to /dev/fuse, about a microsecond, and a name a shim
+/// client creates in a directory the kernel never looked into needs none).
+///
+/// Both sets are filled *before* what they cover is served: a directory before a name in it is
+/// looked up (so a change racing the lookup is invalidated), an inode before the attributes the
+/// kernel will cache are read (so a change racing them either comes after the read or is
+/// invalidated). They shrink at `forget`, when the kernel lets an inode go.
+#[derive(Debug, Default)]
+pub struct KernelView {
+    /// Directories the kernel may hold entries (or negative entries) of.
+    dirs: parking_lot::Mutex<std::collections::HashSet<u64>>,
+    /// Inodes the kernel holds, with their lookup counts (FUSE's nlookup).
+    inodes: parking_lot::Mutex<std::collections::HashMap<u64, u64>>,
+}
+
+impl KernelView {
+    fn note_dir(&self, dir: u64) {
+        self.dirs.lock().insert(dir);
+    }
+
+    fn note_inode(&self, ino: u64) {
+        *self.inodes.lock().entry(ino).or_insert(0) += 1;
+    }
+
+    fn forget(&self, ino: u64, nlookup: u64) {
+        let mut inodes = self.inodes.lock();
+        let gone = match inodes.get_mut(&ino) {
+            Some(count) => {
+                *count = count.saturating_sub(nlookup);
+                *count == 0
+            }
+            None => false,
+        };
+        if gone {
+            inodes.remove(&ino);
+            drop(inodes);
+            self.dirs.lock().remove(&ino);
+        }
+    }
+
+    fn may_hold_entries_of(&self, dir: u64) -> bool {
+        self.dirs.lock().contains(&dir)
+    }
+
+    fn may_hold_inode(&self, ino: u64) -> bool {
+        ino == nosefs_core::namespace::ROOT_INO || self.inodes.lock().contains_key(&ino)
+    }
 }
 
 impl NoseFuse {
@@ -48,7 +99,25 @@ impl NoseFuse {
     /// Serves `fs`, which others (the daemon's shim clients) serve too. Unmounting commits
     /// every file, and unmounts the image if no one else holds it.
     pub fn shared(fs: Arc<Fs>) -> NoseFuse {
-        NoseFuse { fs: Some(fs) }
+        NoseFuse {
+            fs: Some(fs),
+            view: Arc::default(),
+        }
+    }
+
+    /// What the kernel may have cached (for [`Invalidator::new`]).
+    pub fn kernel_view(&self) -> Arc<KernelView> {
+        Arc::clone(&self.view)
+    }
+
+    /// Replies with a new or found inode: noted as the kernel's first, then its attributes read
+    /// again (see [`KernelView`]).
+    fn reply_entry(&self, reply: ReplyEntry, result: nosefs_core::Result<Attr>) {
+        let result = result.and_then(|a| {
+            self.view.note_inode(a.ino);
+            self.fs().getattr(a.ino)
+        });
+        reply_entry(reply, result);
     }
 
     fn fs(&self) -> &Fs {
@@ -60,15 +129,31 @@ impl NoseFuse {
 /// ([`nosefs_daemon::server::Invalidate`] through fuser's notifier). Errors mean the kernel had
 /// nothing cached, or the mount is going away: nothing to do either way.
 #[derive(Debug)]
-pub struct Invalidator(pub fuser::Notifier);
+pub struct Invalidator {
+    notifier: fuser::Notifier,
+    view: Arc<KernelView>,
+}
+
+impl Invalidator {
+    /// Tells the kernel through `notifier` what it may have cached, as `view` says.
+    pub fn new(notifier: fuser::Notifier, view: Arc<KernelView>) -> Invalidator {
+        Invalidator { notifier, view }
+    }
+}
 
 impl nosefs_daemon::server::Invalidate for Invalidator {
     fn entry(&self, parent: u64, name: &[u8]) {
-        let _ = self.0.inval_entry(INodeNo(parent), OsStr::from_bytes(name));
+        if self.view.may_hold_entries_of(parent) {
+            let _ = self
+                .notifier
+                .inval_entry(INodeNo(parent), OsStr::from_bytes(name));
+        }
     }
 
     fn inode(&self, ino: u64) {
-        let _ = self.0.inval_inode(INodeNo(ino), 0, 0);
+        if self.view.may_hold_inode(ino) {
+            let _ = self.notifier.inval_inode(INodeNo(ino), 0, 0);
+        }
     }
 }
 
@@ -190,6 +275,7 @@ impl Filesystem for NoseFuse {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        self.view.note_dir(parent.0);
         match self.fs().lookup(parent.0, name.as_bytes()) {
             // A negative entry (inode 0) the kernel may cache: creating a file looks its name up
             // first, and every later change to that name goes through this mount, which
@@ -199,7 +285,7 @@ impl Filesystem for NoseFuse {
                 attr.ino = INodeNo(0);
                 reply.entry(&TTL, &attr, Generation(0));
             }
-            result => reply_entry(reply, result),
+            result => self.reply_entry(reply, result),
         }
     }
 
@@ -254,6 +340,7 @@ impl Filesystem for NoseFuse {
         reply: ReplyEntry,
     ) {
         let mode = mode & !(umask & 0o777);
+        self.view.note_dir(parent.0);
         let (owner, perm) = self.new_owner(req, parent.0, mode);
         let mode = (mode & pinode::S_IFMT) | perm;
         let result = if mode & pinode::S_IFMT == pinode::S_IFREG {
@@ -263,7 +350,7 @@ impl Filesystem for NoseFuse {
             self.fs()
                 .mknod(parent.0, name.as_bytes(), mode, rdev, owner)
         };
-        reply_entry(reply, result);
+        self.reply_entry(reply, result);
     }
 
     fn mkdir(
@@ -275,9 +362,10 @@ impl Filesystem for NoseFuse {
         umask: u32,
         reply: ReplyEntry,
     ) {
+        self.view.note_dir(parent.0);
         let (owner, perm) =
             self.new_owner(req, parent.0, pinode::S_IFDIR | (mode & !umask & 0o7777));
-        reply_entry(
+        self.reply_entry(
             reply,
             self.fs().mkdir(parent.0, name.as_bytes(), perm, owner),
         );
@@ -300,8 +388,9 @@ impl Filesystem for NoseFuse {
         reply: ReplyEntry,
     ) {
         let target = target.as_os_str().as_bytes();
+        self.view.note_dir(parent.0);
         let (owner, _) = self.new_owner(req, parent.0, pinode::S_IFLNK | 0o777);
-        reply_entry(
+        self.reply_entry(
             reply,
             self.fs()
                 .symlink(parent.0, link_name.as_bytes(), target, owner),
@@ -326,6 +415,7 @@ impl Filesystem for NoseFuse {
             noreplace: flags.contains(fuser::RenameFlags::RENAME_NOREPLACE),
             exchange: flags.contains(fuser::RenameFlags::RENAME_EXCHANGE),
         };
+        self.view.note_dir(newparent.0); // the kernel moves its entry there
         let result = self.fs().rename(
             parent.0,
             name.as_bytes(),
@@ -344,10 +434,15 @@ impl Filesystem for NoseFuse {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        reply_entry(
+        self.view.note_dir(newparent.0);
+        self.reply_entry(
             reply,
             self.fs().link(ino.0, newparent.0, newname.as_bytes()),
         );
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.view.forget(ino.0, nlookup);
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -489,9 +584,14 @@ impl Filesystem for NoseFuse {
     ) {
         let fs = self.fs();
         let end = fh.0;
+        self.view.note_dir(ino.0);
         let result = fs.readdir(ino.0, offset, |e| {
             if e.cookie >= end {
                 return false;
+            }
+            // The kernel takes a lookup reference on every entry but "." and "..".
+            if e.name != b"." && e.name != b".." {
+                self.view.note_inode(e.ino);
             }
             // A name removed since the listing was read is skipped, as readdir would.
             let Ok(a) = fs.getattr(e.ino) else {
@@ -604,6 +704,7 @@ impl Filesystem for NoseFuse {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        self.view.note_dir(parent.0);
         let (owner, perm) =
             self.new_owner(req, parent.0, pinode::S_IFREG | (mode & !umask & 0o7777));
         let exclusive = flags & libc::O_EXCL != 0;
@@ -611,6 +712,10 @@ impl Filesystem for NoseFuse {
             .fs()
             .create(parent.0, name.as_bytes(), perm, owner, exclusive)
             .and_then(|a| self.fs().open(a.ino).map(|()| a));
+        let created = created.and_then(|a| {
+            self.view.note_inode(a.ino);
+            self.fs().getattr(a.ino)
+        });
         match created {
             Ok(a) => reply.created(
                 &TTL,
