@@ -65,7 +65,7 @@ impl Sizes {
             writes: 20_000,
             overwrite_sizes: vec![1024, 2048, 4096, 8192, 16384],
             read_sizes: vec![1024, 4096, 16384, 65536, 262_144],
-            mmap_mib: vec![1, 4, 12],
+            mmap_mib: vec![1, 4, 8, 12],
             mmap_writes: 20_000,
             seq_read_mib: 1024,
             frag_mib: 64,
