@@ -41,6 +41,10 @@ have nm || apt_packages+=(binutils)
 have pkill || apt_packages+=(procps)
 have setpriv || apt_packages+=(util-linux)  # the daemon tests run a client as another user
 have make || apt_packages+=(make)
+# Extended attributes and ACLs on every frontend: setfacl/getfacl, setfattr/getfattr, rsync -AX.
+have setfacl || apt_packages+=(acl)
+have setfattr || apt_packages+=(attr)
+have rsync || apt_packages+=(rsync)
 # LMDB with write-mapped commits (the shim's mapped-file test), through Debian's python3.
 [ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import lmdb' 2>/dev/null || apt_packages+=(python3-lmdb)
 if ! command -v cargo >/dev/null 2>&1; then

@@ -40,7 +40,11 @@ fn main() {
     nosefs_core::mkfs::mkfs(path, &params).expect("mkfs");
     let options = MountOptions::default();
     let fs = Fs::mount(path, &options).expect("mount");
-    let owner = Owner { uid: 0, gid: 0 };
+    let owner = Owner {
+        uid: 0,
+        gid: 0,
+        umask: 0,
+    };
     let started = Instant::now();
     let data = [7u8; 100];
     for i in 0..names.saturating_sub(1) {

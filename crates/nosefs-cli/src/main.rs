@@ -98,6 +98,10 @@ struct MkfsArgs {
     /// proportional to its table sizes, and older builds can write it.
     #[arg(long)]
     no_marks: bool,
+    /// Leave out extended attributes (an image earlier builds can mount; setxattr then answers
+    /// EOPNOTSUPP).
+    #[arg(long)]
+    no_xattrs: bool,
 }
 
 fn main() -> ExitCode {
@@ -174,6 +178,7 @@ fn run_mkfs(args: MkfsArgs) -> Result<(), Error> {
         hash_seed: args.hash_seed,
         prefault: false,
         without_marks: args.no_marks,
+        without_xattrs: args.no_xattrs,
     };
     let started = std::time::Instant::now();
     let g = mkfs(&args.image, &params)?;

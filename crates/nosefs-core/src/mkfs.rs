@@ -153,6 +153,9 @@ fn new_superblock(geometry: &Geometry) -> Result<Superblock> {
     if geometry.high_water_marks {
         sb.ro_compat = U32::new(RO_COMPAT_HIGH_WATER_MARKS);
     }
+    if geometry.xattrs {
+        sb.incompat = U32::new(superblock::INCOMPAT_XATTRS);
+    }
     sb.state = U64::new(superblock::state_word(true, 0));
     sb.seal();
     debug_assert_eq!(geometry.span(Zone::Data).count, sb.data_block_count.get());

@@ -12,7 +12,11 @@ use nosefs_core::namespace::{Fs, MountOptions, Owner, ROOT_INO};
 use nosefs_core::pmem::Region;
 use proptest::prelude::*;
 
-const OWNER: Owner = Owner { uid: 0, gid: 0 };
+const OWNER: Owner = Owner {
+    uid: 0,
+    gid: 0,
+    umask: 0,
+};
 const THREADS: usize = 2;
 const FILES_PER_THREAD: usize = 2;
 const SPAN: u64 = 96 << 10;

@@ -15,13 +15,35 @@ use nosefs_core::format::layout::{MkfsParams, Zone};
 use nosefs_core::format::marks::{Table, MARKS_OFFSET};
 use nosefs_core::fsck::{fsck, FsckOptions};
 use nosefs_core::image::Image;
-use nosefs_core::namespace::{Fs, MountOptions, OnDamage, Owner, ROOT_INO};
+use nosefs_core::namespace::{Fs, MountOptions, OnDamage, Owner, XattrMode, ROOT_INO};
 use nosefs_core::pmem::Access;
 
-const OWNER: Owner = Owner { uid: 0, gid: 0 };
+const OWNER: Owner = Owner {
+    uid: 0,
+    gid: 0,
+    umask: 0,
+};
 
 /// A tree like the one the issue was found with: nested directories, files with data (some
 /// fragmented by overwrites), hard links, long names, symlinks.
+/// An ACL with a named user and group (the kernel's value format).
+fn named_acl() -> Vec<u8> {
+    let mut v = 2u32.to_le_bytes().to_vec();
+    for (tag, perm, id) in [
+        (1u16, 6u16, 0u32),
+        (2, 6, 2000),
+        (4, 4, 0),
+        (8, 4, 300),
+        (0x10, 6, 0),
+        (0x20, 4, 0),
+    ] {
+        v.extend_from_slice(&tag.to_le_bytes());
+        v.extend_from_slice(&perm.to_le_bytes());
+        v.extend_from_slice(&id.to_le_bytes());
+    }
+    v
+}
+
 fn build(path: &Path) {
     let params = MkfsParams {
         image_bytes: 4 << 20,
@@ -39,6 +61,13 @@ fn build(path: &Path) {
                 .ino,
         );
     }
+    fs.setxattr(
+        dirs[3],
+        b"system.posix_acl_default",
+        &named_acl(),
+        XattrMode::Any,
+    )
+    .unwrap();
     let long = "L".repeat(60);
     for i in 0..120u64 {
         let parent = dirs[(i as usize * 5) % dirs.len()];
@@ -65,6 +94,21 @@ fn build(path: &Path) {
         if i % 23 == 0 {
             fs.symlink(parent, format!("sym{i}").as_bytes(), b"../file1", OWNER)
                 .unwrap();
+        }
+        if i % 7 == 0 {
+            // Attributes: a blob of one block or two, and an ACL that sets the mode.
+            let value: Vec<u8> = (0..(i * 61) % 6000 + 1).map(|b| (b ^ i) as u8).collect();
+            fs.setxattr(f.ino, b"user.tag", &value, XattrMode::Any)
+                .unwrap();
+            if i % 2 == 0 {
+                fs.setxattr(
+                    f.ino,
+                    b"system.posix_acl_access",
+                    &named_acl(),
+                    XattrMode::Any,
+                )
+                .unwrap();
+            }
         }
     }
     drop(fs.unmount());
@@ -231,6 +275,9 @@ fn one_case(pristine: &[u8], dir: &Path, seed: u64, bytes: bool, tally: &mut Tal
             return Ok(());
         }
         tally.detected += 1;
+        if std::env::var("NOSEFS_FUZZ_SHOW").is_ok() {
+            eprintln!("FOUND {:#?}", found.problems);
+        }
         if !mount_ok {
             std::fs::write(&path, &image).unwrap();
             mount_read_only_after_damage(&path, &image)?;
@@ -251,6 +298,9 @@ fn one_case(pristine: &[u8], dir: &Path, seed: u64, bytes: bool, tally: &mut Tal
         let repaired = fsck(&path, FsckOptions { repair: true }).map_err(|e| e.to_string())?;
         let after = fsck(&path, FsckOptions::default()).map_err(|e| e.to_string())?;
         if !after.problems.is_empty() {
+            if std::env::var("NOSEFS_FUZZ_SHOW").is_ok() {
+                eprintln!("FOUND {:#?}", found.problems);
+            }
             return Err(format!(
                 "not clean after repair: {:?} (repair said: left {:?})",
                 after
@@ -297,7 +347,15 @@ fn run(bytes: bool, default_cases: u64, first_seed: u64) -> Tally {
         "the tree is clean before any corruption"
     );
     let mut tally = Tally::default();
-    for seed in first_seed..first_seed + cases(default_cases) {
+    // NOSEFS_FUZZ_SEED=N runs only case N (a failure prints its seed).
+    let only: Option<u64> = std::env::var("NOSEFS_FUZZ_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok());
+    let seeds = match only {
+        Some(seed) => seed..seed + 1,
+        None => first_seed..first_seed + cases(default_cases),
+    };
+    for seed in seeds {
         one_case(&pristine, dir.path(), seed, bytes, &mut tally);
     }
     eprintln!(

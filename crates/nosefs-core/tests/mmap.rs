@@ -7,7 +7,11 @@ mod common;
 
 use nosefs_core::namespace::{Fs, MountOptions, Owner, ROOT_INO};
 
-const OWNER: Owner = Owner { uid: 0, gid: 0 };
+const OWNER: Owner = Owner {
+    uid: 0,
+    gid: 0,
+    umask: 0,
+};
 const PAGE: usize = 4096;
 
 fn file_with(fs: &Fs, name: &[u8], bytes: &[u8]) -> u64 {

@@ -14,7 +14,11 @@ use nosefs_core::pmem::Region;
 use nosefs_core::Errno;
 use proptest::prelude::*;
 
-const OWNER: Owner = Owner { uid: 0, gid: 0 };
+const OWNER: Owner = Owner {
+    uid: 0,
+    gid: 0,
+    umask: 0,
+};
 const THREADS: usize = 2;
 
 /// A path inside a thread's own directory, as name indices.

@@ -7,7 +7,11 @@ use nosefs_core::error::{Errno, Result};
 use nosefs_core::format::pinode::{S_IFCHR, S_IFREG};
 use nosefs_core::namespace::{Fs, MountOptions, Owner, RenameFlags, SetAttr, ROOT_INO};
 
-const OWNER: Owner = Owner { uid: 0, gid: 0 };
+const OWNER: Owner = Owner {
+    uid: 0,
+    gid: 0,
+    umask: 0,
+};
 
 fn read_only() -> MountOptions {
     MountOptions {

@@ -21,6 +21,8 @@ pub struct Node {
     pub same_as: Option<String>,
     /// CRC-32C of a regular file's contents (0 for anything else).
     pub content: u32,
+    /// CRC-32C of its extended attributes, names and values in name order (0: none).
+    pub xattrs: u32,
 }
 
 /// What a regular file's durable state is while it has writes since its last commit: the
@@ -49,6 +51,25 @@ pub fn file_data(fs: &Fs, ino: u64) -> FileData {
         mtime_ns: a.mtime_ns,
         content: crc32c::crc32c(&bytes),
     }
+}
+
+/// CRC-32C of an inode's extended attributes, names and values in name order; 0 when it has
+/// none.
+pub fn xattrs_digest(fs: &Fs, ino: u64) -> u32 {
+    let list = fs.listxattr(ino).expect("listxattr of a listed name");
+    let mut names: Vec<&[u8]> = list.split(|&b| b == 0).filter(|n| !n.is_empty()).collect();
+    if names.is_empty() {
+        return 0;
+    }
+    names.sort_unstable();
+    let mut crc = 0;
+    for name in names {
+        let value = fs.getxattr(ino, name).expect("getxattr of a listed name");
+        crc = crc32c::crc32c_append(crc, name);
+        crc = crc32c::crc32c_append(crc, &(value.len() as u64).to_le_bytes());
+        crc = crc32c::crc32c_append(crc, &value);
+    }
+    crc
 }
 
 /// Path → node, for the whole tree.
@@ -119,6 +140,7 @@ fn walk(
             target: is_link.then(|| fs.readlink(e.ino).expect("readlink of a symlink")),
             same_as,
             content: data.map_or(0, |d| d.content),
+            xattrs: xattrs_digest(fs, e.ino),
         };
         out.insert(path.clone(), node);
         if is_dir {

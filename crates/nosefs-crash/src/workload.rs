@@ -1,6 +1,6 @@
 //! Operations the checker runs, over a small fixed set of names (ACE-style bounded workloads).
 
-use nosefs_core::namespace::{Fs, Owner, RenameFlags, SetAttr, ROOT_INO};
+use nosefs_core::namespace::{acl, Fs, Owner, RenameFlags, SetAttr, XattrMode, ROOT_INO};
 use nosefs_core::Result;
 
 /// One namespace operation, on absolute paths.
@@ -41,6 +41,13 @@ pub enum Op {
     /// fallocate(PUNCH_HOLE | KEEP_SIZE) of `len` bytes at `offset`: durable and atomic on
     /// return, with the file's pending writes.
     PunchHole(&'static str, u64, u64),
+    /// setxattr(path, name, len bytes of a pattern from seed).
+    SetXattr(&'static str, &'static str, usize, u8),
+    /// removexattr(path, name).
+    RemoveXattr(&'static str, &'static str),
+    /// An access ACL with a named user and group (the mode's group bits become its mask), or
+    /// with `true` the same as the default ACL of a directory.
+    SetAcl(&'static str, bool),
 }
 
 impl Op {
@@ -63,6 +70,9 @@ impl Op {
             Op::Fsync(_) => "fsync",
             Op::MapSync(..) => "msync",
             Op::PunchHole(..) => "punch",
+            Op::SetXattr(..) => "setxattr",
+            Op::RemoveXattr(..) => "removexattr",
+            Op::SetAcl(..) => "setacl",
         }
     }
 
@@ -183,7 +193,37 @@ pub fn run(fs: &Fs, op: &Op) -> Result<()> {
         Op::Fsync(p) => fs.fsync(ino(fs, p)?),
         Op::MapSync(p, pages, seed) => map_sync(fs, ino(fs, p)?, *pages, *seed),
         Op::PunchHole(p, offset, len) => fs.punch_hole(ino(fs, p)?, *offset, *len),
+        Op::SetXattr(p, name, len, seed) => fs.setxattr(
+            ino(fs, p)?,
+            name.as_bytes(),
+            &pattern(*seed, *len),
+            XattrMode::Any,
+        ),
+        Op::RemoveXattr(p, name) => fs.removexattr(ino(fs, p)?, name.as_bytes()),
+        Op::SetAcl(p, default) => {
+            let name = if *default { acl::DEFAULT } else { acl::ACCESS };
+            fs.setxattr(ino(fs, p)?, name, &named_acl(), XattrMode::Any)
+        }
     }
+}
+
+/// An ACL granting user 2000 read-write and group 300 read, with a mask of rw- (kernel format).
+pub fn named_acl() -> Vec<u8> {
+    let entries: [(u16, u16, u32); 6] = [
+        (acl::USER_OBJ, 6, 0),
+        (acl::USER, 6, 2000),
+        (acl::GROUP_OBJ, 4, 0),
+        (acl::GROUP, 4, 300),
+        (acl::MASK, 6, 0),
+        (acl::OTHER, 4, 0),
+    ];
+    let mut v = 2u32.to_le_bytes().to_vec();
+    for (tag, perm, id) in entries {
+        v.extend_from_slice(&tag.to_le_bytes());
+        v.extend_from_slice(&perm.to_le_bytes());
+        v.extend_from_slice(&id.to_le_bytes());
+    }
+    v
 }
 
 fn map_sync(fs: &Fs, ino: u64, pages: u64, seed: u8) -> Result<()> {
@@ -217,6 +257,11 @@ pub fn setup() -> Vec<Op> {
         Op::Create("/long-name-that-does-not-fit-inline-in-a-pinode-at-all"),
         Op::Write("/a", 0, 9000, 1),
         Op::Fsync("/a"),
+        // Attributes on a file with another name, a directory and a file with data: every
+        // removal below takes them along.
+        Op::SetXattr("/a", "user.k", 5000, 1),
+        Op::SetXattr("/e", "trusted.d", 10, 2),
+        Op::SetAcl("/d/c", false),
     ]
 }
 
@@ -251,6 +296,12 @@ pub fn singles() -> Vec<Op> {
         Op::MapSync("/a", 3, 10),       // every page of the file dirtied through a mapping
         Op::PunchHole("/a", 100, 5000), // a hole inside the file's one extent
         Op::Unlink("/a"),               // a file with data (and another name)
+        Op::SetXattr("/d/c", "user.new", 300, 4),
+        Op::SetXattr("/a", "user.k", 70_000, 5), // replaced by a blob of several extents
+        Op::RemoveXattr("/a", "user.k"),         // the last one: the blob goes
+        Op::SetAcl("/a", false),                 // the mode changes in the same commit
+        Op::SetAcl("/d", true),
+        Op::Chmod("/d/c", 0o640), // rewrites the ACL's mask with the mode
     ]
 }
 
@@ -281,6 +332,18 @@ pub fn file_sequences() -> Vec<Vec<Op>> {
             .chain([Op::Fsync("/a"), Op::Write("/a", 3000, 100, 30)])
             .chain([Op::PunchHole("/a", 1000, 6000)])
             .collect(),
+        // A directory's default ACL, inherited by what is made in it.
+        vec![
+            Op::SetAcl("/d", true),
+            Op::Create("/d/n"),
+            Op::Mkdir("/d/m"),
+        ],
+        // Attributes set through one hard link go with the inode's last name.
+        vec![
+            Op::SetXattr("/d/h", "user.x", 10, 1),
+            Op::Unlink("/a"),
+            Op::Unlink("/d/h"),
+        ],
     ]
 }
 
@@ -300,6 +363,8 @@ pub fn pairs() -> Vec<[Op; 2]> {
         Op::Write("/a", 4000, 500, 9),
         Op::Fsync("/a"),
         Op::Truncate("/a", 2000),
+        Op::SetXattr("/a", "user.p", 100, 10),
+        Op::RemoveXattr("/a", "user.k"),
     ];
     let mut out = Vec::new();
     for a in &ops {

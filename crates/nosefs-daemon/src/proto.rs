@@ -116,6 +116,7 @@ impl Enc {
             .i64(a.mtime_ns)
             .i64(a.ctime_ns)
             .u64(a.blocks)
+            .bool(a.acl)
     }
     /// Appends an optional u64-sized value.
     fn opt_u64(&mut self, v: Option<u64>) -> &mut Enc {
@@ -244,6 +245,7 @@ impl<'a> Dec<'a> {
             mtime_ns: self.i64()?,
             ctime_ns: self.i64()?,
             blocks: self.u64()?,
+            acl: self.bool()?,
         })
     }
     fn opt_u64(&mut self) -> Result<Option<u64>, Malformed> {
@@ -329,6 +331,7 @@ mod tests {
             mtime_ns: 6,
             ctime_ns: i64::MAX,
             blocks: 9,
+            acl: true,
         }
     }
 

@@ -9,9 +9,12 @@
 //! Supported: lookup, getattr, setattr (mode, owner, size, times), mknod, create, mkdir, unlink,
 //! rmdir, rename (with RENAME_NOREPLACE and RENAME_EXCHANGE), link, symlink, readlink, open,
 //! read, write, flush, release, fsync, fsyncdir, opendir, readdir, readdirplus, releasedir,
-//! statfs, access. Not supported (the kernel gets ENOSYS from fuser's defaults, and tells the
-//! caller EOPNOTSUPP where POSIX allows it): extended attributes, POSIX locks beyond the kernel's
-//! own, fallocate, copy_file_range, RENAME_WHITEOUT (EINVAL).
+//! statfs, access, fallocate, lseek (SEEK_DATA, SEEK_HOLE), and extended attributes (getxattr,
+//! setxattr, listxattr, removexattr) with POSIX ACLs: the mount asks for `FUSE_POSIX_ACL`, so the
+//! kernel enforces ACLs and passes each create's umask through, and the core applies a
+//! directory's default ACL (or the umask) to what is created in it. Not supported (the kernel
+//! gets ENOSYS from fuser's defaults, and tells the caller EOPNOTSUPP where POSIX allows it):
+//! POSIX locks beyond the kernel's own, copy_file_range, RENAME_WHITEOUT (EINVAL).
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -21,13 +24,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
-    INodeNo, LockOwner, OpenFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
-    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite,
-    Request, TimeOrNow, WriteFlags,
+    INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs,
+    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use nosefs_core::file::holes::Seek;
 use nosefs_core::format::pinode;
-use nosefs_core::namespace::{Attr, Fs, Owner, RenameFlags, SetAttr};
+use nosefs_core::namespace::{Attr, Fs, Owner, RenameFlags, SetAttr, XattrMode};
 
 /// How long the kernel may cache names and attributes. Every change goes through this mount, and
 /// the kernel invalidates what each request changes, so a second is safe, as libfuse's default.
@@ -213,6 +216,18 @@ fn owner(req: &Request) -> Owner {
     Owner {
         uid: req.uid(),
         gid: req.gid(),
+        umask: 0,
+    }
+}
+
+/// Replies to getxattr or listxattr: the size when asked for it (`size` 0), else the bytes, or
+/// ERANGE when they do not fit.
+fn reply_xattr(reply: ReplyXattr, size: u32, result: nosefs_core::Result<Vec<u8>>) {
+    match result {
+        Ok(value) if size == 0 => reply.size(value.len() as u32),
+        Ok(value) if value.len() > size as usize => reply.error(Errno::from_i32(libc::ERANGE)),
+        Ok(value) => reply.data(&value),
+        Err(e) => reply.error(errno(e)),
     }
 }
 
@@ -220,9 +235,11 @@ impl NoseFuse {
     /// Owner and permission bits of a new inode of `mode` (with its type) in `parent`: the
     /// caller's, except in a set-group-id directory, whose group the new inode takes, and a new
     /// directory its set-group-id bit too (as every Linux file system does). The kernel has
-    /// already dropped a set-group-id bit the caller may not give a file.
-    fn new_owner(&self, req: &Request, parent: u64, mode: u32) -> (Owner, u32) {
+    /// already dropped a set-group-id bit the caller may not give a file. The umask goes to the
+    /// core with the owner: a directory's default ACL replaces it.
+    fn new_owner(&self, req: &Request, parent: u64, mode: u32, umask: u32) -> (Owner, u32) {
         let mut owner = owner(req);
+        owner.umask = umask & 0o777;
         let mut perm = mode & 0o7777;
         if let Ok(dir) = self.fs().getattr(parent) {
             if dir.mode & pinode::S_ISGID != 0 {
@@ -265,6 +282,44 @@ fn set_time(t: Option<TimeOrNow>) -> Option<i64> {
 }
 
 impl Filesystem for NoseFuse {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        // The kernel enforces ACLs (it reads them with getxattr and caches them) and leaves the
+        // umask to us (DONT_MASK); a kernel without them keeps applying the umask itself, which
+        // the core applying it again does not change.
+        let _ = config.add_capabilities(InitFlags::FUSE_POSIX_ACL | InitFlags::FUSE_DONT_MASK);
+        Ok(())
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        reply_xattr(reply, size, self.fs().getxattr(ino.0, name.as_bytes()));
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        reply_xattr(reply, size, self.fs().listxattr(ino.0));
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        position: u32,
+        reply: ReplyEmpty,
+    ) {
+        if position != 0 {
+            return reply.error(Errno::from_i32(libc::EINVAL));
+        }
+        let result = XattrMode::from_flags(flags)
+            .and_then(|mode| self.fs().setxattr(ino.0, name.as_bytes(), value, mode));
+        reply_empty(reply, result);
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        reply_empty(reply, self.fs().removexattr(ino.0, name.as_bytes()));
+    }
+
     fn destroy(&mut self) {
         if let Some(fs) = self.fs.take() {
             match Arc::try_unwrap(fs) {
@@ -339,9 +394,8 @@ impl Filesystem for NoseFuse {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        let mode = mode & !(umask & 0o777);
         self.view.note_dir(parent.0);
-        let (owner, perm) = self.new_owner(req, parent.0, mode);
+        let (owner, perm) = self.new_owner(req, parent.0, mode, umask);
         let mode = (mode & pinode::S_IFMT) | perm;
         let result = if mode & pinode::S_IFMT == pinode::S_IFREG {
             self.fs()
@@ -363,8 +417,7 @@ impl Filesystem for NoseFuse {
         reply: ReplyEntry,
     ) {
         self.view.note_dir(parent.0);
-        let (owner, perm) =
-            self.new_owner(req, parent.0, pinode::S_IFDIR | (mode & !umask & 0o7777));
+        let (owner, perm) = self.new_owner(req, parent.0, pinode::S_IFDIR | (mode & 0o7777), umask);
         self.reply_entry(
             reply,
             self.fs().mkdir(parent.0, name.as_bytes(), perm, owner),
@@ -389,7 +442,7 @@ impl Filesystem for NoseFuse {
     ) {
         let target = target.as_os_str().as_bytes();
         self.view.note_dir(parent.0);
-        let (owner, _) = self.new_owner(req, parent.0, pinode::S_IFLNK | 0o777);
+        let (owner, _) = self.new_owner(req, parent.0, pinode::S_IFLNK | 0o777, 0);
         self.reply_entry(
             reply,
             self.fs()
@@ -705,8 +758,7 @@ impl Filesystem for NoseFuse {
         reply: ReplyCreate,
     ) {
         self.view.note_dir(parent.0);
-        let (owner, perm) =
-            self.new_owner(req, parent.0, pinode::S_IFREG | (mode & !umask & 0o7777));
+        let (owner, perm) = self.new_owner(req, parent.0, pinode::S_IFREG | (mode & 0o7777), umask);
         let exclusive = flags & libc::O_EXCL != 0;
         let created = self
             .fs()

@@ -502,7 +502,7 @@ impl Fs {
         let p = self.image.pinode(u64::from(slot));
         let data = self.data_of(&p);
         let bucket = crate::namespace::txn::bucket_of_pinode(&self.image, &p);
-        let _guards = self.lock_buckets(&[bucket]);
+        let mut buckets: smallvec::SmallVec<[u64; 2]> = smallvec::smallvec![bucket];
         let mut txn = crate::namespace::txn::Txn {
             removes: smallvec::smallvec![slot],
             ..crate::namespace::txn::Txn::default()
@@ -510,7 +510,16 @@ impl Fs {
         if !data.is_empty() {
             txn.data_removes.push(slot);
         }
-        self.commit(&[bucket], &mut txn);
+        let xattrs = self.xattr_drop(&inode);
+        if let Some(x) = &xattrs {
+            x.add_to(&mut txn, &mut buckets);
+        }
+        let guards = self.lock_buckets(&buckets);
+        self.commit(&buckets, &mut txn);
+        drop(guards);
+        if let Some(x) = xattrs {
+            self.release_xattr_pinode(&x);
+        }
         inode.removed.store(true, Ordering::Release);
         self.inodes.remove(ino);
         self.release(&[slot], &[p.long_name.get()]);

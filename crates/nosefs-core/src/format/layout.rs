@@ -131,6 +131,8 @@ pub struct Geometry {
     pub read_only_features: bool,
     /// The image keeps high-water marks (`format::marks`): mount reads tables only below them.
     pub high_water_marks: bool,
+    /// The image may hold extended attributes (`incompat` bit `INCOMPAT_XATTRS`).
+    pub xattrs: bool,
     spans: [ZoneSpan; 8],
 }
 
@@ -157,6 +159,9 @@ pub struct MkfsParams {
     /// Leave out the high-water marks feature (images as earlier builds made them; tests use it
     /// to keep the full-scan mount path covered).
     pub without_marks: bool,
+    /// Leave out the extended-attributes feature (images as earlier builds made them, which
+    /// answer EOPNOTSUPP to setxattr).
+    pub without_xattrs: bool,
 }
 
 impl Geometry {
@@ -326,6 +331,7 @@ impl Geometry {
             root_slot: 1,
             read_only_features: false,
             high_water_marks: !params.without_marks,
+            xattrs: !params.without_xattrs,
             spans,
         })
     }
@@ -424,6 +430,7 @@ impl Geometry {
             root_slot: root_slot as u32,
             read_only_features,
             high_water_marks: sb.ro_compat.get() & super::marks::RO_COMPAT_HIGH_WATER_MARKS != 0,
+            xattrs: sb.incompat.get() & superblock::INCOMPAT_XATTRS != 0,
             spans,
         })
     }

@@ -17,6 +17,7 @@ pub mod long_name;
 pub mod marks;
 pub mod pinode;
 pub mod superblock;
+pub mod xattr;
 
 /// Size of a data block and the alignment of every zone.
 pub const BLOCK_SIZE: u64 = 4096;
@@ -67,6 +68,8 @@ pub const ALL_LAYOUTS: &[RecordLayout] = &[
     journal::DIR_LOG_LAYOUT,
     journal::FILE_LOG_LAYOUT,
     marks::LAYOUT,
+    xattr::BLOB_LAYOUT,
+    xattr::ENTRY_LAYOUT,
 ];
 
 /// Round `value` up to a multiple of `align` (a power of two).

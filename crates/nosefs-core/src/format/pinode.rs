@@ -52,8 +52,12 @@ pub const FLAG_PRIMARY: u32 = 1 << 1;
 pub const FLAG_LONG_NAME: u32 = 1 << 2;
 /// Unlinked while still open: in no hash chain; freed at close, or at the next mount.
 pub const FLAG_ORPHAN: u32 = 1 << 3;
+/// Holds the extended attributes of inode `parent` (`format::xattr`): named
+/// `format::xattr::XATTR_PINODE_NAME`, in the hash table like a name but in no listing; its data
+/// is the attribute blob. Always with `PRIMARY` (it owns its data), never with `ORPHAN`.
+pub const FLAG_XATTR: u32 = 1 << 4;
 /// Every flag bit this version defines.
-pub const KNOWN_FLAGS: u32 = FLAG_VALID | FLAG_PRIMARY | FLAG_LONG_NAME | FLAG_ORPHAN;
+pub const KNOWN_FLAGS: u32 = FLAG_VALID | FLAG_PRIMARY | FLAG_LONG_NAME | FLAG_ORPHAN | FLAG_XATTR;
 
 /// One pinode. All integers little-endian.
 #[repr(C)]

@@ -24,7 +24,7 @@
 //! - Zones are 4 KiB aligned, lie inside the image, and follow in the order of [`Zone::ALL`].
 //! - Feature flags: an unknown `incompat` bit refuses the image, an unknown `ro_compat` bit allows
 //!   only read-only use, an unknown `compat` bit is ignored. Defined: `ro_compat` bit 0,
-//!   high-water marks (`format::marks`).
+//!   high-water marks (`format::marks`); `incompat` bit 0, extended attributes (`format::xattr`).
 
 use zerocopy::little_endian::{U32, U64};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
@@ -52,8 +52,11 @@ pub const KNOWN_COMPAT: u32 = 0;
 /// Read-only-compatible feature bits this build understands: high-water marks
 /// (`format::marks`).
 pub const KNOWN_RO_COMPAT: u32 = super::marks::RO_COMPAT_HIGH_WATER_MARKS;
+/// `incompat` bit 0: pinodes may carry `FLAG_XATTR` (extended attributes, `format::xattr`). A
+/// build that does not know it would take an attribute pinode for a damaged name.
+pub const INCOMPAT_XATTRS: u32 = 1 << 0;
 /// Incompatible feature bits this build understands.
-pub const KNOWN_INCOMPAT: u32 = 0;
+pub const KNOWN_INCOMPAT: u32 = INCOMPAT_XATTRS;
 
 /// The superblock record. All integers little-endian.
 #[repr(C)]

@@ -79,6 +79,18 @@ impl Checker<'_> {
 
     pub(super) fn check_name(&mut self, slot: u64, p: &Pinode) {
         let here = Label("pinode", slot);
+        if p.flags.get() & pinode::FLAG_XATTR != 0 {
+            if !is_xattr_pinode_shape(p) || !self.geometry.xattrs {
+                self.push(
+                    here,
+                    "flags",
+                    "XATTR set on a pinode that is no attribute pinode",
+                );
+            } else if let Err(why) = read_xattr_blob(self.image, p) {
+                self.push(here, "size", format!("attribute blob: {why}"));
+            }
+            return;
+        }
         let len = usize::from(p.name_len);
         let is_root = p.ino.get() == ROOT_INO;
         if is_root != (len == 0) {
@@ -142,6 +154,20 @@ impl Checker<'_> {
             // Nameless: its old parent may be gone; mount frees it.
             return;
         }
+        if p.flags.get() & pinode::FLAG_XATTR != 0 {
+            let owner = self.scan.primary(p.parent.get());
+            if !owner.is_some_and(|o| o.flags.get() & pinode::FLAG_XATTR == 0) {
+                self.push(
+                    here,
+                    "parent",
+                    format!(
+                        "attributes of inode {}, which does not exist",
+                        p.parent.get()
+                    ),
+                );
+            }
+            return;
+        }
         if ino == ROOT_INO {
             if p.parent.get() != 0 || !p.is_dir() || !p.is_primary() {
                 self.push(
@@ -193,7 +219,9 @@ impl Checker<'_> {
                 names_per_ino.get(ino).copied().unwrap_or(0)
             };
             let orphan = p.flags.get() & pinode::FLAG_ORPHAN != 0;
-            if !orphan && p.nlink.get() != want {
+            // An attribute pinode's link count means nothing (it is written as 1).
+            let xattr = p.flags.get() & pinode::FLAG_XATTR != 0;
+            if !orphan && !xattr && p.nlink.get() != want {
                 self.push(
                     format!("pinode[{slot}]"),
                     "nlink",
@@ -237,10 +265,179 @@ impl Checker<'_> {
     }
 }
 
+/// The fixed fields of an attribute pinode (`format::xattr`).
+fn is_xattr_pinode_shape(p: &Pinode) -> bool {
+    let flags = p.flags.get();
+    flags & pinode::FLAG_PRIMARY != 0
+        && flags & (pinode::FLAG_ORPHAN | pinode::FLAG_LONG_NAME) == 0
+        && p.mode.get() & pinode::S_IFMT == pinode::S_IFREG
+        && p.inline_name() == XATTR_PINODE_NAME
+        && p.name[XATTR_PINODE_NAME.len()..].iter().all(|&b| b == 0)
+        && p.parent.get() != 0
+        && p.ino.get() != ROOT_INO
+}
+
+/// An attribute pinode's blob, read through its extent list with every field checked.
+fn read_xattr_blob(image: &Image, p: &Pinode) -> Result<XattrSet, String> {
+    let g = image.geometry();
+    let size = p.size.get();
+    if size > BLOB_MAX as u64 {
+        return Err(format!("{size} bytes"));
+    }
+    let mut blob = vec![0u8; size as usize];
+    let mut filled = 0u64;
+    let mut eno = u64::from(p.extent_head.get());
+    let mut steps = 0;
+    while eno != 0 {
+        steps += 1;
+        if eno >= g.extent_count() || steps > 1 + BLOB_MAX / 4096 {
+            return Err(format!("extent {eno} out of range or the list loops"));
+        }
+        let e = image.extent(eno);
+        let (at, len) = (e.file_offset.get(), u64::from(e.length.get()));
+        let start = u64::from(e.start_block.get());
+        let blocks =
+            crate::format::extent::Extent::blocks_needed(u64::from(e.block_offset.get()), len);
+        if !e.is_valid()
+            || e.ino.get() != p.ino.get()
+            || at != filled
+            || at + len > size
+            || u64::from(e.block_offset.get()) >= BLOCK_SIZE
+            || start + blocks > g.data_block_count()
+        {
+            return Err(format!(
+                "extent {eno} does not hold the next bytes of the blob"
+            ));
+        }
+        let from = g.block_offset(start) + u64::from(e.block_offset.get());
+        image
+            .region()
+            .read_bytes(from, &mut blob[at as usize..(at + len) as usize]);
+        filled += len;
+        eno = u64::from(e.next.get());
+    }
+    if filled != size {
+        return Err(format!("extents hold {filled} of {size} bytes"));
+    }
+    XattrSet::decode(&blob)
+}
+
 // ---- Repair (see `repair` for the order of the steps) ----
+
+/// Settles the XATTR flag by the name, which a flipped bit cannot forge: a pinode named
+/// `/xattrs` (no file name holds a `/`) is an attribute pinode, any other is not. Then takes the
+/// attribute pinodes out of the salvage, so the tree's repair neither moves nor renames them;
+/// [`restore_xattrs`] puts back those whose owner survived.
+pub(super) fn take_xattrs(s: &mut Salvage) -> Vec<(u64, Pinode)> {
+    let slots: Vec<u64> = s.pinodes.keys().copied().collect();
+    let mut taken = Vec::new();
+    for slot in slots {
+        let p = &s.pinodes[&slot];
+        let flagged = p.flags.get() & pinode::FLAG_XATTR != 0;
+        // The name's bytes decide; a flipped length or padding byte is fixed below.
+        let padded = p.name[XATTR_PINODE_NAME.len()..].iter().all(|&b| b == 0);
+        let exact = usize::from(p.name_len) == XATTR_PINODE_NAME.len();
+        let named = p.name.starts_with(XATTR_PINODE_NAME) && (flagged || padded && exact);
+        if flagged && !named {
+            let q = s.edit(slot);
+            q.flags = U32::new(q.flags.get() & !pinode::FLAG_XATTR);
+            continue;
+        }
+        if named {
+            let mut p = s.pinodes.remove(&slot).expect("listed");
+            let flags = pinode::FLAG_VALID | FLAG_PRIMARY | pinode::FLAG_XATTR;
+            let mut fixed = p.clone();
+            set_inline_name(&mut fixed, XATTR_PINODE_NAME);
+            fixed.flags = U32::new(flags);
+            fixed.mode = U32::new(S_IFREG);
+            if fixed != p {
+                p = fixed;
+                s.touched.insert(slot);
+            }
+            s.held.insert(slot);
+            taken.push((slot, p));
+        }
+    }
+    taken
+}
+
+/// After the extent lists' repair (which may have cut a blob's list where another file claimed
+/// its blocks): drops each attribute pinode whose blob no longer reads back whole, with the
+/// extents left in its list, noting each.
+pub(super) fn drop_broken_xattrs(s: &mut Salvage, image: &Image, notes: &mut Vec<String>) {
+    let broken: Vec<(u64, Pinode)> = s
+        .pinodes
+        .iter()
+        .filter(|(_, p)| p.flags.get() & pinode::FLAG_XATTR != 0)
+        .filter(|(_, p)| read_xattr_blob(image, p).is_err())
+        .map(|(&slot, p)| (slot, p.clone()))
+        .collect();
+    let g = image.geometry();
+    for (slot, p) in broken {
+        let mut eno = u64::from(p.extent_head.get());
+        let mut steps = 0;
+        while eno != 0 && eno < g.extent_count() && steps < 1 + BLOB_MAX / 4096 {
+            let mut e = image.extent(eno);
+            if !e.is_valid() || e.ino.get() != p.ino.get() {
+                break;
+            }
+            let next = u64::from(e.next.get());
+            e.flags = U32::new(e.flags.get() & !crate::format::extent::FLAG_VALID);
+            let offset = g.extent_offset(eno);
+            image.region().write(offset, &e);
+            image
+                .region()
+                .flush(offset, crate::format::extent::EXTENT_BYTES);
+            eno = next;
+            steps += 1;
+        }
+        s.clear(slot);
+        notes.push(format!(
+            "pinode[{slot}]: the extended attributes of inode {} were damaged and are dropped",
+            p.parent.get()
+        ));
+    }
+}
+
+/// Puts back the attribute pinodes [`take_xattrs`] took whose owner is an inode of the repaired
+/// tree and whose blob reads back whole, one per owner (the newest: the highest `ino`); clears
+/// the rest, noting each.
+pub(super) fn restore_xattrs(
+    s: &mut Salvage,
+    image: &Image,
+    mut taken: Vec<(u64, Pinode)>,
+    notes: &mut Vec<String>,
+) {
+    let owners: HashSet<u64> = s
+        .pinodes
+        .values()
+        .filter(|p| p.is_primary())
+        .map(|p| p.ino.get())
+        .collect();
+    let mut served: HashSet<u64> = HashSet::default();
+    taken.sort_by_key(|(_, p)| std::cmp::Reverse(p.ino.get()));
+    for (slot, p) in taken {
+        let owner = p.parent.get();
+        let usable = image.geometry().xattrs
+            && owners.contains(&owner)
+            && !served.contains(&owner)
+            && !owners.contains(&p.ino.get())
+            && read_xattr_blob(image, &p).is_ok();
+        if usable {
+            served.insert(owner);
+            s.pinodes.insert(slot, p);
+        } else {
+            notes.push(format!(
+                "pinode[{slot}]: the extended attributes of inode {owner} could not be kept"
+            ));
+            s.touched.insert(slot);
+        }
+    }
+}
 
 use super::repair::{set_inline_name, Salvage};
 use crate::format::long_name::LongName;
+use crate::format::xattr::{XattrSet, BLOB_MAX, XATTR_PINODE_NAME};
 use pinode::{FLAG_LONG_NAME, FLAG_ORPHAN, FLAG_PRIMARY, S_IFDIR, S_IFMT, S_IFREG};
 use zerocopy::little_endian::{U32, U64};
 

@@ -39,6 +39,9 @@ pub(super) struct Salvage {
     pub(super) renumbered: HashMap<u64, u64>,
     /// `/lost+found`, once found or made.
     pub(super) lost_found: Option<u64>,
+    /// Slots of records held out of `pinodes` while the tree is repaired (attribute pinodes):
+    /// not free for a new directory.
+    pub(super) held: BTreeSet<u64>,
     pinode_count: u64,
 }
 
@@ -57,6 +60,7 @@ impl Salvage {
             next_ino: next_ino.max(ROOT_INO + 1),
             renumbered: HashMap::default(),
             lost_found: None,
+            held: BTreeSet::new(),
             pinode_count: g.pinode_count(),
         }
     }
@@ -81,10 +85,11 @@ impl Salvage {
 
     /// The lowest free slot, preferring `wanted`.
     fn free_slot(&self, wanted: u64) -> Option<u64> {
-        if wanted != 0 && wanted < self.pinode_count && !self.pinodes.contains_key(&wanted) {
+        let free = |s: &u64| !self.pinodes.contains_key(s) && !self.held.contains(s);
+        if wanted != 0 && wanted < self.pinode_count && free(&wanted) {
             return Some(wanted);
         }
-        (1..self.pinode_count).find(|s| !self.pinodes.contains_key(s))
+        (1..self.pinode_count).find(free)
     }
 
     /// Adds a new directory `name` under `parent` with mode 0700; returns its inode number.
@@ -172,10 +177,13 @@ pub(super) fn run(image: &Image, found: &[Problem], notes: &mut Vec<String>) {
     logs::repair_logs(image, replay_safe, notes);
     superblock::repair_marks(image);
     let mut salvage = Salvage::load(image);
+    let xattrs = pinodes::take_xattrs(&mut salvage);
     pinodes::repair_records(&mut salvage, image);
     pinodes::repair_identities(&mut salvage, image);
     pinodes::repair_tree(&mut salvage, image, notes);
+    pinodes::restore_xattrs(&mut salvage, image, xattrs, notes);
     extents::repair_lists(&mut salvage, image);
+    pinodes::drop_broken_xattrs(&mut salvage, image, notes);
     pinodes::repair_link_counts(&mut salvage);
     chains::rebuild(&mut salvage, image);
     salvage.write(image);

@@ -207,6 +207,12 @@ pub struct Inode {
     pub orphaned: AtomicBool,
     /// Whether the inode is a regular file.
     is_file: bool,
+    /// Whether its attributes hold an access ACL (`system.posix_acl_access`), which then decides
+    /// permissions instead of the mode alone. Changed with `xattrs`, under the inode lock.
+    pub has_acl: AtomicBool,
+    /// Slot of its attribute pinode (`FLAG_XATTR`), 0 when it has no extended attributes.
+    /// Changed under the inode lock, after the commit that swapped the pinodes.
+    pub xattrs: AtomicU32,
     /// Names and counts, changed by operations that hold it.
     pub data: Mutex<InodeData>,
     /// A directory's listing (set at creation), or a regular file's data map, made on first use
@@ -246,6 +252,8 @@ impl Inode {
             open_count: AtomicU32::new(0),
             orphaned: AtomicBool::new(false),
             is_file,
+            has_acl: AtomicBool::new(false),
+            xattrs: AtomicU32::new(0),
             data: Mutex::new(InodeData::new(slot)),
             contents,
         }

@@ -13,6 +13,7 @@
 //! place with atomic stores after the commit, and mount recomputes link counts from the tree, so a
 //! crash between the commit and those stores is repaired.
 
+pub mod acl;
 mod atime;
 pub(crate) mod inode;
 mod mirror;
@@ -24,6 +25,7 @@ mod rename;
 mod settle;
 mod symlink;
 pub mod txn;
+pub(crate) mod xattr;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -45,6 +47,7 @@ pub use atime::AtimeMode;
 pub use ops::{Owner, SetAttr, LINK_MAX};
 pub use rename::RenameFlags;
 pub use symlink::SYMLINK_MAX;
+pub use xattr::{XattrMode, XATTR_BLOB_MAX, XATTR_VALUE_MAX};
 
 /// Symbolic links followed in one path resolution before ELOOP.
 pub const MAX_SYMLINKS: u32 = 40;
@@ -79,6 +82,9 @@ pub struct Attr {
     /// blocks, so a hole holds none. A file whose data state is not loaded yet (untouched since
     /// mount) is counted as dense.
     pub blocks: u64,
+    /// An access ACL (`system.posix_acl_access`) decides permissions, not the mode alone
+    /// (see [`Fs::check_permission`]).
+    pub acl: bool,
 }
 
 impl Attr {
@@ -100,6 +106,7 @@ impl Attr {
             } else {
                 p.size.get().div_ceil(BLOCK_SIZE) * (BLOCK_SIZE / 512)
             },
+            acl: false,
         }
     }
 
@@ -383,6 +390,7 @@ impl Fs {
     pub fn getattr(&self, ino: u64) -> Result<Attr> {
         let inode = self.inode(ino)?;
         let mut attr = Attr::from_pinode(&self.primary_pinode(&inode)?);
+        attr.acl = inode.has_acl.load(Ordering::Acquire);
         if let Some(file) = inode.file_state() {
             // Writes since the last commit live in DRAM until fsync; stat sees them.
             let state = file.lock();

@@ -27,6 +27,9 @@ pub struct Owner {
     pub uid: u32,
     /// Group id.
     pub gid: u32,
+    /// The creator's umask: cleared from the permission bits, unless the directory has a
+    /// default ACL, which decides them instead (POSIX.1e). 0 when the caller applied it.
+    pub umask: u32,
 }
 
 /// Attribute changes; `None` leaves a field as it is. The change time is set to now.
@@ -163,10 +166,23 @@ impl Fs {
     /// Locks the mirror bucket of (parent, name), a name about to be created, and checks it is
     /// free. Returns its hash, bucket and the lock.
     pub(super) fn lock_free_name(&self, parent: u64, name: &[u8]) -> Result<NewName<'_>> {
+        self.lock_free_name_and(parent, name, None)
+    }
+
+    /// [`Fs::lock_free_name`], locking bucket `also` with it (in bucket order).
+    pub(super) fn lock_free_name_and(
+        &self,
+        parent: u64,
+        name: &[u8],
+        also: Option<u64>,
+    ) -> Result<NewName<'_>> {
         let hash = self.hash(parent, name);
         let bucket = self.bucket_index(hash);
         self.prefetch_nvm_bucket(bucket);
-        let mut guards = self.lock_buckets(&[bucket]);
+        let mut guards = match also {
+            Some(also) => self.lock_buckets(&[bucket, also]),
+            None => self.lock_buckets(&[bucket]),
+        };
         if self
             .find_locked(self.guard_of(&mut guards, bucket), parent, name)
             .is_some()
@@ -255,12 +271,18 @@ impl Fs {
             return Err(Errno::ENOENT.into());
         }
         let is_dir = mode & pinode::S_IFMT == pinode::S_IFDIR;
-        let mut new = self.lock_free_name(parent, name)?;
+        // Under the directory's lock, so its default ACL cannot change meanwhile.
+        let (inherited, mode) = self.inherited_xattrs(&dir, mode, owner.umask)?;
+        // The attribute pinode's bucket depends on the inode number: known before the name's
+        // lock only when there are attributes (a failed create otherwise burns no number).
+        let early_ino = inherited.as_ref().map(|_| self.new_ino());
+        let xattr_bucket = early_ino.map(|ino| self.xattr_bucket(ino));
+        let mut new = self.lock_free_name_and(parent, name, xattr_bucket)?;
         self.writable()?; // after the name: an existing one is EEXIST, as Linux has it
         let slot = self.alloc_pinode()?;
         self.prefetch_pinode(slot);
         let now = now_ns();
-        let ino = self.new_ino();
+        let ino = early_ino.unwrap_or_else(|| self.new_ino());
         let mut p = Pinode::zeroed();
         p.ino = U64::new(ino);
         p.parent = U64::new(parent);
@@ -288,16 +310,38 @@ impl Fs {
             txn.in_place
                 .push(self.set_nlink(parent_slot, 2 + data.subdirs + 1));
         }
-        self.commit(&[new.bucket], &mut txn);
+        let mut buckets: SmallVec<[u64; 2]> = smallvec![new.bucket];
+        let mut xattr_slot = 0;
+        if let (Some(set), Some(bucket)) = (&inherited, xattr_bucket) {
+            match self.write_xattr_pinode(ino, &set.encode(), now) {
+                Ok((x, xp)) => {
+                    txn.inserts.push((x, xp));
+                    txn.data_inserts.push(x);
+                    buckets.push(bucket);
+                    xattr_slot = x;
+                }
+                Err(e) => {
+                    let long: SmallVec<[u32; 1]> = txn.long_names.iter().map(|l| l.0).collect();
+                    self.release(&[slot], &long);
+                    return Err(e);
+                }
+            }
+        }
+        self.commit(&buckets, &mut txn);
         if is_dir {
             data.subdirs += 1;
         }
         // The inode before its name, so whoever finds the name finds the inode.
         // A new file's data state is made by its first write (see Inode::file_state).
-        self.inodes
-            .insert(Arc::new(Inode::new(ino, slot, mode & pinode::S_IFMT, None)));
+        let inode = Arc::new(Inode::new(ino, slot, mode & pinode::S_IFMT, None));
+        if let Some(set) = &inherited {
+            self.note_new_xattrs(&inode, xattr_slot, set);
+        }
+        self.inodes.insert(inode);
         self.list_name(&dir, &mut new, slot);
-        Ok(Attr::from_pinode(&self.image.pinode(u64::from(slot))))
+        let mut attr = Attr::from_pinode(&self.image.pinode(u64::from(slot)));
+        attr.acl = inherited.is_some_and(|set| set.get(super::acl::ACCESS).is_some());
+        Ok(attr)
     }
 
     /// Finds (parent, name), locks `dir` and the inode it names, checks the name still names
@@ -382,8 +426,13 @@ impl Fs {
             };
             txn.in_place
                 .push(self.set_nlink(dir.primary_slot(), 2 + dir_data.subdirs - 1));
-            let mut guards = self.lock_buckets(&[bucket]);
-            self.commit(&[bucket], &mut txn);
+            let mut buckets: SmallVec<[u64; 2]> = smallvec![bucket];
+            let xattrs = self.xattr_drop(target);
+            if let Some(x) = &xattrs {
+                x.add_to(&mut txn, &mut buckets);
+            }
+            let mut guards = self.lock_buckets(&buckets);
+            self.commit(&buckets, &mut txn);
             dir_data.subdirs -= 1;
             self.guard_of(&mut guards, bucket).remove(entry.slot);
             dir.dir()
@@ -393,6 +442,9 @@ impl Fs {
             target.removed.store(true, Ordering::Release);
             self.inodes.remove(target.ino);
             self.release(&[entry.slot], &[p.long_name.get()]);
+            if let Some(x) = xattrs {
+                self.release_xattr_pinode(&x);
+            }
             Ok(())
         })
     }
@@ -468,7 +520,14 @@ impl Fs {
         new.atime_ns = change.atime_ns.map_or(old.atime_ns, I64::new);
         new.mtime_ns = change.mtime_ns.map_or(old.mtime_ns, I64::new);
         new.ctime_ns = I64::new(now_ns());
-        if inode.orphaned.load(Ordering::Acquire) {
+        let acl_after_chmod = match change.mode {
+            Some(_) => self.xattrs_after_chmod(&inode, new.mode.get())?,
+            None => None,
+        };
+        if let Some(set) = acl_after_chmod {
+            // The access ACL's owner, mask and other entries follow the mode, in one commit.
+            self.commit_xattrs(&inode, &mut locked[0].1, &set, Some(new))?;
+        } else if inode.orphaned.load(Ordering::Acquire) {
             // A file open after losing its last name (fchmod, fchown, futimens on it). Its
             // ORPHAN pinode is in no chain and is freed at the next mount, so nothing about it
             // must survive a crash: its attributes change in place, with no commit. Only the
@@ -545,6 +604,8 @@ pub(super) struct DropPlan {
     /// The removed name's long-name record (0: none), read before the commit: reading the
     /// pinode again after the commit wrote it back costs a stall.
     pub long_name: u32,
+    /// The inode's attribute pinode, leaving with its last name.
+    pub xattrs: Option<super::xattr::XattrDrop>,
 }
 
 impl Fs {
@@ -574,6 +635,7 @@ impl Fs {
             last: data.name_count() == 1,
             data: Vec::new(),
             orphan: None,
+            xattrs: None,
         };
         if plan.last && target.open_count.load(Ordering::Acquire) > 0 {
             // Still open: the file lives on, nameless, until its last close.
@@ -593,6 +655,10 @@ impl Fs {
             plan.data = self.data_of(&primary);
             if !plan.data.is_empty() {
                 plan.txn.data_removes.push(slot);
+            }
+            plan.xattrs = self.xattr_drop(target);
+            if let Some(x) = &plan.xattrs {
+                x.add_to(&mut plan.txn, &mut plan.buckets);
             }
             return Ok(plan);
         }
@@ -669,6 +735,9 @@ impl Fs {
         if plan.last {
             target.removed.store(true, Ordering::Release);
             self.inodes.remove(target.ino);
+        }
+        if let Some(x) = &plan.xattrs {
+            self.release_xattr_pinode(x);
         }
         self.release(&freed, &[long]);
         match (plan.last, target.file_state()) {

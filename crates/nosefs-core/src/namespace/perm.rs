@@ -178,7 +178,14 @@ pub fn new_inode_owner(dir: &Attr, cred: &Cred, mode: u32) -> (super::Owner, u32
     } else if !is_dir && mode & pinode::S_ISGID != 0 && !cred.is_root() && !cred.in_group(gid) {
         mode &= !pinode::S_ISGID;
     }
-    (super::Owner { uid: cred.uid, gid }, mode)
+    (
+        super::Owner {
+            uid: cred.uid,
+            gid,
+            umask: 0,
+        },
+        mode,
+    )
 }
 
 #[cfg(test)]

@@ -21,6 +21,7 @@ use crate::format::hash_table::name_hash;
 use crate::format::journal::{DirEntry, DIR_LOG_ENTRIES};
 use crate::format::marks::Table;
 use crate::format::pinode::{self, Pinode, INLINE_NAME_MAX};
+use crate::format::xattr::XATTR_PINODE_NAME;
 use crate::format::BLOCK_SIZE;
 use crate::image::Image;
 
@@ -203,6 +204,11 @@ impl Found {
     fn file_type(&self) -> u32 {
         self.mode & pinode::S_IFMT
     }
+
+    /// An attribute pinode: its parent is the inode whose attributes it holds.
+    fn is_xattr(&self) -> bool {
+        self.flags & pinode::FLAG_XATTR != 0
+    }
 }
 
 struct Scan {
@@ -232,6 +238,9 @@ fn check_pinode(image: &Image, slot: u64, p: &Pinode, marks: &Marks) -> Result<(
     }
     if p.flags.get() & !pinode::KNOWN_FLAGS != 0 {
         return bad("flags", format!("unknown bits {:#x}", p.flags.get()));
+    }
+    if p.flags.get() & pinode::FLAG_XATTR != 0 {
+        return check_xattr_pinode(image, p).or_else(|detail| bad("flags", detail));
     }
     let is_root = p.ino.get() == ROOT_INO;
     if is_root != (p.name_len == 0) || (is_root && (p.parent.get() != 0 || !p.is_primary())) {
@@ -273,6 +282,25 @@ fn check_pinode(image: &Image, slot: u64, p: &Pinode, marks: &Marks) -> Result<(
     Ok(())
 }
 
+/// What an attribute pinode must be: a primary (it owns its blob) named
+/// [`XATTR_PINODE_NAME`], not an orphan, on an image with the feature.
+fn check_xattr_pinode(image: &Image, p: &Pinode) -> std::result::Result<(), String> {
+    let flags = p.flags.get();
+    let ok = image.geometry().xattrs
+        && flags & pinode::FLAG_PRIMARY != 0
+        && flags & (pinode::FLAG_ORPHAN | pinode::FLAG_LONG_NAME) == 0
+        && p.mode.get() & pinode::S_IFMT == pinode::S_IFREG
+        && p.inline_name() == XATTR_PINODE_NAME
+        && p.name[XATTR_PINODE_NAME.len()..].iter().all(|&b| b == 0)
+        && p.parent.get() != 0
+        && p.ino.get() != ROOT_INO;
+    if ok {
+        Ok(())
+    } else {
+        Err("not a well-formed attribute pinode".into())
+    }
+}
+
 fn scan_pinodes(image: &Image, marks: &Marks) -> Result<Scan> {
     let mut scan = Scan {
         valid: Vec::new(),
@@ -281,6 +309,7 @@ fn scan_pinodes(image: &Image, marks: &Marks) -> Result<Scan> {
         max_ino: ROOT_INO,
         orphans_freed: 0,
     };
+    let mut freed_orphans = HashSet::new();
     for slot in 1..marks.get(Table::Pinodes) {
         let p = image.pinode(slot);
         if !p.is_valid() {
@@ -294,10 +323,23 @@ fn scan_pinodes(image: &Image, marks: &Marks) -> Result<Scan> {
             image.region().fence();
             scan.free_slots.push(slot as u32);
             scan.orphans_freed += 1;
+            freed_orphans.insert(p.ino.get());
             continue;
         }
         scan.max_ino = scan.max_ino.max(p.ino.get());
         scan.valid.push(Found::new(slot as u32, &p));
+    }
+    if !freed_orphans.is_empty() {
+        // Their attributes go with them.
+        scan.valid.retain(|f| {
+            let goes = f.is_xattr() && freed_orphans.contains(&f.parent);
+            if goes {
+                txn::free_xattr_pinode(image, f.slot);
+                image.region().fence();
+                scan.free_slots.push(f.slot);
+            }
+            !goes
+        });
     }
     Ok(scan)
 }
@@ -470,6 +512,7 @@ fn build_tree(fs: &Fs, scan: &Scan) -> Result<Tree> {
     // The names grouped by inode: a sort of 8-byte keys, not a hash map of 10^6 groups, whose
     // random inserts cost a cache miss each.
     let mut by_ino: Vec<(u64, u32)> = (0..scan.valid.len() as u32)
+        .filter(|&i| !scan.valid[i as usize].is_xattr())
         .map(|i| (scan.valid[i as usize].ino, i))
         .collect();
     by_ino.sort_unstable();
@@ -515,6 +558,10 @@ fn build_tree(fs: &Fs, scan: &Scan) -> Result<Tree> {
     // Names of one directory tend to sit together: the last parent is kept, not looked up again.
     let mut parent: Option<Arc<Inode>> = None;
     for found in &scan.valid {
+        if found.is_xattr() {
+            bucket_of_slot[found.slot as usize] = attach_xattrs(fs, found).map_err(corrupt)?;
+            continue;
+        }
         let is_root = found.ino == ROOT_INO;
         if !is_root && parent.as_ref().map_or(true, |p| p.ino != found.parent) {
             parent = Some(fs.inodes.get(found.parent).ok_or_else(|| {
@@ -531,6 +578,33 @@ fn build_tree(fs: &Fs, scan: &Scan) -> Result<Tree> {
         bucket_of_slot,
         inodes,
     })
+}
+
+/// Gives an attribute pinode to its inode; returns its bucket. It is in no listing and not in
+/// the mirror (no lookup by name ever finds it), but in its NVM bucket's chain.
+fn attach_xattrs(fs: &Fs, found: &Found) -> std::result::Result<u64, String> {
+    let owner = fs.inodes.get(found.parent).ok_or_else(|| {
+        format!(
+            "slot {}: attributes of missing inode {}",
+            found.slot, found.parent
+        )
+    })?;
+    if owner.xattrs.load(std::sync::atomic::Ordering::Relaxed) != 0 {
+        return Err(format!("inode {} has two attribute pinodes", found.parent));
+    }
+    owner
+        .xattrs
+        .store(found.slot, std::sync::atomic::Ordering::Relaxed);
+    // Whether it holds an access ACL: read now, so permission checks need not.
+    let set = {
+        let _locked = owner.data.lock();
+        fs.load_xattrs(&owner).map_err(|e| e.to_string())?
+    };
+    owner.has_acl.store(
+        set.get(super::acl::ACCESS).is_some(),
+        std::sync::atomic::Ordering::Relaxed,
+    );
+    Ok(fs.xattr_bucket(found.parent))
 }
 
 /// Adds one name to its directory's listing and the mirror; returns its bucket. `parent` is the

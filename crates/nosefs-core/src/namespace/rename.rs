@@ -166,6 +166,7 @@ impl Fs {
         txn.inserts.push(moved);
         txn.long_names.extend(moved_long);
         let mut drop_plan: Option<DropPlan> = None;
+        let mut dir_xattrs = None;
         if let Some((dst, d_inode)) = &s.dst {
             buckets.push(self.bucket_index(dst.hash));
             if flags.exchange {
@@ -176,6 +177,10 @@ impl Fs {
                 txn.long_names.extend(back_long);
             } else if d_inode.dir().is_some() {
                 txn.removes.push(dst.slot);
+                dir_xattrs = self.xattr_drop(d_inode);
+                if let Some(x) = &dir_xattrs {
+                    x.add_to(&mut txn, &mut buckets);
+                }
             } else {
                 let plan = self.plan_drop_name(d_inode, locked, *dst, now)?;
                 buckets.extend(plan.buckets.iter().copied());
@@ -203,6 +208,9 @@ impl Fs {
             (h1, h2),
             &mut guards,
         );
+        if let Some(x) = dir_xattrs {
+            self.release_xattr_pinode(&x);
+        }
         Ok(())
     }
 

@@ -8,6 +8,7 @@ use crate::pmem::Region;
 pub(crate) const OWNER: Owner = Owner {
     uid: 1000,
     gid: 100,
+    umask: 0,
 };
 
 /// A mounted file system on an in-memory image; `remount` simulates a crash when `clean` is false.

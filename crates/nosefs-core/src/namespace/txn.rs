@@ -363,6 +363,15 @@ pub fn free_orphan(image: &Image, slot: u32) {
     set_flags(image, slot, p.flags.get() & !FLAG_VALID);
 }
 
+/// Frees the attribute pinode of an orphan that mount freed: unlinks it from its chain, clears
+/// its extents and blocks, then its valid bit. Flushes; the caller fences. Its data goes before
+/// its valid bit, so a crash in between leaves it to be freed again.
+pub fn free_xattr_pinode(image: &Image, slot: u32) {
+    let p = image.pinode(u64::from(slot));
+    set_data(image, p.extent_head.get(), false);
+    apply_remove(image, slot);
+}
+
 /// Sets (or clears) the valid bits of the extents in the list starting at `extent_head` (a
 /// pinode's) and their blocks' bits in the bitmap. Idempotent. The walk is bounded and
 /// range-checked, as the list is media content.
