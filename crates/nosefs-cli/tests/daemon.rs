@@ -7,7 +7,7 @@
 mod common;
 
 use common::text;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -479,6 +479,43 @@ fn a_listing_that_renames_what_it_reads_ends() {
     let m = mount_with(&[]);
     let out = same_as_kernel(&m, common::RENAME_WHILE_LISTING_SCRIPT);
     assert_eq!(out, "5000 5000 5000\n");
+    m.unmount_and_fsck();
+}
+
+#[test]
+fn extended_attributes_and_acls_behave_as_on_the_kernel_and_agree_with_the_fuse_mount() {
+    if !usable() {
+        return;
+    }
+    let m = mount_with(&["allow_other"]);
+    std::fs::set_permissions(&m.plain, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let script = format!(
+        "{}\n{}\n{}",
+        common::XATTR_SCRIPT,
+        common::XATTR_RSYNC_SCRIPT,
+        common::XATTR_OTHER_USER_SCRIPT
+    );
+    let out = same_as_kernel(&m, &script);
+    assert!(out.contains("user:1234:rw-\t#effective:r--"), "{out}");
+    assert!(
+        out.ends_with("Permission denied\ndata\nnot readable\n"),
+        "{out}"
+    );
+    // What the clients set, the kernel's path sees (and enforces), with no shim.
+    let fuse = Command::new("sh")
+        .args([
+            "-c",
+            "getfattr -n user.colour --only-values r/f; getfacl -n -c r/f",
+        ])
+        .current_dir(&m.mnt)
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&fuse.stdout),
+        "blueuser::rw-\nuser:65534:---\ngroup::r--\nmask::r--\nother::---\n\n",
+        "{}",
+        text(&fuse)
+    );
     m.unmount_and_fsck();
 }
 

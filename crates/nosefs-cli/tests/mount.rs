@@ -3,6 +3,8 @@
 //! recovers with every fsynced file intact. Needs /dev/fuse and root (as CI has); otherwise each
 //! test says why it did not run.
 
+mod common;
+
 use std::io::{Read, Write};
 use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -359,6 +361,65 @@ md5sum f f2 g h
     assert!(out.ends_with("3145728\n8388608\n"), "{out}");
     umount(&s.mnt);
     assert!(fsck(&s.image).status.success());
+}
+
+#[test]
+fn extended_attributes_and_acls_behave_as_on_tmpfs() {
+    if !fuse_usable() {
+        return;
+    }
+    let s = setup();
+    // allow_other: the script reads as `nobody`, whom the ACLs name.
+    let out = nosefs()
+        .args(["mount", "-o", "allow_other"])
+        .arg(&s.image)
+        .arg(&s.mnt)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let tmpfs = s.mnt.with_file_name("tmpfs");
+    std::fs::create_dir(&tmpfs).unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "none"])
+        .arg(&tmpfs)
+        .status()
+        .unwrap();
+    assert!(mounted.success());
+    for dir in [&s.mnt, &tmpfs] {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    // setfattr/getfattr in every namespace; python's os.*xattr with their errors and limits;
+    // setfacl/getfacl with named entries, the mask, chmod, default ACLs inherited by a file and
+    // a directory; cp -a and rsync -aAX carrying both; ACLs enforced for another user.
+    let script = format!(
+        "D=.\n{}\n{}\n{}",
+        common::XATTR_SCRIPT,
+        common::XATTR_RSYNC_SCRIPT,
+        common::XATTR_OTHER_USER_SCRIPT
+    );
+    let script = script.as_str();
+    let ours = sh_in(&s.mnt, script);
+    let theirs = sh_in(&tmpfs, script);
+    let _ = Command::new("umount").arg(&tmpfs).status();
+    assert_eq!(ours, theirs, "noseFS:\n{ours}\ntmpfs:\n{theirs}");
+    assert!(ours.contains("user:1234:rw-\t#effective:r--"), "{ours}");
+    assert!(
+        ours.ends_with("Permission denied\ndata\nnot readable\n"),
+        "{ours}"
+    );
+    let listing = "getfattr -n user.colour --only-values r/f; getfacl -n -c r/f r/d";
+    let before = sh_in(&s.mnt, listing);
+    umount(&s.mnt);
+    let out = fsck(&s.image);
+    assert!(out.status.success(), "{out:?}");
+    // The attributes survive a remount.
+    assert!(mount(&s).status.success());
+    assert_eq!(sh_in(&s.mnt, listing), before);
+    assert!(
+        before.starts_with("blueuser::rw-\nuser:65534:---\n"),
+        "{before}"
+    );
+    umount(&s.mnt);
 }
 
 #[test]

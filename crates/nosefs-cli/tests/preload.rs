@@ -341,6 +341,15 @@ fn holes_are_punched_found_and_copied_as_on_the_kernel() {
 }
 
 #[test]
+fn extended_attributes_and_acls_behave_as_on_the_kernel() {
+    let setup = setup();
+    let out = same_as_kernel(&setup, common::XATTR_SCRIPT);
+    assert!(out.contains("user:1234:rw-\t#effective:r--"), "{out}");
+    assert!(out.contains("big E2BIG\n"), "{out}");
+    setup.fsck_clean();
+}
+
+#[test]
 fn python_os_pathlib_shutil_tempfile() {
     let setup = setup();
     let script = r#"python3 - <<'PY'

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use nosefs_core::namespace::{Attr, DirEntry, SetAttr};
-use nosefs_core::vfs::{Found, Walked};
+use nosefs_core::vfs::{Found, Walked, XattrCall};
 use nosefs_core::Errno;
 use rustix::event::{PollFd, PollFlags};
 use rustix::net::{
@@ -27,7 +27,7 @@ use rustix::thread::futex;
 
 use crate::proto::{op, Dec, Enc};
 use crate::server::{find_daemon, socket_name, HELLO};
-use crate::service::{Handle, Opened, Service, Statfs};
+use crate::service::{Handle, Opened, Service, Statfs, XattrTarget};
 use crate::shm::{state, Area};
 
 /// How long a client spins on its slot before it sleeps on the futex.
@@ -524,5 +524,18 @@ impl Service for Remote {
 
     fn sync_all(&self) -> Result<(), Errno> {
         self.call(&Enc::new(op::SYNC_ALL)).map(drop)
+    }
+
+    fn xattr(&self, target: XattrTarget<'_>, call: XattrCall<'_>) -> Result<Vec<u8>, Errno> {
+        let mut e = match target {
+            XattrTarget::Path(found) => Self::path_request(op::XATTR, found),
+            XattrTarget::Handle(handle) => {
+                let mut e = Enc::new(op::FXATTR);
+                e.u64(handle);
+                e
+            }
+        };
+        e.xattr_call(&call);
+        decode(&self.call(&e)?, |d| d.bytes().map(<[u8]>::to_vec))
     }
 }

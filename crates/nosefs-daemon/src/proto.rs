@@ -6,6 +6,7 @@
 //! a short or inconsistent message is [`Malformed`], which the daemon answers with EINVAL.
 
 use nosefs_core::namespace::{Attr, DirEntry, SetAttr};
+use nosefs_core::vfs::XattrCall;
 use nosefs_core::vfs::{Found, OpenKind, Walked};
 use nosefs_core::Errno;
 
@@ -47,6 +48,10 @@ pub mod op {
     pub const SEEK_HOLE: u32 = 30;
     /// Where a directory listing starting now ends.
     pub const LISTING_END: u32 = 31;
+    /// An extended-attribute call on a path.
+    pub const XATTR: u32 = 32;
+    /// An extended-attribute call on an open description.
+    pub const FXATTR: u32 = 33;
 }
 
 /// A message that does not decode.
@@ -117,6 +122,17 @@ impl Enc {
             .i64(a.ctime_ns)
             .u64(a.blocks)
             .bool(a.acl)
+    }
+    /// Appends an extended-attribute call: kind (0 get, 1 list, 2 set, 3 remove), name, value,
+    /// flags.
+    pub fn xattr_call(&mut self, call: &XattrCall<'_>) -> &mut Enc {
+        let (kind, name, value, flags): (u8, &[u8], &[u8], i32) = match *call {
+            XattrCall::Get(name) => (0, name, &[], 0),
+            XattrCall::List => (1, &[], &[], 0),
+            XattrCall::Set(name, value, flags) => (2, name, value, flags),
+            XattrCall::Remove(name) => (3, name, &[], 0),
+        };
+        self.u8(kind).bytes(name).bytes(value).u32(flags as u32)
     }
     /// Appends an optional u64-sized value.
     fn opt_u64(&mut self, v: Option<u64>) -> &mut Enc {
@@ -247,6 +263,18 @@ impl<'a> Dec<'a> {
             blocks: self.u64()?,
             acl: self.bool()?,
         })
+    }
+    /// An extended-attribute call (borrowing its name and value).
+    pub fn xattr_call(&mut self) -> Result<XattrCall<'a>, Malformed> {
+        let kind = self.u8()?;
+        let (name, value, flags) = (self.bytes()?, self.bytes()?, self.i32()?);
+        match kind {
+            0 => Ok(XattrCall::Get(name)),
+            1 => Ok(XattrCall::List),
+            2 => Ok(XattrCall::Set(name, value, flags)),
+            3 => Ok(XattrCall::Remove(name)),
+            _ => Err(Malformed),
+        }
     }
     fn opt_u64(&mut self) -> Result<Option<u64>, Malformed> {
         Ok(match self.u8()? {

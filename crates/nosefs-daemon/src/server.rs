@@ -39,7 +39,7 @@ use rustix::net::{
 use rustix::thread::futex;
 
 use crate::proto::{op, Dec, Enc};
-use crate::service::{Local, Service};
+use crate::service::{Local, Service, XattrTarget};
 use crate::shm::{state, Area};
 
 /// How long a client's server thread keeps polling after its last request before it sleeps.
@@ -789,6 +789,26 @@ fn execute(shared: &Shared, conn: &Conn, request: &[u8], room: usize) -> Result<
                 .u64(s.inodes_free);
         }
         op::SYNC_ALL => local.sync_all()?,
+        op::XATTR | op::FXATTR => {
+            let (ino, out) = if opcode == op::XATTR {
+                let found = rewalk(&local, &mut d)?;
+                let call = d.xattr_call()?;
+                let ino = found.existing()?.ino;
+                (ino, local.xattr(XattrTarget::Path(&found), call)?)
+            } else {
+                let desc = description(shared, conn, d.u64()?)?;
+                if desc.kind == OpenKind::Path {
+                    return Err(Errno::EBADF); // as fgetxattr on an O_PATH descriptor
+                }
+                let call = d.xattr_call()?;
+                (desc.ino, local.xattr(XattrTarget::Handle(desc.ino), call)?)
+            };
+            // A change may change the mode (an ACL), and the kernel caches ACLs with the inode.
+            if let Some(i) = inval {
+                i.inode(ino);
+            }
+            reply.bytes(&out);
+        }
         op::HOLD => {
             let n = d.u32()? as usize;
             let mut tokens = Vec::with_capacity(n.min(4096));
@@ -832,6 +852,9 @@ fn execute(shared: &Shared, conn: &Conn, request: &[u8], room: usize) -> Result<
         op::BIND => {
             let ticket = d.u64()?;
             let pid = d.i32()?;
+            if pid <= 0 {
+                return Err(Errno::EINVAL); // no process has it
+            }
             let pidfd = rustix::process::Pid::from_raw(pid).and_then(|p| {
                 rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok()
             });

@@ -10,7 +10,7 @@
 
 use nosefs_core::namespace::perm::Cred;
 use nosefs_core::namespace::{Attr, DirEntry, Fs, SetAttr};
-use nosefs_core::vfs::{self, Caller, Found, OpenKind, Walked};
+use nosefs_core::vfs::{self, Caller, Found, OpenKind, Walked, XattrCall};
 use nosefs_core::Errno;
 
 /// An open file description's name for the service.
@@ -38,6 +38,15 @@ pub struct Statfs {
     pub inodes: u64,
     /// Free inodes.
     pub inodes_free: u64,
+}
+
+/// Which inode an extended-attribute call addresses.
+#[derive(Debug, Clone, Copy)]
+pub enum XattrTarget<'a> {
+    /// A path (getxattr, lgetxattr, ...).
+    Path(&'a Found),
+    /// An open description (fgetxattr, ...).
+    Handle(Handle),
 }
 
 /// The calls the shim makes on noseFS.
@@ -100,6 +109,9 @@ pub trait Service {
     fn statfs(&self) -> Result<Statfs, Errno>;
     /// `sync` / `syncfs`.
     fn sync_all(&self) -> Result<(), Errno>;
+    /// getxattr, listxattr (their bytes), setxattr, removexattr (nothing), on a path or an open
+    /// description.
+    fn xattr(&self, target: XattrTarget<'_>, call: XattrCall<'_>) -> Result<Vec<u8>, Errno>;
 }
 
 fn core<T>(r: nosefs_core::Result<T>) -> Result<T, Errno> {
@@ -273,5 +285,13 @@ impl Service for Local<'_> {
 
     fn sync_all(&self) -> Result<(), Errno> {
         core(self.fs.sync_all())
+    }
+
+    fn xattr(&self, target: XattrTarget<'_>, call: XattrCall<'_>) -> Result<Vec<u8>, Errno> {
+        let attr = match target {
+            XattrTarget::Path(found) => vfs::stat(found)?,
+            XattrTarget::Handle(handle) => core(self.fs.getattr(handle))?,
+        };
+        vfs::xattr(self.fs, &self.cred(), &attr, call)
     }
 }

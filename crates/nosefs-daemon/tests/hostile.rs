@@ -121,7 +121,7 @@ fn garbage_gets_errors_and_the_daemon_serves_on() {
         x ^= x >> 7;
         x ^= x << 17;
         let len = (x % 200) as usize;
-        let mut buf = ((x >> 8) % 30).to_le_bytes()[..4].to_vec();
+        let mut buf = ((x >> 8) % 34).to_le_bytes()[..4].to_vec();
         for i in 0..len {
             buf.push((x.rotate_left(i as u32) >> 3) as u8);
         }

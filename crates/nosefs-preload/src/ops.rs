@@ -6,10 +6,11 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use nosefs_core::format::pinode;
+use nosefs_core::namespace::acl::{self, Acl};
 use nosefs_core::namespace::{Attr, DirEntry, SetAttr};
-use nosefs_core::vfs::{self, KEPT_OPEN_FLAGS};
+use nosefs_core::vfs::{self, XattrCall, KEPT_OPEN_FLAGS};
 use nosefs_core::Errno;
-use nosefs_daemon::service::Service;
+use nosefs_daemon::service::{Service, XattrTarget};
 
 use crate::fdtable::{self, Kind, OpenFile};
 use crate::route::Found;
@@ -205,9 +206,57 @@ pub fn stat(found: &Found) -> Result<Attr, Errno> {
     vfs::stat(found)
 }
 
-/// `access` / `faccessat`: existence, then the mode bits against the credentials.
+/// `access` / `faccessat`: existence, then the mode bits (or the access ACL) against the
+/// credentials.
 pub fn access(found: &Found, mask: i32) -> Result<(), Errno> {
-    vfs::access(&state::cred(), found, mask)
+    let acl = access_acl(found)?;
+    vfs::access(&state::cred(), found, mask, acl.as_ref())
+}
+
+/// The access ACL of what `found` names, when its attributes say it has one (one more call).
+fn access_acl(found: &Found) -> Result<Option<Acl>, Errno> {
+    if !found.attr.is_some_and(|a| a.acl) {
+        return Ok(None);
+    }
+    let call = XattrCall::Get(acl::ACCESS);
+    match with_service(|s| s.xattr(XattrTarget::Path(found), call)) {
+        Ok(value) => Acl::parse(&value).map(Some).map_err(|e| e.errno()),
+        Err(e) if e == Errno(libc::ENODATA) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Search permission on the open directory `fd` (fchdir), by its access ACL when it has one.
+pub fn may_search(fd: i32, attr: &Attr) -> Result<(), Errno> {
+    let acl = if attr.acl {
+        match fxattr(fd, XattrCall::Get(acl::ACCESS)) {
+            Ok(value) => Some(Acl::parse(&value).map_err(|e| e.errno())?),
+            Err(e) if e == Errno(libc::ENODATA) => None,
+            Err(e) => return Err(e),
+        }
+    } else {
+        None
+    };
+    let cred = state::cred();
+    nosefs_core::namespace::perm::check_acl(
+        attr,
+        acl.as_ref(),
+        &cred,
+        nosefs_core::namespace::perm::MAY_EXEC,
+    )
+    .map_err(|e| e.errno())
+}
+
+/// getxattr, listxattr, setxattr, removexattr of a path.
+pub fn xattr(found: &Found, call: XattrCall<'_>) -> Result<Vec<u8>, Errno> {
+    found.existing()?;
+    with_service(|s| s.xattr(XattrTarget::Path(found), call))
+}
+
+/// fgetxattr, flistxattr, fsetxattr, fremovexattr.
+pub fn fxattr(fd: i32, call: XattrCall<'_>) -> Result<Vec<u8>, Errno> {
+    let file = file_of(fd)?;
+    with_service(|s| s.xattr(XattrTarget::Handle(file.handle), call))
 }
 
 /// `mkdir`.
@@ -363,7 +412,8 @@ pub fn statfs() -> Result<(u64, u64, u64, u64), Errno> {
 
 /// `chdir` into a noseFS directory.
 pub fn chdir(found: &Found) -> Result<(), Errno> {
-    vfs::chdir(&state::cred(), found)?;
+    let acl = access_acl(found)?;
+    vfs::chdir(&state::cred(), found, acl.as_ref())?;
     crate::route::set_cwd(Some(found.path.clone()));
     Ok(())
 }
@@ -404,6 +454,6 @@ pub fn connect_socket(found: &Found) -> Result<Vec<u8>, Errno> {
     if attr.mode & pinode::S_IFMT != pinode::S_IFSOCK {
         return Err(Errno(libc::ECONNREFUSED));
     }
-    vfs::access(&state::cred(), found, libc::W_OK)?;
+    access(found, libc::W_OK)?;
     socket_address(attr.ino)
 }

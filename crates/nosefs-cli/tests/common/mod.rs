@@ -4,6 +4,7 @@ use std::path::Path;
 use std::process::Output;
 
 /// A process's status, stdout and stderr, for assertion messages.
+#[allow(dead_code)]
 pub fn text(out: &Output) -> String {
     format!(
         "status {:?}\nstdout:\n{}\nstderr:\n{}",
@@ -16,6 +17,7 @@ pub fn text(out: &Output) -> String {
 /// Asserts that a script run on noseFS (in `ours_dir`) printed what the same script printed on a
 /// kernel directory (`plain_dir`; each directory's name reads `$D`), that both succeeded, and
 /// that noseFS's run printed nothing on stderr. Returns noseFS's stdout.
+#[allow(dead_code)]
 pub fn assert_same_as_kernel(
     ours: &Output,
     ours_dir: &Path,
@@ -87,4 +89,82 @@ for e in os.scandir('.'):
         break
 print(n, len([x for x in seen if not x.endswith('.renamed')]), len(os.listdir('.')))
 "
+"#;
+
+/// Extended attributes and ACLs through a frontend: setfattr/getfattr in every namespace;
+/// python's os.*xattr with their errors and limits; setfacl/getfacl with named entries, the
+/// mask, chmod, default ACLs inherited by a file and a directory; cp -a and rsync -aAX carrying
+/// both; as on a kernel directory (tmpfs).
+#[allow(dead_code)]
+pub const XATTR_SCRIPT: &str = r#"cd "$D"
+set -e
+umask 022
+echo data > f
+setfattr -n user.colour -v blue f
+setfattr -n user.empty f
+setfattr -n trusted.overlay.opaque -v y f
+python3 -c "
+import os, errno
+os.setxattr('f', 'user.py', b'\x00\x01binary')
+print(sorted(os.listxattr('f')))
+print(os.getxattr('f', 'user.py'))
+for what, call in (
+    ('create', lambda: os.setxattr('f', 'user.colour', b'x', os.XATTR_CREATE)),
+    ('replace', lambda: os.setxattr('f', 'user.none', b'x', os.XATTR_REPLACE)),
+    ('get', lambda: os.getxattr('f', 'user.none')),
+    ('remove', lambda: os.removexattr('f', 'user.none')),
+    ('big', lambda: os.setxattr('f', 'user.big', b'x' * 65537)),
+    ('namespace', lambda: os.setxattr('f', 'bogus.x', b'x')),
+):
+    try:
+        call()
+        print(what, 'ok')
+    except OSError as e:
+        print(what, errno.errorcode[e.errno])
+os.removexattr('f', 'user.py')
+os.setxattr('f', 'user.max', b'm' * 65536)
+print(len(os.getxattr('f', 'user.max')))
+os.removexattr('f', 'user.max')
+"
+getfattr -d -m - f | sort
+setfacl -m u:1234:rw,g:55:r f
+getfacl -n f
+ls -l f | cut -c1-11
+chmod 640 f
+getfacl -n f
+mkdir d
+setfacl -d -m u:1234:rwx,o::- d
+touch d/new
+mkdir d/sub
+getfacl -n d/new d/sub
+stat -c '%A %n' d/new d/sub
+cp -a f d/copy
+getfattr -d -m - d/copy | sort
+setfacl -b f
+getfacl -n f
+ls -l f | cut -c1-11
+"#;
+
+/// After [`XATTR_SCRIPT`], with another process: rsync -aAX (its receiver is a forked process,
+/// which the embedded shim cannot serve) copying attributes and ACLs.
+#[allow(dead_code)]
+pub const XATTR_RSYNC_SCRIPT: &str = r#"cd "$D"
+set -e
+mkdir r
+rsync -aAX f d r/
+find r | sort | xargs getfacl -n
+getfattr -R -d -m user r | sort
+"#;
+
+/// After [`XATTR_RSYNC_SCRIPT`], as root: another user is refused by an ACL entry naming it where the
+/// mode's other bits would let it read, and let in by one that grants it.
+#[allow(dead_code)]
+pub const XATTR_OTHER_USER_SCRIPT: &str = r#"cd "$D"
+as_nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }
+as_nobody sh -c 'cat r/f 2>&1 || true'
+setfacl -m u:nobody:r r/f
+chmod 711 r
+as_nobody cat r/f
+setfacl -m u:nobody:- r/f
+as_nobody sh -c 'test -r r/f && echo readable || echo not readable'
 "#;

@@ -6,6 +6,7 @@
 
 use smallvec::SmallVec;
 
+use super::acl::Acl;
 use super::{Attr, SetAttr};
 use crate::error::{Errno, Result};
 use crate::format::pinode;
@@ -56,6 +57,21 @@ impl Cred {
 /// bits of `attr`: the owner class if the caller owns it, else the group class if it is in the
 /// group, else the other class. Root may do anything except execute a file with no execute bit.
 pub fn check(attr: &Attr, cred: &Cred, mask: u32) -> Result<()> {
+    check_acl(attr, None, cred, mask)
+}
+
+/// [`check`], with the inode's access ACL when it has one (`attr.acl`): then a caller who is
+/// not the owner is checked against the ACL's entries (`posix_acl_permission`), not the mode's
+/// group and other bits. The owner's entry is the mode's owner bits, and root is decided by the
+/// mode, as the kernel does.
+pub fn check_acl(attr: &Attr, acl: Option<&Acl>, cred: &Cred, mask: u32) -> Result<()> {
+    if let (Some(acl), true, false) = (acl, attr.acl, cred.is_root() || cred.uid == attr.uid) {
+        return if acl.permits(attr, cred, mask) {
+            Ok(())
+        } else {
+            Err(Errno::EACCES.into())
+        };
+    }
     if cred.is_root() {
         let is_dir = attr.mode & pinode::S_IFMT == pinode::S_IFDIR;
         if mask & MAY_EXEC == 0 || is_dir || attr.mode & 0o111 != 0 {
@@ -81,7 +97,17 @@ pub fn check(attr: &Attr, cred: &Cred, mask: u32) -> Result<()> {
 /// permission on the directory, and with the sticky bit set, ownership of the directory or of
 /// the victim.
 pub fn check_delete(dir: &Attr, victim: &Attr, cred: &Cred) -> Result<()> {
-    check(dir, cred, MAY_WRITE | MAY_EXEC)?;
+    check_delete_acl(dir, None, victim, cred)
+}
+
+/// [`check_delete`] with the directory's access ACL (see [`check_acl`]).
+pub fn check_delete_acl(
+    dir: &Attr,
+    dir_acl: Option<&Acl>,
+    victim: &Attr,
+    cred: &Cred,
+) -> Result<()> {
+    check_acl(dir, dir_acl, cred, MAY_WRITE | MAY_EXEC)?;
     if dir.mode & pinode::S_ISVTX != 0 && !cred.owns(dir) && !cred.owns(victim) {
         return Err(Errno::EPERM.into());
     }
@@ -99,6 +125,18 @@ pub fn check_setattr(
     cred: &Cred,
     times_now: bool,
 ) -> Result<SetAttr> {
+    check_setattr_acl(attr, None, change, cred, times_now)
+}
+
+/// [`check_setattr`] with the inode's access ACL (see [`check_acl`]).
+pub fn check_setattr_acl(
+    attr: &Attr,
+    acl: Option<&Acl>,
+    change: &SetAttr,
+    cred: &Cred,
+    times_now: bool,
+) -> Result<SetAttr> {
+    let check = |attr: &Attr, cred: &Cred, mask| check_acl(attr, acl, cred, mask);
     let mut change = *change;
     if change.size.is_some() {
         check(attr, cred, MAY_WRITE)?;

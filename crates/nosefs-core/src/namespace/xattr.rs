@@ -209,14 +209,10 @@ impl Fs {
         mask: u32,
     ) -> Result<()> {
         if !attr.acl || cred.is_root() || cred.uid == attr.uid {
-            // The owner's entry is the mode's owner bits.
             return super::perm::check(attr, cred, mask);
         }
-        match self.access_acl(attr.ino)? {
-            Some(acl) if acl.permits(attr, cred, mask) => Ok(()),
-            Some(_) => Err(Errno::EACCES.into()),
-            None => super::perm::check(attr, cred, mask),
-        }
+        let acl = self.access_acl(attr.ino)?;
+        super::perm::check_acl(attr, acl.as_ref(), cred, mask)
     }
 
     /// The access ACL of inode `ino`, if it has one (for permission checks).

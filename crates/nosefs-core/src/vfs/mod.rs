@@ -16,6 +16,7 @@
 
 pub mod ops;
 pub mod walk;
+pub mod xattr;
 
 use crate::namespace::perm::Cred;
 use crate::namespace::Attr;
@@ -23,6 +24,7 @@ use crate::Errno;
 
 pub use ops::*;
 pub use walk::{walk, walk_in, Walked};
+pub use xattr::{xattr, XattrCall};
 
 /// Who is calling: the credentials permissions are checked against, and the umask new inodes
 /// are created with.

@@ -4,6 +4,7 @@
 
 use super::{core, Caller, Found};
 use crate::format::pinode;
+use crate::namespace::acl::Acl;
 use crate::namespace::perm::{self, Cred, MAY_EXEC, MAY_READ, MAY_WRITE};
 use crate::namespace::{Attr, Fs, RenameFlags, SetAttr};
 use crate::Errno;
@@ -56,9 +57,10 @@ pub fn open(
             if found.trailing_slash || flags & libc::O_DIRECTORY != 0 {
                 return Err(Errno::EISDIR);
             }
-            core(perm::check(&found.parent_attr, cred, MAY_WRITE | MAY_EXEC))?;
-            let requested = pinode::S_IFREG | (mode & 0o7777 & !caller.umask);
-            let (owner, perm_bits) = perm::new_inode_owner(&found.parent_attr, cred, requested);
+            allowed(fs, &found.parent_attr, cred, MAY_WRITE | MAY_EXEC)?;
+            let requested = pinode::S_IFREG | (mode & 0o7777);
+            let (mut owner, perm_bits) = perm::new_inode_owner(&found.parent_attr, cred, requested);
+            owner.umask = caller.umask & 0o777;
             let exclusive = flags & libc::O_EXCL != 0;
             core(fs.create(found.parent, &found.name, perm_bits, owner, exclusive))?
         }
@@ -91,7 +93,7 @@ pub fn open(
         }
         // A file just created by this open is opened with the access asked for, whatever its mode.
         if found.attr.is_some() {
-            core(perm::check(&attr, cred, mask))?;
+            allowed(fs, &attr, cred, mask)?;
         }
         if mask & MAY_WRITE != 0 && fs.is_read_only() {
             return Err(Errno::EROFS);
@@ -118,8 +120,9 @@ pub fn stat(found: &Found) -> Result<Attr, Errno> {
     Ok(attr)
 }
 
-/// `access` / `faccessat`: existence, then the mode bits against the credentials.
-pub fn access(cred: &Cred, found: &Found, mask: i32) -> Result<(), Errno> {
+/// `access` / `faccessat`: existence, then the mode bits (or `acl`, the object's access ACL
+/// when `attr.acl` says it has one) against the credentials.
+pub fn access(cred: &Cred, found: &Found, mask: i32, acl: Option<&Acl>) -> Result<(), Errno> {
     let attr = stat(found)?;
     if mask == libc::F_OK {
         return Ok(());
@@ -134,7 +137,7 @@ pub fn access(cred: &Cred, found: &Found, mask: i32) -> Result<(), Errno> {
     if mask & libc::X_OK != 0 {
         want |= MAY_EXEC;
     }
-    core(perm::check(&attr, cred, want))
+    core(perm::check_acl(&attr, acl, cred, want))
 }
 
 /// `truncate` of a path.
@@ -147,35 +150,50 @@ pub fn truncate(fs: &Fs, cred: &Cred, found: &Found, size: i64) -> Result<(), Er
         return Err(Errno::EINVAL);
     }
     let size = u64::try_from(size).map_err(|_| Errno::EINVAL)?;
-    core(perm::check(&attr, cred, MAY_WRITE))?;
+    allowed(fs, &attr, cred, MAY_WRITE)?;
     core(fs.truncate(attr.ino, size))
 }
 
-fn check_create(cred: &Cred, found: &Found) -> Result<(), Errno> {
+fn check_create(fs: &Fs, cred: &Cred, found: &Found) -> Result<(), Errno> {
     if found.attr.is_some() {
         return Err(Errno::EEXIST);
     }
-    core(perm::check(&found.parent_attr, cred, MAY_WRITE | MAY_EXEC))
+    allowed(fs, &found.parent_attr, cred, MAY_WRITE | MAY_EXEC)
+}
+
+/// The access ACL of `attr`'s inode when it has one.
+fn acl_of(fs: &Fs, attr: &Attr) -> Result<Option<Acl>, Errno> {
+    if !attr.acl {
+        return Ok(None);
+    }
+    core(fs.access_acl(attr.ino))
+}
+
+/// `mask` (rwx) on `attr` for `cred`, by its ACL when it has one, else by its mode.
+fn allowed(fs: &Fs, attr: &Attr, cred: &Cred, mask: u32) -> Result<(), Errno> {
+    core(fs.check_permission(attr, cred, mask))
 }
 
 /// `mkdir`.
 pub fn mkdir(fs: &Fs, caller: &Caller, found: &Found, mode: u32) -> Result<Attr, Errno> {
-    check_create(&caller.cred, found)?;
-    let requested = pinode::S_IFDIR | (mode & 0o7777 & !caller.umask);
-    let (owner, bits) = perm::new_inode_owner(&found.parent_attr, &caller.cred, requested);
+    check_create(fs, &caller.cred, found)?;
+    let requested = pinode::S_IFDIR | (mode & 0o7777);
+    let (mut owner, bits) = perm::new_inode_owner(&found.parent_attr, &caller.cred, requested);
+    owner.umask = caller.umask & 0o777;
     core(fs.mkdir(found.parent, &found.name, bits, owner))
 }
 
 /// `mknod` (regular files, FIFOs, sockets and device nodes are all recorded).
 pub fn mknod(fs: &Fs, caller: &Caller, found: &Found, mode: u32, rdev: u64) -> Result<Attr, Errno> {
-    check_create(&caller.cred, found)?;
+    check_create(fs, &caller.cred, found)?;
     let ft = mode & pinode::S_IFMT;
     if (ft == pinode::S_IFCHR || ft == pinode::S_IFBLK) && !caller.cred.is_root() {
         return Err(Errno::EPERM);
     }
     let ft = if ft == 0 { pinode::S_IFREG } else { ft };
-    let requested = ft | (mode & 0o7777 & !caller.umask);
-    let (owner, bits) = perm::new_inode_owner(&found.parent_attr, &caller.cred, requested);
+    let requested = ft | (mode & 0o7777);
+    let (mut owner, bits) = perm::new_inode_owner(&found.parent_attr, &caller.cred, requested);
+    owner.umask = caller.umask & 0o777;
     let rdev = if ft == pinode::S_IFCHR || ft == pinode::S_IFBLK {
         u32::try_from(rdev).map_err(|_| Errno::EINVAL)?
     } else {
@@ -186,7 +204,7 @@ pub fn mknod(fs: &Fs, caller: &Caller, found: &Found, mode: u32, rdev: u64) -> R
 
 /// `symlink`.
 pub fn symlink(fs: &Fs, cred: &Cred, target: &[u8], found: &Found) -> Result<Attr, Errno> {
-    check_create(cred, found)?;
+    check_create(fs, cred, found)?;
     let (owner, _) = perm::new_inode_owner(&found.parent_attr, cred, pinode::S_IFLNK | 0o777);
     core(fs.symlink(found.parent, &found.name, target, owner))
 }
@@ -200,7 +218,7 @@ pub fn readlink(fs: &Fs, found: &Found) -> Result<Vec<u8>, Errno> {
     core(fs.readlink(attr.ino))
 }
 
-fn check_remove(cred: &Cred, found: &Found) -> Result<Attr, Errno> {
+fn check_remove(fs: &Fs, cred: &Cred, found: &Found) -> Result<Attr, Errno> {
     let attr = found.existing()?;
     if found.name == b"." {
         return Err(if found.is_root() {
@@ -209,13 +227,19 @@ fn check_remove(cred: &Cred, found: &Found) -> Result<Attr, Errno> {
             Errno::EINVAL
         });
     }
-    core(perm::check_delete(&found.parent_attr, &attr, cred))?;
+    let dir_acl = acl_of(fs, &found.parent_attr)?;
+    core(perm::check_delete_acl(
+        &found.parent_attr,
+        dir_acl.as_ref(),
+        &attr,
+        cred,
+    ))?;
     Ok(attr)
 }
 
 /// `unlink`.
 pub fn unlink(fs: &Fs, cred: &Cred, found: &Found) -> Result<(), Errno> {
-    let attr = check_remove(cred, found)?;
+    let attr = check_remove(fs, cred, found)?;
     if attr.is_dir() {
         return Err(Errno::EISDIR);
     }
@@ -231,7 +255,7 @@ pub fn rmdir(fs: &Fs, cred: &Cred, found: &Found, last: &[u8]) -> Result<(), Err
         b".." => return Err(Errno::ENOTEMPTY),
         _ => {}
     }
-    let attr = check_remove(cred, found)?;
+    let attr = check_remove(fs, cred, found)?;
     if !attr.is_dir() {
         return Err(Errno::ENOTDIR);
     }
@@ -240,20 +264,28 @@ pub fn rmdir(fs: &Fs, cred: &Cred, found: &Found, last: &[u8]) -> Result<(), Err
 
 /// `rename` / `renameat2` within noseFS (`flags`: RENAME_NOREPLACE, RENAME_EXCHANGE).
 pub fn rename(fs: &Fs, cred: &Cred, from: &Found, to: &Found, flags: u32) -> Result<(), Errno> {
-    let src = check_remove(cred, from)?;
+    let src = check_remove(fs, cred, from)?;
     if to.name == b"." {
         return Err(Errno::EBUSY);
     }
     match to.attr {
-        Some(dst) => core(perm::check_delete(&to.parent_attr, &dst, cred))?,
-        None => core(perm::check(&to.parent_attr, cred, MAY_WRITE | MAY_EXEC))?,
+        Some(dst) => {
+            let dir_acl = acl_of(fs, &to.parent_attr)?;
+            core(perm::check_delete_acl(
+                &to.parent_attr,
+                dir_acl.as_ref(),
+                &dst,
+                cred,
+            ))?
+        }
+        None => allowed(fs, &to.parent_attr, cred, MAY_WRITE | MAY_EXEC)?,
     }
     if (from.trailing_slash || to.trailing_slash) && !src.is_dir() {
         return Err(Errno::ENOTDIR);
     }
     if src.is_dir() && from.parent != to.parent {
         // Moving a directory rewrites its "..": write permission on it, as the kernel asks.
-        core(perm::check(&src, cred, MAY_WRITE))?;
+        allowed(fs, &src, cred, MAY_WRITE)?;
     }
     let known = libc::RENAME_NOREPLACE | libc::RENAME_EXCHANGE;
     if flags & !known != 0 {
@@ -272,7 +304,7 @@ pub fn link(fs: &Fs, cred: &Cred, from: &Found, to: &Found) -> Result<Attr, Errn
     if src.is_dir() {
         return Err(Errno::EPERM);
     }
-    check_create(cred, to)?;
+    check_create(fs, cred, to)?;
     core(fs.link(src.ino, to.parent, &to.name))
 }
 
@@ -286,17 +318,24 @@ pub fn setattr(
     times_now: bool,
 ) -> Result<Attr, Errno> {
     let attr = core(fs.getattr(ino))?;
-    let change = core(perm::check_setattr(&attr, change, cred, times_now))?;
+    let acl = acl_of(fs, &attr)?;
+    let change = core(perm::check_setattr_acl(
+        &attr,
+        acl.as_ref(),
+        change,
+        cred,
+        times_now,
+    ))?;
     core(fs.setattr(ino, &change))
 }
 
-/// `chdir` into a resolved directory (search permission on it).
-pub fn chdir(cred: &Cred, found: &Found) -> Result<(), Errno> {
+/// `chdir` into a resolved directory (search permission on it, by `acl` when it has one).
+pub fn chdir(cred: &Cred, found: &Found, acl: Option<&Acl>) -> Result<(), Errno> {
     let attr = found.existing()?;
     if !attr.is_dir() {
         return Err(Errno::ENOTDIR);
     }
-    core(perm::check(&attr, cred, MAY_EXEC))
+    core(perm::check_acl(&attr, acl, cred, MAY_EXEC))
 }
 
 /// `fallocate` of an open file: mode 0 extends the size (noseFS allocates on write, so no space

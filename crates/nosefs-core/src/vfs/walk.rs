@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 
 use super::{core, Found};
 use crate::format::pinode;
-use crate::namespace::perm::{self, Cred, MAY_EXEC};
+use crate::namespace::perm::{Cred, MAY_EXEC};
 use crate::namespace::{Attr, Fs, MAX_SYMLINKS, ROOT_INO};
 use crate::Errno;
 
@@ -160,7 +160,7 @@ pub fn walk(
                 dir_attr = up_attr;
                 continue; // when last, the loop ends and names this directory
             }
-            core(perm::check(&dir_attr, cred, MAY_EXEC))?;
+            core(fs.check_permission(&dir_attr, cred, MAY_EXEC))?;
             let attr = lookup(fs, dir, &name)?;
             if is_symlink(attr) && (!last || follow_last || trailing_slash) {
                 budget = budget.checked_sub(1).ok_or(Errno::ELOOP)?;
@@ -229,7 +229,7 @@ pub fn walk_in(
     if !dir_attr.is_dir() {
         return Err(Errno::ENOTDIR);
     }
-    core(perm::check(&dir_attr, cred, MAY_EXEC))?;
+    core(fs.check_permission(&dir_attr, cred, MAY_EXEC))?;
     let attr = lookup(fs, dir, name)?;
     if follow_last && is_symlink(attr) {
         return Ok(None);
