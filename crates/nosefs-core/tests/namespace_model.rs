@@ -9,7 +9,7 @@ mod common;
 use common::{crash_image, fsck_and_mount, model_cases, track_durable};
 use nosefs_core::format::layout::{Geometry, MkfsParams};
 use nosefs_core::image::Image;
-use nosefs_core::namespace::{Fs, MountOptions, Owner, RenameFlags, SetAttr, ROOT_INO};
+use nosefs_core::namespace::{Fs, MountOptions, Owner, RenameFlags, SetAttr, XattrMode, ROOT_INO};
 use nosefs_core::pmem::Region;
 use nosefs_core::Errno;
 use proptest::prelude::*;
@@ -42,6 +42,21 @@ enum Op {
     Rename(Path, Path, u8),
     Link(Path, Path),
     Chmod(Path, u32),
+    /// setxattr(path, key, size class, flags: 0, XATTR_CREATE, XATTR_REPLACE) on a file.
+    SetXattr(Path, u8, u8, i32),
+    /// removexattr(path, key) on a file.
+    RemoveXattr(Path, u8),
+}
+
+/// An attribute name the model uses.
+fn xattr_name(key: u8) -> Vec<u8> {
+    format!("user.k{key}").into_bytes()
+}
+
+/// A value of size class `class`: empty, small, or over a block.
+fn xattr_value(key: u8, class: u8) -> Vec<u8> {
+    let len = [0, 10, 5000][usize::from(class % 3)];
+    vec![key.wrapping_mul(31) ^ class; len]
 }
 
 fn path() -> impl Strategy<Value = Path> {
@@ -57,6 +72,8 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (path(), path(), 0u8..3).prop_map(|(a, b, f)| Op::Rename(a, b, f)),
         1 => (path(), path()).prop_map(|(a, b)| Op::Link(a, b)),
         1 => (path(), 0u32..0o1000).prop_map(|(p, m)| Op::Chmod(p, m)),
+        2 => (path(), 0u8..3, 0u8..3, 0i32..3).prop_map(|(p, k, c, f)| Op::SetXattr(p, k, c, f)),
+        1 => (path(), 0u8..3).prop_map(|(p, k)| Op::RemoveXattr(p, k)),
     ]
 }
 
@@ -71,6 +88,8 @@ enum Node {
 struct Model {
     nodes: BTreeMap<Path, Node>,
     next_id: u32,
+    /// Extended attributes of each file, by its id: key → value.
+    xattrs: BTreeMap<u32, BTreeMap<u8, Vec<u8>>>,
 }
 
 type Res = Result<(), Errno>;
@@ -167,6 +186,28 @@ impl Model {
                 }
             }
             Op::Rename(src, dst, flags) => self.rename(src, dst, *flags),
+            Op::SetXattr(p, key, class, flags) => {
+                self.parent_ok(p)?;
+                let Some(Node::File { id, .. }) = self.nodes.get(p).cloned() else {
+                    return self.nodes.get(p).map(drop).ok_or(Errno::ENOENT); // dirs: not modelled
+                };
+                let set = self.xattrs.entry(id).or_default();
+                match (*flags, set.contains_key(key)) {
+                    (1, true) => return Err(Errno::EEXIST),
+                    (2, false) => return Err(Errno(libc::ENODATA)),
+                    _ => {}
+                }
+                set.insert(*key, xattr_value(*key, *class));
+                Ok(())
+            }
+            Op::RemoveXattr(p, key) => {
+                self.parent_ok(p)?;
+                let Some(Node::File { id, .. }) = self.nodes.get(p).cloned() else {
+                    return self.nodes.get(p).map(drop).ok_or(Errno::ENOENT);
+                };
+                let set = self.xattrs.entry(id).or_default();
+                set.remove(key).map(drop).ok_or(Errno(libc::ENODATA))
+            }
         }
     }
 
@@ -283,6 +324,21 @@ fn run(fs: &Fs, thread: usize, op: &Op) -> Res {
             };
             e(fs.setattr(a.ino, &change).map(drop))
         }
+        Op::SetXattr(p, key, class, flags) => {
+            let a = fs.lookup(dir(p)?, &last(p)).map_err(|e| e.errno())?;
+            if a.is_dir() {
+                return Ok(()); // not modelled (the unit tests cover directories)
+            }
+            let mode = XattrMode::from_flags(*flags).unwrap();
+            e(fs.setxattr(a.ino, &xattr_name(*key), &xattr_value(*key, *class), mode))
+        }
+        Op::RemoveXattr(p, key) => {
+            let a = fs.lookup(dir(p)?, &last(p)).map_err(|e| e.errno())?;
+            if a.is_dir() {
+                return Ok(());
+            }
+            e(fs.removexattr(a.ino, &xattr_name(*key)))
+        }
         Op::Rename(src, dst, flags) => {
             let f = RenameFlags {
                 noreplace: *flags == 1,
@@ -347,6 +403,21 @@ fn compare(fs: &Fs, thread: usize, model: &Model) {
                 );
                 let known = *ino_of_id.entry(*id).or_insert(ino);
                 assert_eq!(known, ino, "{p:?}: hard links must share an inode");
+                let want: Vec<(Vec<u8>, Vec<u8>)> = model
+                    .xattrs
+                    .get(id)
+                    .into_iter()
+                    .flatten()
+                    .map(|(k, v)| (xattr_name(*k), v.clone()))
+                    .collect();
+                let list = fs.listxattr(ino).unwrap();
+                let mut got: Vec<(Vec<u8>, Vec<u8>)> = list
+                    .split(|&b| b == 0)
+                    .filter(|n| !n.is_empty())
+                    .map(|n| (n.to_vec(), fs.getxattr(ino, n).unwrap()))
+                    .collect();
+                got.sort();
+                assert_eq!(got, want, "{p:?}: extended attributes");
             }
         }
     }
