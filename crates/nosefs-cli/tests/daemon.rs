@@ -520,6 +520,17 @@ fn extended_attributes_and_acls_behave_as_on_the_kernel_and_agree_with_the_fuse_
 }
 
 #[test]
+fn a_directory_removed_while_open_is_fstat_able_as_on_the_kernel() {
+    if !usable() {
+        return;
+    }
+    let m = mount_with(&[]);
+    let out = same_as_kernel(&m, common::REMOVED_DIR_SCRIPT);
+    assert_eq!(out, "0 0o40750\n[]\n0 0o40700\n[]\n['over']\n");
+    m.unmount_and_fsck();
+}
+
+#[test]
 fn holes_are_punched_found_and_copied_as_on_the_kernel() {
     if !usable() {
         return;

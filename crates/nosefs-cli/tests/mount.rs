@@ -422,6 +422,82 @@ fn extended_attributes_and_acls_behave_as_on_tmpfs() {
     umount(&s.mnt);
 }
 
+/// name_to_handle_at(argv[1]); run argv[3] (dropping the kernel's caches); open_by_handle_at on
+/// the mount argv[2]; print what it reads.
+const BY_HANDLE_C: &str = r#"#define _GNU_SOURCE
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <errno.h>
+/* name_to_handle_at(path), then (after the caller drops caches) open_by_handle_at and read. */
+int main(int argc, char **argv) {
+    struct file_handle *h = malloc(sizeof(*h) + MAX_HANDLE_SZ);
+    h->handle_bytes = MAX_HANDLE_SZ;
+    int mount_id;
+    if (name_to_handle_at(AT_FDCWD, argv[1], h, &mount_id, 0) != 0) { perror("name_to_handle_at"); return 1; }
+    int mfd = open(argv[2], O_RDONLY | O_DIRECTORY);
+    if (argc > 3) system(argv[3]);
+    int fd = open_by_handle_at(mfd, h, O_RDONLY);
+    if (fd < 0) { printf("open_by_handle_at: %s\n", strerror(errno)); return 0; }
+    char buf[64] = {0};
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    printf("read %zd: %s", n, buf);
+    return 0;
+}
+"#;
+
+#[test]
+fn files_open_by_handle_after_the_kernel_forgot_them() {
+    if !fuse_usable() {
+        return;
+    }
+    let s = setup();
+    assert!(mount(&s).status.success());
+    let dir = s.mnt.with_file_name("tools");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(dir.join("byhandle.c"), BY_HANDLE_C).unwrap();
+    let built = Command::new("cc")
+        .arg("-o")
+        .arg(dir.join("byhandle"))
+        .arg(dir.join("byhandle.c"))
+        .output()
+        .unwrap();
+    assert!(built.status.success(), "{built:?}");
+    std::fs::create_dir(s.mnt.join("d")).unwrap();
+    std::fs::write(s.mnt.join("d/g"), "deep\n").unwrap();
+    // NFS servers keep handles across the kernel's cache: drop it between the two calls, so the
+    // kernel must find the inode by its number alone.
+    let out = Command::new(dir.join("byhandle"))
+        .arg(s.mnt.join("d/g"))
+        .arg(&s.mnt)
+        .arg("sync; echo 2 > /proc/sys/vm/drop_caches")
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "read 5: deep\n",
+        "{out:?}"
+    );
+    umount(&s.mnt);
+    assert!(fsck(&s.image).status.success());
+}
+
+#[test]
+fn a_directory_removed_while_open_is_fstat_able_as_on_tmpfs() {
+    if !fuse_usable() {
+        return;
+    }
+    let s = setup();
+    assert!(mount(&s).status.success());
+    let script = format!("D=.\n{}", common::REMOVED_DIR_SCRIPT);
+    let out = sh_in(&s.mnt, &script);
+    assert_eq!(out, "0 0o40750\n[]\n0 0o40700\n[]\n['over']\n");
+    umount(&s.mnt);
+    assert!(fsck(&s.image).status.success());
+}
+
 #[test]
 fn a_listing_that_renames_what_it_reads_ends() {
     if !fuse_usable() {

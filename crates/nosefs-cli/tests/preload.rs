@@ -350,6 +350,14 @@ fn extended_attributes_and_acls_behave_as_on_the_kernel() {
 }
 
 #[test]
+fn a_directory_removed_while_open_is_fstat_able_as_on_the_kernel() {
+    let setup = setup();
+    let out = same_as_kernel(&setup, common::REMOVED_DIR_SCRIPT);
+    assert_eq!(out, "0 0o40750\n[]\n0 0o40700\n[]\n['over']\n");
+    setup.fsck_clean();
+}
+
+#[test]
 fn python_os_pathlib_shutil_tempfile() {
     let setup = setup();
     let script = r#"python3 - <<'PY'

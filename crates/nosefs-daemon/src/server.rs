@@ -261,7 +261,7 @@ fn release(shared: &Shared, token: u64) {
     if d.refs == 0 {
         let d = descriptions.remove(&token).expect("present");
         drop(descriptions);
-        if d.kind == OpenKind::File {
+        if d.kind != OpenKind::Path {
             let _ = shared.fs.close(d.ino);
         }
     }
@@ -584,7 +584,7 @@ fn execute(shared: &Shared, conn: &Conn, request: &[u8], room: usize) -> Result<
             }
             let accmode = flags & libc::O_ACCMODE;
             let token = random_token();
-            if opened.kind == OpenKind::File {
+            if opened.kind != OpenKind::Path {
                 shared.fs.open(opened.attr.ino).map_err(|e| e.errno())?;
             }
             shared.descriptions.lock().insert(

@@ -287,6 +287,10 @@ impl Filesystem for NoseFuse {
         // umask to us (DONT_MASK); a kernel without them keeps applying the umask itself, which
         // the core applying it again does not change.
         let _ = config.add_capabilities(InitFlags::FUSE_POSIX_ACL | InitFlags::FUSE_DONT_MASK);
+        // NFS-style export: open_by_handle_at of an inode the kernel has forgotten looks up "."
+        // in it (any file type) and ".." of a directory; inode numbers are never reused, so
+        // generation 0 names one inode forever.
+        let _ = config.add_capabilities(InitFlags::FUSE_EXPORT_SUPPORT);
         Ok(())
     }
 
@@ -330,6 +334,11 @@ impl Filesystem for NoseFuse {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        if name.as_bytes() == b"." {
+            // Only the kernel's export code asks this (of an inode it no longer holds), and of
+            // any file type.
+            return self.reply_entry(reply, self.fs().getattr(parent.0));
+        }
         self.view.note_dir(parent.0);
         match self.fs().lookup(parent.0, name.as_bytes()) {
             // A negative entry (inode 0) the kernel may cache: creating a file looks its name up
@@ -597,7 +606,11 @@ impl Filesystem for NoseFuse {
         // The handle is where the listing ends (see `Fs::listing_end`).
         match self.fs().getattr(ino.0) {
             Ok(a) if a.is_dir() => match self.fs().listing_end(ino.0) {
-                Ok(end) => reply.opened(FileHandle(end), FopenFlags::empty()),
+                // Counted, so a removed directory answers getattr until its release.
+                Ok(end) => match self.fs().open(ino.0) {
+                    Ok(()) => reply.opened(FileHandle(end), FopenFlags::empty()),
+                    Err(e) => reply.error(errno(e)),
+                },
                 Err(e) => reply.error(errno(e)),
             },
             Ok(_) => reply.error(Errno::ENOTDIR),
@@ -669,11 +682,12 @@ impl Filesystem for NoseFuse {
     fn releasedir(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         _fh: FileHandle,
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
+        let _ = self.fs().close(ino.0);
         reply.ok();
     }
 

@@ -172,7 +172,7 @@ impl OpenFile {
     /// Embedded mode: counts the open in the core, so the inode outlives its last name while
     /// this is open (the daemon counts its clients' opens itself).
     pub fn count_open(&self, fs: &Fs) {
-        if self.kind == Kind::File
+        if (self.kind == Kind::File || self.kind == Kind::Dir)
             && !self.counted.load(Ordering::Relaxed)
             && fs.open(self.ino).is_ok()
         {

@@ -372,6 +372,14 @@ pub fn lock_fd(fd: i32) -> Result<Option<(Arc<OpenFile>, i32, u64)>, Errno> {
     Ok(Some((file, raw, offset)))
 }
 
+/// `None` for ENOENT: the open directory was removed.
+fn removed<T>(r: Result<T, Errno>) -> Result<Option<T>, Errno> {
+    match r {
+        Err(e) if e == Errno::ENOENT => Ok(None),
+        r => r.map(Some),
+    }
+}
+
 /// Directory entries of an open directory from its position, at most `max`, advancing it.
 pub fn read_dir(fd: i32, max: usize) -> Result<Vec<DirEntry>, Errno> {
     let file = file_of(fd)?;
@@ -382,11 +390,18 @@ pub fn read_dir(fd: i32, max: usize) -> Result<Vec<DirEntry>, Errno> {
     let mut out: Vec<DirEntry> = Vec::new();
     // A listing that starts (or restarts: rewinddir) ends where the directory ended then, so
     // that names renamed under the reader (each gets a new cookie) cannot keep it going forever.
+    // A directory removed while open lists as empty: the kernel's getdents says ENOENT, which
+    // glibc's readdir takes for the end (the shim answers both).
     if *cookie == 0 {
-        let end = with_service(|s| s.listing_end(file.handle))?;
+        let Some(end) = removed(with_service(|s| s.listing_end(file.handle)))? else {
+            return Ok(Vec::new());
+        };
         file.listing_end.store(end, Ordering::Relaxed);
     }
-    out.extend(with_service(|s| s.readdir(file.handle, *cookie, max))?);
+    let Some(batch) = removed(with_service(|s| s.readdir(file.handle, *cookie, max)))? else {
+        return Ok(Vec::new());
+    };
+    out.extend(batch);
     let end = file.listing_end.load(Ordering::Relaxed);
     if end != 0 {
         out.retain(|e| e.cookie < end); // cookies grow along a batch: only a tail goes

@@ -168,3 +168,27 @@ as_nobody cat r/f
 setfacl -m u:nobody:- r/f
 as_nobody sh -c 'test -r r/f && echo readable || echo not readable'
 "#;
+
+/// A directory removed (rmdir, and rename over it) while open: fstat reports it with no links and
+/// it lists as empty; as on a kernel directory.
+#[allow(dead_code)]
+pub const REMOVED_DIR_SCRIPT: &str = r#"cd "$D"
+python3 - <<'PY'
+import os, errno
+os.mkdir('rd', 0o750)
+os.mkdir('over', 0o700)
+os.mkdir('new')
+fds = [os.open('rd', os.O_RDONLY | os.O_DIRECTORY), os.open('over', os.O_RDONLY | os.O_DIRECTORY)]
+os.rmdir('rd')
+os.rename('new', 'over')
+for fd in fds:
+    st = os.fstat(fd)
+    print(st.st_nlink, oct(st.st_mode))
+    try:
+        print(os.listdir(fd))
+    except OSError as e:
+        print('listdir', errno.errorcode[e.errno])
+    os.close(fd)
+print(sorted(os.listdir('.')))
+PY
+"#;

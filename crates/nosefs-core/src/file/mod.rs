@@ -475,11 +475,12 @@ impl Fs {
         state.released = true;
     }
 
-    /// Notes that a frontend opened regular file `ino` (one open file description). While any is
-    /// open, the file outlives its last name. Other types need no bookkeeping: Ok.
+    /// Notes that a frontend opened regular file or directory `ino` (one open file description).
+    /// While any is open, a file outlives its last name, and a removed directory still answers
+    /// getattr (with no links). Other types need no bookkeeping: Ok.
     pub fn open(&self, ino: u64) -> Result<()> {
         let inode = self.inode(ino)?;
-        if inode.is_file() {
+        if inode.is_file() || inode.dir().is_some() {
             inode.open_count.fetch_add(1, Ordering::AcqRel);
         }
         Ok(())
@@ -488,7 +489,14 @@ impl Fs {
     /// Notes that a frontend closed (released) what [`Fs::open`] counted. The last close of a file that
     /// lost its last name frees it: one commit (REMOVE_DATA of the orphan), then its space.
     pub fn close(&self, ino: u64) -> Result<()> {
-        let inode = self.inode(ino)?;
+        let inode = match self.inode(ino) {
+            Ok(inode) => inode,
+            Err(e) => return self.close_removed_dir(ino).ok_or(e),
+        };
+        if inode.dir().is_some() {
+            inode.open_count.fetch_sub(1, Ordering::AcqRel);
+            return Ok(());
+        }
         if !inode.is_file() {
             return Ok(());
         }

@@ -200,7 +200,8 @@ pub struct Inode {
     pub primary: AtomicU32,
     /// Set once the last name is gone.
     pub removed: AtomicBool,
-    /// Open file descriptions (regular files; counted by frontends through `Fs::open`).
+    /// Open file descriptions (regular files and directories; counted by frontends through
+    /// `Fs::open`).
     pub open_count: AtomicU32,
     /// The file lost its last name while open: its primary pinode is an `ORPHAN`, in no chain,
     /// freed at the last close (or at the next mount).

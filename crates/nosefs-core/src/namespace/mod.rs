@@ -226,6 +226,9 @@ pub struct Fs {
     next_ino: AtomicU64,
     /// Serialises moves of a directory to another parent, so two of them cannot build a cycle.
     topology: Mutex<()>,
+    /// Directories removed while open: their last attributes (no links), served by getattr
+    /// until the last close, with the count of descriptions still open.
+    removed_dirs: Mutex<std::collections::HashMap<u64, (Attr, u32)>>,
     report: MountReport,
 }
 
@@ -388,7 +391,10 @@ impl Fs {
 
     /// Attributes of inode `ino`.
     pub fn getattr(&self, ino: u64) -> Result<Attr> {
-        let inode = self.inode(ino)?;
+        let inode = match self.inode(ino) {
+            Ok(inode) => inode,
+            Err(e) => return self.removed_dir_attr(ino).ok_or(e),
+        };
         let mut attr = Attr::from_pinode(&self.primary_pinode(&inode)?);
         attr.acl = inode.has_acl.load(Ordering::Acquire);
         if let Some(file) = inode.file_state() {
@@ -416,6 +422,35 @@ impl Fs {
         let entry = self.find(parent, name).ok_or(Errno::ENOENT)?;
         let ino = self.image.pinode(u64::from(entry.slot)).ino.get();
         self.getattr(ino)
+    }
+
+    /// A directory removed while open keeps answering getattr until its last close, as on
+    /// Linux: its attributes at removal (`primary`, read before the commit that removed it),
+    /// with no links. Called under the directory's inode lock, after that commit.
+    pub(crate) fn keep_removed_dir(&self, dir: &Inode, primary: &Pinode) {
+        let open = dir.open_count.load(Ordering::Acquire);
+        if open == 0 {
+            return;
+        }
+        let mut attr = Attr::from_pinode(primary);
+        attr.nlink = 0;
+        attr.ctime_ns = crate::mkfs::now_ns();
+        self.removed_dirs.lock().insert(dir.ino, (attr, open));
+    }
+
+    fn removed_dir_attr(&self, ino: u64) -> Option<Attr> {
+        self.removed_dirs.lock().get(&ino).map(|(attr, _)| *attr)
+    }
+
+    /// The close of a description of a removed directory; `None` when `ino` is none.
+    pub(crate) fn close_removed_dir(&self, ino: u64) -> Option<()> {
+        let mut dirs = self.removed_dirs.lock();
+        let (_, open) = dirs.get_mut(&ino)?;
+        *open -= 1;
+        if *open == 0 {
+            dirs.remove(&ino);
+        }
+        Some(())
     }
 
     fn parent_of(&self, dir: &Inode) -> Result<u64> {

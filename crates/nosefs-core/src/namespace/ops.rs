@@ -434,6 +434,7 @@ impl Fs {
             let mut guards = self.lock_buckets(&buckets);
             self.commit(&buckets, &mut txn);
             dir_data.subdirs -= 1;
+            self.keep_removed_dir(target, &p);
             self.guard_of(&mut guards, bucket).remove(entry.slot);
             dir.dir()
                 .expect("parent is a directory")

@@ -363,11 +363,15 @@ impl Fs {
                 let data = held_mut(locked, d_inode.ino);
                 self.finish_drop_name(&s.to, d_inode, data, *dst, &plan, guards);
             } else {
+                // A removed directory's record keeps its bytes (only its valid bit is clear)
+                // until the slot is reused, after a settle.
+                let dst_pinode = self.image.pinode(u64::from(dst.slot));
                 freed.push(dst.slot);
-                freed_long.push(self.image.pinode(u64::from(dst.slot)).long_name.get());
+                freed_long.push(dst_pinode.long_name.get());
                 self.guard_of(guards, self.bucket_index(dst.hash))
                     .remove(dst.slot);
                 s.to.dir().expect("directory").children.remove(&dst.seq);
+                self.keep_removed_dir(d_inode, &dst_pinode);
                 d_inode.removed.store(true, Ordering::Release);
                 self.inodes.remove(d_inode.ino);
             }

@@ -818,3 +818,38 @@ fn a_torn_commit_is_discarded_at_mount() {
     .unwrap();
     assert!(report.problems.is_empty(), "{:#?}", report.problems);
 }
+
+#[test]
+fn a_directory_removed_while_open_answers_getattr_until_its_last_close() {
+    let h = fresh(None);
+    let fs = h.fs();
+    let d = fs.mkdir(ROOT_INO, b"d", 0o750, OWNER).unwrap();
+    let e = fs.mkdir(ROOT_INO, b"e", 0o700, OWNER).unwrap();
+    fs.mkdir(ROOT_INO, b"f", 0o755, OWNER).unwrap();
+    fs.open(d.ino).unwrap();
+    fs.open(d.ino).unwrap();
+    fs.open(e.ino).unwrap();
+    fs.rmdir(ROOT_INO, b"d").unwrap();
+    // Renamed over: the directory it replaced is removed too.
+    fs.rename(ROOT_INO, b"f", ROOT_INO, b"e", RenameFlags::default())
+        .unwrap();
+    for (ino, mode) in [(d.ino, 0o750), (e.ino, 0o700)] {
+        let attr = fs.getattr(ino).unwrap();
+        assert_eq!((attr.nlink, attr.mode), (0, pinode::S_IFDIR | mode));
+        assert_eq!(errno(fs.readdir(ino, 0, |_| true)), Errno::ENOENT);
+    }
+    fs.close(d.ino).unwrap();
+    assert_eq!(
+        fs.getattr(d.ino).unwrap().nlink,
+        0,
+        "one description still open"
+    );
+    fs.close(d.ino).unwrap();
+    fs.close(e.ino).unwrap();
+    assert_eq!(errno(fs.getattr(d.ino)), Errno::ENOENT);
+    assert_eq!(errno(fs.getattr(e.ino)), Errno::ENOENT);
+    // Not open: gone at once.
+    let g = fs.mkdir(ROOT_INO, b"g", 0o755, OWNER).unwrap();
+    fs.rmdir(ROOT_INO, b"g").unwrap();
+    assert_eq!(errno(fs.getattr(g.ino)), Errno::ENOENT);
+}
