@@ -531,6 +531,17 @@ fn a_directory_removed_while_open_is_fstat_able_as_on_the_kernel() {
 }
 
 #[test]
+fn unnamed_files_are_written_and_named_as_on_the_kernel() {
+    if !usable() {
+        return;
+    }
+    let m = mount_with(&[]);
+    let out = same_as_kernel(&m, common::TMPFILE_SCRIPT);
+    assert_eq!(out, "0 0o100640\n[]\n0 1 hidden\n-1 ENOENT\n['visible']\n");
+    m.unmount_and_fsck();
+}
+
+#[test]
 fn holes_are_punched_found_and_copied_as_on_the_kernel() {
     if !usable() {
         return;

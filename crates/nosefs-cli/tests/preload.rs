@@ -358,6 +358,14 @@ fn a_directory_removed_while_open_is_fstat_able_as_on_the_kernel() {
 }
 
 #[test]
+fn unnamed_files_are_written_and_named_as_on_the_kernel() {
+    let setup = setup();
+    let out = same_as_kernel(&setup, common::TMPFILE_SCRIPT);
+    assert_eq!(out, "0 0o100640\n[]\n0 1 hidden\n-1 ENOENT\n['visible']\n");
+    setup.fsck_clean();
+}
+
+#[test]
 fn python_os_pathlib_shutil_tempfile() {
     let setup = setup();
     let script = r#"python3 - <<'PY'

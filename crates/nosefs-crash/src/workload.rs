@@ -48,6 +48,9 @@ pub enum Op {
     /// An access ACL with a named user and group (the mode's group bits become its mask), or
     /// with `true` the same as the default ACL of a directory.
     SetAcl(&'static str, bool),
+    /// O_TMPFILE in the path's directory, len bytes of a pattern from seed written and fsynced
+    /// with no name, then linked at the path (AT_EMPTY_PATH) and closed: durable on return.
+    Tmpfile(&'static str, usize, u8),
 }
 
 impl Op {
@@ -73,6 +76,7 @@ impl Op {
             Op::SetXattr(..) => "setxattr",
             Op::RemoveXattr(..) => "removexattr",
             Op::SetAcl(..) => "setacl",
+            Op::Tmpfile(..) => "tmpfile",
         }
     }
 
@@ -200,6 +204,17 @@ pub fn run(fs: &Fs, op: &Op) -> Result<()> {
             XattrMode::Any,
         ),
         Op::RemoveXattr(p, name) => fs.removexattr(ino(fs, p)?, name.as_bytes()),
+        Op::Tmpfile(p, len, seed) => {
+            let (d, n) = parent(fs, p)?;
+            let t = fs.create_tmpfile(d, 0o644, owner, true)?;
+            fs.open(t.ino)?;
+            let named = fs
+                .write(t.ino, 0, &pattern(*seed, *len))
+                .and_then(|_| fs.fsync(t.ino))
+                .and_then(|()| fs.link(t.ino, d, &n).map(drop));
+            fs.close(t.ino)?;
+            named
+        }
         Op::SetAcl(p, default) => {
             let name = if *default { acl::DEFAULT } else { acl::ACCESS };
             fs.setxattr(ino(fs, p)?, name, &named_acl(), XattrMode::Any)
@@ -302,6 +317,8 @@ pub fn singles() -> Vec<Op> {
         Op::SetAcl("/a", false),                 // the mode changes in the same commit
         Op::SetAcl("/d", true),
         Op::Chmod("/d/c", 0o640), // rewrites the ACL's mask with the mode
+        Op::Tmpfile("/d/t", 5000, 6), // an orphan from birth, then named
+        Op::Tmpfile("/a", 100, 7), // the name exists: freed at close
     ]
 }
 

@@ -526,6 +526,12 @@ impl Service for Remote {
         self.call(&Enc::new(op::SYNC_ALL)).map(drop)
     }
 
+    fn flink(&self, handle: Handle, to: &Found) -> Result<(), Errno> {
+        let mut e = Enc::new(op::FLINK);
+        e.u64(handle).path_of(to);
+        self.call(&e).map(drop)
+    }
+
     fn xattr(&self, target: XattrTarget<'_>, call: XattrCall<'_>) -> Result<Vec<u8>, Errno> {
         let mut e = match target {
             XattrTarget::Path(found) => Self::path_request(op::XATTR, found),

@@ -52,6 +52,8 @@ pub mod op {
     pub const XATTR: u32 = 32;
     /// An extended-attribute call on an open description.
     pub const FXATTR: u32 = 33;
+    /// A name for an open description (linkat with AT_EMPTY_PATH).
+    pub const FLINK: u32 = 34;
 }
 
 /// A message that does not decode.

@@ -789,6 +789,16 @@ fn execute(shared: &Shared, conn: &Conn, request: &[u8], room: usize) -> Result<
                 .u64(s.inodes_free);
         }
         op::SYNC_ALL => local.sync_all()?,
+        op::FLINK => {
+            let desc = description(shared, conn, d.u64()?)?;
+            let to = rewalk(&local, &mut d)?;
+            local.flink(desc.ino, &to)?;
+            if let Some(i) = inval {
+                i.entry(to.parent, &to.name);
+                i.inode(to.parent);
+                i.inode(desc.ino);
+            }
+        }
         op::XATTR | op::FXATTR => {
             let (ino, out) = if opcode == op::XATTR {
                 let found = rewalk(&local, &mut d)?;

@@ -103,6 +103,8 @@ pub trait Service {
     fn rename(&self, from: &Found, to: &Found, flags: u32) -> Result<(), Errno>;
     /// `link`.
     fn link(&self, from: &Found, to: &Found) -> Result<(), Errno>;
+    /// `linkat(fd, "", ..., AT_EMPTY_PATH)`: a name for an open file (O_TMPFILE's first).
+    fn flink(&self, handle: Handle, to: &Found) -> Result<(), Errno>;
     /// chmod, chown, utimensat of a path.
     fn setattr(&self, found: &Found, change: &SetAttr, times_now: bool) -> Result<(), Errno>;
     /// `statfs`.
@@ -265,6 +267,10 @@ impl Service for Local<'_> {
 
     fn link(&self, from: &Found, to: &Found) -> Result<(), Errno> {
         vfs::link(self.fs, &self.cred(), from, to).map(drop)
+    }
+
+    fn flink(&self, handle: Handle, to: &Found) -> Result<(), Errno> {
+        vfs::flink(self.fs, &self.cred(), handle, to).map(drop)
     }
 
     fn setattr(&self, found: &Found, change: &SetAttr, times_now: bool) -> Result<(), Errno> {

@@ -1610,6 +1610,16 @@ pub unsafe extern "C" fn linkat(
     flags: c_int,
 ) -> c_int {
     let follow = flags & libc::AT_SYMLINK_FOLLOW != 0;
+    let empty =
+        flags & libc::AT_EMPTY_PATH != 0 && unsafe { bytes(from) }.is_some_and(<[u8]>::is_empty);
+    if empty && fdtable::is_ours(d1) && !in_shim() {
+        // A name for an open noseFS file (O_TMPFILE's first): the new name must be ours too.
+        return match unsafe { routed(d2, to, false) } {
+            Routed::Ours(t) => int(serve(|| ops::flink(d1, &t))),
+            Routed::Kernel(_) => fail(Errno(libc::EXDEV)),
+            Routed::Err(e) => fail(e),
+        };
+    }
     unsafe {
         two_paths(d1, from, d2, to, follow, ops::link, |x, y| {
             real!(linkat: fn(c_int, *const c_char, c_int, *const c_char, c_int) -> c_int)(

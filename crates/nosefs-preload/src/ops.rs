@@ -226,6 +226,12 @@ fn access_acl(found: &Found) -> Result<Option<Acl>, Errno> {
     }
 }
 
+/// `linkat(fd, "", ..., AT_EMPTY_PATH)`: a name for the open file `fd`.
+pub fn flink(fd: i32, to: &Found) -> Result<(), Errno> {
+    let file = file_of(fd)?;
+    with_service(|s| s.flink(file.handle, to))
+}
+
 /// Search permission on the open directory `fd` (fchdir), by its access ACL when it has one.
 pub fn may_search(fd: i32, attr: &Attr) -> Result<(), Errno> {
     let acl = if attr.acl {

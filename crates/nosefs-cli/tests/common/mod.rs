@@ -192,3 +192,25 @@ for fd in fds:
 print(sorted(os.listdir('.')))
 PY
 "#;
+
+/// O_TMPFILE: a file written with no name, fstat'd (no links), named by linkat with
+/// AT_EMPTY_PATH; one opened with O_EXCL can never be named; as on a kernel directory.
+#[allow(dead_code)]
+pub const TMPFILE_SCRIPT: &str = r#"cd "$D"
+python3 - <<'PY'
+import os, ctypes, errno
+libc = ctypes.CDLL(None, use_errno=True)
+fd = os.open('.', os.O_TMPFILE | os.O_WRONLY, 0o640)
+os.write(fd, b'hidden\n')
+st = os.fstat(fd); print(st.st_nlink, oct(st.st_mode))
+print(sorted(os.listdir('.')))
+rc = libc.linkat(fd, b"", -100, b"visible", 0x1000)
+print(rc, os.stat('visible').st_nlink, open('visible').read(), end='')
+os.close(fd)
+fd = os.open('.', os.O_TMPFILE | os.O_WRONLY | os.O_EXCL, 0o600)
+rc = libc.linkat(fd, b"", -100, b"never", 0x1000)
+print(rc, errno.errorcode[ctypes.get_errno()])
+os.close(fd)
+print(sorted(os.listdir('.')))
+PY
+"#;

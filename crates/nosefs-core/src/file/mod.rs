@@ -525,6 +525,7 @@ impl Fs {
         let guards = self.lock_buckets(&buckets);
         self.commit(&buckets, &mut txn);
         drop(guards);
+        self.forget_tmpfile(ino);
         if let Some(x) = xattrs {
             self.release_xattr_pinode(&x);
         }

@@ -24,6 +24,7 @@ mod recovery;
 mod rename;
 mod settle;
 mod symlink;
+mod tmpfile;
 pub mod txn;
 pub(crate) mod xattr;
 
@@ -229,6 +230,8 @@ pub struct Fs {
     /// Directories removed while open: their last attributes (no links), served by getattr
     /// until the last close, with the count of descriptions still open.
     removed_dirs: Mutex<std::collections::HashMap<u64, (Attr, u32)>>,
+    /// Unnamed files (O_TMPFILE without O_EXCL) that a link may still name.
+    linkable_tmpfiles: Mutex<std::collections::HashSet<u64>>,
     report: MountReport,
 }
 

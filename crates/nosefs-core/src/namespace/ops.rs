@@ -460,10 +460,15 @@ impl Fs {
         }
         let dir = self.dir_inode(new_parent)?;
         let mut locked = self.lock_inodes(&[&dir, &target]);
+        let orphan = target.orphaned.load(Ordering::Acquire);
         let gone =
-            target.removed.load(Ordering::Acquire) || target.orphaned.load(Ordering::Acquire);
+            target.removed.load(Ordering::Acquire) || (orphan && !self.is_linkable_tmpfile(ino));
         if gone || dir.removed.load(Ordering::Acquire) {
             return Err(Errno::ENOENT.into());
+        }
+        if orphan {
+            // An unnamed file (O_TMPFILE) gets its first name.
+            return self.name_tmpfile(&target, &dir, &mut locked, new_name);
         }
         let names = held(&locked, ino).name_count() as u32;
         if names >= LINK_MAX {

@@ -67,6 +67,7 @@ pub(super) fn mount(image: Image, options: &MountOptions) -> Result<Fs> {
         next_ino: AtomicU64::new(scan.max_ino + 1),
         topology: Mutex::new(()),
         removed_dirs: Mutex::new(Default::default()),
+        linkable_tmpfiles: Mutex::new(Default::default()),
         report: MountReport {
             logs_replayed: journal.replayed,
             logs_discarded: journal.discarded,

@@ -41,10 +41,10 @@ pub fn open(
     flags: i32,
     mode: u32,
 ) -> Result<(Attr, OpenKind), Errno> {
-    if flags & libc::O_TMPFILE == libc::O_TMPFILE {
-        return Err(Errno(libc::EOPNOTSUPP));
-    }
     let cred = &caller.cred;
+    if flags & libc::O_TMPFILE == libc::O_TMPFILE {
+        return open_tmpfile(fs, caller, found, flags, mode);
+    }
     let accmode = flags & libc::O_ACCMODE;
     let wants_write = accmode == libc::O_WRONLY || accmode == libc::O_RDWR;
     let mut attr = match found.attr {
@@ -109,6 +109,43 @@ pub fn open(
         return Err(Errno::ENOTDIR);
     }
     Ok((attr, kind))
+}
+
+/// `open` with O_TMPFILE: `found` names the directory; the file has no name until a link with
+/// AT_EMPTY_PATH gives it one (never, with O_EXCL).
+fn open_tmpfile(
+    fs: &Fs,
+    caller: &Caller,
+    found: &Found,
+    flags: i32,
+    mode: u32,
+) -> Result<(Attr, OpenKind), Errno> {
+    let dir = found.existing()?;
+    if !dir.is_dir() {
+        return Err(Errno::ENOTDIR);
+    }
+    let accmode = flags & libc::O_ACCMODE;
+    if accmode != libc::O_WRONLY && accmode != libc::O_RDWR {
+        return Err(Errno::EINVAL);
+    }
+    allowed(fs, &dir, &caller.cred, MAY_WRITE | MAY_EXEC)?;
+    let requested = pinode::S_IFREG | (mode & 0o7777);
+    let (mut owner, bits) = perm::new_inode_owner(&dir, &caller.cred, requested);
+    owner.umask = caller.umask & 0o777;
+    let linkable = flags & libc::O_EXCL == 0;
+    let attr = core(fs.create_tmpfile(dir.ino, bits, owner, linkable))?;
+    Ok((attr, OpenKind::File))
+}
+
+/// `linkat(fd, "", ..., AT_EMPTY_PATH)`: a name for the open file `ino` (an O_TMPFILE file's
+/// first, or another for a file that has names).
+pub fn flink(fs: &Fs, cred: &Cred, ino: u64, to: &Found) -> Result<Attr, Errno> {
+    let src = core(fs.getattr(ino))?;
+    if src.is_dir() {
+        return Err(Errno::EPERM);
+    }
+    check_create(fs, cred, to)?;
+    core(fs.link(ino, to.parent, &to.name))
 }
 
 /// Attributes of a path.
