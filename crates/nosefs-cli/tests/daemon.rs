@@ -542,6 +542,23 @@ fn unnamed_files_are_written_and_named_as_on_the_kernel() {
 }
 
 #[test]
+fn ranges_collapse_and_insert_without_moving_data() {
+    if !usable() {
+        return;
+    }
+    let m = mount_with(&[]);
+    let out = m.run(common::RANGES_SCRIPT);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), common::RANGES_OUTPUT);
+    // The kernel's path sees the moved bytes (the daemon invalidated its cache).
+    let through_fuse = std::fs::read(m.mnt.join("f")).unwrap();
+    assert_eq!(through_fuse.len(), 20480);
+    assert!(through_fuse[..8192].iter().all(|&b| b == 0));
+    assert_eq!(through_fuse[8192 + 300], (300 % 256) as u8);
+    m.unmount_and_fsck();
+}
+
+#[test]
 fn holes_are_punched_found_and_copied_as_on_the_kernel() {
     if !usable() {
         return;

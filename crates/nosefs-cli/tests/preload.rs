@@ -366,6 +366,15 @@ fn unnamed_files_are_written_and_named_as_on_the_kernel() {
 }
 
 #[test]
+fn ranges_collapse_and_insert_without_moving_data() {
+    let setup = setup();
+    let out = setup.run(common::RANGES_SCRIPT);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), common::RANGES_OUTPUT);
+    setup.fsck_clean();
+}
+
+#[test]
 fn python_os_pathlib_shutil_tempfile() {
     let setup = setup();
     let script = r#"python3 - <<'PY'

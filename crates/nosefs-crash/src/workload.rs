@@ -48,6 +48,11 @@ pub enum Op {
     /// An access ACL with a named user and group (the mode's group bits become its mask), or
     /// with `true` the same as the default ACL of a directory.
     SetAcl(&'static str, bool),
+    /// fallocate(COLLAPSE_RANGE) of `len` bytes at `offset`: durable and atomic on return, with
+    /// the file's pending writes.
+    CollapseRange(&'static str, u64, u64),
+    /// fallocate(INSERT_RANGE) of `len` bytes at `offset`: likewise.
+    InsertRange(&'static str, u64, u64),
     /// O_TMPFILE in the path's directory, len bytes of a pattern from seed written and fsynced
     /// with no name, then linked at the path (AT_EMPTY_PATH) and closed: durable on return.
     Tmpfile(&'static str, usize, u8),
@@ -77,6 +82,8 @@ impl Op {
             Op::RemoveXattr(..) => "removexattr",
             Op::SetAcl(..) => "setacl",
             Op::Tmpfile(..) => "tmpfile",
+            Op::CollapseRange(..) => "collapse",
+            Op::InsertRange(..) => "insert",
         }
     }
 
@@ -91,9 +98,12 @@ impl Op {
     /// The file this operation commits (fsync or truncate), if any.
     pub fn commits(&self) -> Option<&'static str> {
         match self {
-            Op::Fsync(p) | Op::Truncate(p, _) | Op::MapSync(p, ..) | Op::PunchHole(p, ..) => {
-                Some(p)
-            }
+            Op::Fsync(p)
+            | Op::Truncate(p, _)
+            | Op::MapSync(p, ..)
+            | Op::PunchHole(p, ..)
+            | Op::CollapseRange(p, ..)
+            | Op::InsertRange(p, ..) => Some(p),
             _ => None,
         }
     }
@@ -204,6 +214,8 @@ pub fn run(fs: &Fs, op: &Op) -> Result<()> {
             XattrMode::Any,
         ),
         Op::RemoveXattr(p, name) => fs.removexattr(ino(fs, p)?, name.as_bytes()),
+        Op::CollapseRange(p, offset, len) => fs.collapse_range(ino(fs, p)?, *offset, *len),
+        Op::InsertRange(p, offset, len) => fs.insert_range(ino(fs, p)?, *offset, *len),
         Op::Tmpfile(p, len, seed) => {
             let (d, n) = parent(fs, p)?;
             let t = fs.create_tmpfile(d, 0o644, owner, true)?;
@@ -317,6 +329,8 @@ pub fn singles() -> Vec<Op> {
         Op::SetAcl("/a", false),                 // the mode changes in the same commit
         Op::SetAcl("/d", true),
         Op::Chmod("/d/c", 0o640), // rewrites the ACL's mask with the mode
+        Op::CollapseRange("/a", 4096, 4096), // the rest of the file moves down a block
+        Op::InsertRange("/a", 4096, 8192), // a hole opens inside the file's one piece
         Op::Tmpfile("/d/t", 5000, 6), // an orphan from birth, then named
         Op::Tmpfile("/a", 100, 7), // the name exists: freed at close
     ]
@@ -348,6 +362,16 @@ pub fn file_sequences() -> Vec<Vec<Op>> {
             .map(|i| Op::Write("/a", i * 1500, 700, 20 + i as u8))
             .chain([Op::Fsync("/a"), Op::Write("/a", 3000, 100, 30)])
             .chain([Op::PunchHole("/a", 1000, 6000)])
+            .collect(),
+        // Many pieces move in one commit (more extents than a log holds: overflow blocks),
+        // with a pending write that moves too.
+        (0..70)
+            .map(|i| Op::Write("/d/c", i * 600 + 5, 40, i as u8))
+            .chain([Op::Fsync("/d/c"), Op::Write("/d/c", 3000, 10, 99)])
+            .chain([
+                Op::InsertRange("/d/c", 0, 8192),
+                Op::CollapseRange("/d/c", 4096, 8192),
+            ])
             .collect(),
         // A directory's default ACL, inherited by what is made in it.
         vec![

@@ -214,3 +214,24 @@ os.close(fd)
 print(sorted(os.listdir('.')))
 PY
 "#;
+
+/// fallocate(1) collapsing and inserting ranges (tmpfs has neither: the expected output is
+/// written here, from ext4's behaviour): 16 KiB of a pattern, block 1 collapsed out, 8 KiB
+/// inserted at the start, then an unaligned range refused.
+#[allow(dead_code)]
+pub const RANGES_SCRIPT: &str = r#"cd "$D"
+python3 -c "open('f', 'wb').write(bytes(range(256)) * 64)"
+fallocate --collapse-range -o 4096 -l 4096 f
+fallocate --insert-range -o 0 -l 8192 f
+python3 -c "
+data = bytes(range(256)) * 64
+want = bytes(8192) + data[:4096] + data[8192:]
+got = open('f', 'rb').read()
+print(len(got), got == want)
+"
+fallocate --collapse-range -o 100 -l 4096 f 2>&1 | sed 's/.*: //'
+"#;
+
+/// What [`RANGES_SCRIPT`] prints.
+#[allow(dead_code)]
+pub const RANGES_OUTPUT: &str = "20480 True\nInvalid argument\n";

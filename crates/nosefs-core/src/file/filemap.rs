@@ -259,6 +259,66 @@ impl FileMap {
         }
     }
 
+    /// Splits the piece that straddles file offset `at`, if one does, into two pending pieces
+    /// over the same bytes (nothing is copied); a committed piece's extent goes to `removed`.
+    pub fn split_at(&mut self, at: u64, removed: &mut impl Extend<(u32, u64, u64)>) {
+        let Some((offset, piece)) = self.overlapping(at, at + 1).next() else {
+            return;
+        };
+        if offset >= at {
+            return; // a piece starts there: nothing straddles it
+        }
+        if piece.eno != 0 {
+            removed.extend([(piece.eno, piece.addr, piece.len)]);
+        }
+        self.remove(offset);
+        let left = at - offset;
+        self.insert(
+            offset,
+            Piece {
+                len: left,
+                eno: 0,
+                ..piece
+            },
+        );
+        self.insert(
+            at,
+            Piece {
+                addr: piece.addr + left,
+                len: piece.len - left,
+                eno: 0,
+                fresh: piece.fresh,
+            },
+        );
+    }
+
+    /// Moves every piece at or after file offset `from` by `delta` bytes, as pending pieces over
+    /// the same bytes (their data stays where it is: only their file offsets change); committed
+    /// pieces' extents go to `removed`. No piece may straddle `from` ([`FileMap::split_at`]
+    /// first), and where the pieces land must be empty (a collapse punches it first). O(pieces
+    /// moved).
+    pub fn shift_from(
+        &mut self,
+        from: u64,
+        delta: i64,
+        removed: &mut impl Extend<(u32, u64, u64)>,
+    ) {
+        let moved: Vec<(u64, Piece)> = self.overlapping(from, u64::MAX).collect();
+        for &(offset, piece) in &moved {
+            assert!(offset >= from, "piece at {offset} straddles {from}");
+            if piece.eno != 0 {
+                removed.extend([(piece.eno, piece.addr, piece.len)]);
+            }
+            self.remove(offset);
+        }
+        for (offset, piece) in moved {
+            let to = offset
+                .checked_add_signed(delta)
+                .expect("a shift stays inside the file");
+            self.insert(to, Piece { eno: 0, ..piece });
+        }
+    }
+
     /// Cuts the piece at `offset` down to its first `len` bytes, as a pending piece.
     fn shrink(&mut self, offset: u64, len: u64) {
         let piece = self.pieces.get_mut(offset).expect("a piece at the offset");

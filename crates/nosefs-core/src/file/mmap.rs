@@ -335,6 +335,11 @@ impl Fs {
         Ok(shadow)
     }
 
+    /// Whether file `ino` has a shadow (a mapping made it, and it was not dropped yet).
+    pub(super) fn shadow_exists(&self, ino: u64) -> bool {
+        self.shadow_of(ino).is_some()
+    }
+
     fn shadow_of(&self, ino: u64) -> Option<Arc<Shadow>> {
         if self.shadows.live.load(Ordering::Acquire) == 0 {
             return None;

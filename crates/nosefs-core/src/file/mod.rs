@@ -36,6 +36,7 @@ pub mod holes;
 pub mod journal;
 pub mod mmap;
 mod mmap_sys;
+mod ranges;
 #[cfg(test)]
 mod tests;
 

@@ -411,7 +411,12 @@ pub fn fallocate(fs: &Fs, ino: u64, mode: i32, offset: i64, len: i64) -> Result<
             }
             Ok(())
         }
-        // COLLAPSE_RANGE and INSERT_RANGE would shift every piece after the range: not yet.
+        // The pieces after the range change their offsets only: no data moves.
+        libc::FALLOC_FL_COLLAPSE_RANGE | libc::FALLOC_FL_INSERT_RANGE if keep_size => {
+            Err(Errno::EINVAL) // they change the size: no other flag goes with them
+        }
+        libc::FALLOC_FL_COLLAPSE_RANGE => core(fs.collapse_range(ino, offset, len)),
+        libc::FALLOC_FL_INSERT_RANGE => core(fs.insert_range(ino, offset, len)),
         _ => Err(Errno(libc::EOPNOTSUPP)),
     }
 }
