@@ -145,7 +145,13 @@ fn serves_clients(mountpoint: &Path, child: &mut std::process::Child) -> Result<
             None,
         )
         .map_err(|e| e.to_string())?;
-        if rustix::net::connect(&socket, &addr).is_ok() {
+        // Ours, not a daemon of an earlier mount that had the same device number and has not
+        // closed its listener yet (ours waits for the name, see `Server::start`).
+        let ours = || {
+            rustix::net::sockopt::socket_peercred(&socket)
+                .is_ok_and(|c| c.pid.as_raw_nonzero().get() as u32 == child.id())
+        };
+        if rustix::net::connect(&socket, &addr).is_ok() && ours() {
             return Ok(true);
         }
         if child.try_wait().map_err(|e| e.to_string())?.is_some() {

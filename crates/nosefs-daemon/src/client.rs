@@ -27,13 +27,16 @@ use rustix::thread::futex;
 
 use crate::proto::{op, Dec, Enc};
 use crate::server::{find_daemon, socket_name, HELLO};
-use crate::service::{Handle, Opened, Service, Statfs, XattrTarget};
+use crate::service::{Handle, NameIn, Opened, OpenedPath, Service, Statfs, XattrTarget};
 use crate::shm::{state, Area};
 
 /// How long a client spins on its slot before it sleeps on the futex.
 pub const CLIENT_SPIN: Duration = Duration::from_micros(20);
 /// How often a sleeping client checks that the daemon lives.
 pub const DAEMON_CHECK: Duration = Duration::from_millis(100);
+
+/// The owner mark of a slot holding a posted request ([`Remote::post`]).
+const POSTED: u32 = 2;
 
 /// A connection to a daemon.
 #[derive(Debug)]
@@ -166,27 +169,76 @@ impl Remote {
         self.area.payload_bytes() - 64
     }
 
-    fn take_slot(&self) -> usize {
+    /// A free slot, taken (owner 1); `None` once the daemon is gone. A slot whose posted
+    /// request ([`Remote::post`]) has been answered is free: its reply is dropped here.
+    fn take_slot(&self) -> Option<usize> {
         thread_local! {
             // Each thread starts its search at its own slot (no system call per request).
             static HOME: usize = rustix::thread::gettid().as_raw_nonzero().get() as usize;
         }
         let n = self.area.slots();
         let start = HOME.with(|h| *h) % n;
+        let take = |slot: usize, from: u32| {
+            self.area
+                .owner(slot)
+                .compare_exchange(from, 1, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+        };
+        let mut rounds = 0u32;
         loop {
             for k in 0..n {
                 let slot = (start + k) % n;
-                if self.area.owner(slot).load(Ordering::Relaxed) == 0
-                    && self
-                        .area
-                        .owner(slot)
-                        .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
-                        .is_ok()
-                {
-                    return slot;
+                match self.area.owner(slot).load(Ordering::Relaxed) {
+                    0 if take(slot, 0) => return Some(slot),
+                    POSTED
+                        if self.area.state(slot).load(Ordering::Acquire) == state::REPLY
+                            && take(slot, POSTED) =>
+                    {
+                        self.area.state(slot).store(state::IDLE, Ordering::Release);
+                        return Some(slot);
+                    }
+                    _ => {}
                 }
             }
+            rounds += 1;
+            if rounds % 1024 == 0 && self.daemon_gone() {
+                self.dead.store(true, Ordering::Relaxed);
+                return None;
+            }
             std::thread::yield_now();
+        }
+    }
+
+    /// Sends a request whose answer no one waits for (close: nothing the caller does next
+    /// depends on it, and the round trip is half a create's). Its slot stays taken (owner
+    /// [`POSTED`]) until the answer is in; [`Remote::take_slot`] frees it then. The daemon
+    /// serves a client's slots in any order, so only requests nothing later depends on are
+    /// posted.
+    fn post(&self, request: &Enc) {
+        if self.dead.load(Ordering::Relaxed) {
+            return;
+        }
+        let Some(slot) = self.take_slot() else {
+            return;
+        };
+        self.send(slot, request);
+        self.area.owner(slot).store(POSTED, Ordering::Release);
+    }
+
+    /// Puts a request in slot `slot` (taken) and rings the doorbell if the daemon sleeps.
+    fn send(&self, slot: usize, request: &Enc) {
+        assert!(
+            request.buf.len() <= self.area.payload_bytes(),
+            "requests are chunked"
+        );
+        let area = &self.area;
+        area.put(slot, 0, &request.buf);
+        area.len(slot)
+            .store(request.buf.len() as u32, Ordering::Relaxed);
+        area.state(slot).store(state::REQUEST, Ordering::SeqCst);
+        if area.server_sleeping().load(Ordering::SeqCst) != 0 {
+            area.doorbell().fetch_add(1, Ordering::SeqCst);
+            let _ = futex::wake(area.doorbell(), futex::Flags::empty(), 1);
         }
     }
 
@@ -206,22 +258,10 @@ impl Remote {
         if self.dead.load(Ordering::Relaxed) {
             return Err(Errno::EIO);
         }
-        assert!(
-            request.buf.len() <= self.area.payload_bytes(),
-            "requests are chunked"
-        );
-        let area = &self.area;
-        let slot = self.take_slot();
-        area.put(slot, 0, &request.buf);
-        area.len(slot)
-            .store(request.buf.len() as u32, Ordering::Relaxed);
-        area.state(slot).store(state::REQUEST, Ordering::SeqCst);
-        if area.server_sleeping().load(Ordering::SeqCst) != 0 {
-            area.doorbell().fetch_add(1, Ordering::SeqCst);
-            let _ = futex::wake(area.doorbell(), futex::Flags::empty(), 1);
-        }
+        let slot = self.take_slot().ok_or(Errno::EIO)?;
+        self.send(slot, request);
         let result = self.wait_reply(slot);
-        area.owner(slot).store(0, Ordering::Release);
+        self.area.owner(slot).store(0, Ordering::Release);
         result
     }
 
@@ -344,6 +384,78 @@ impl Service for Remote {
         })
     }
 
+    fn open_path(
+        &self,
+        path: Vec<u8>,
+        follow_last: bool,
+        flags: i32,
+        mode: u32,
+        umask: u32,
+    ) -> Result<OpenedPath, Errno> {
+        let mut e = Enc::new(op::OPEN_PATH);
+        e.bytes(&path)
+            .bool(follow_last)
+            .u32(flags as u32)
+            .u32(mode)
+            .u32(umask);
+        decode(&self.call(&e)?, |d| match d.walked()? {
+            Walked::Outside(p) => Ok(OpenedPath::Outside(p)),
+            Walked::Found(found) => {
+                let opened = Opened {
+                    attr: d.attr()?,
+                    kind: d.kind()?,
+                    handle: d.u64()?,
+                };
+                Ok(OpenedPath::Opened(Box::new(found), opened))
+            }
+        })
+    }
+
+    fn open_in(
+        &self,
+        dir: Handle,
+        dir_path: &[u8],
+        name: &[u8],
+        follow_last: bool,
+        flags: i32,
+        mode: u32,
+        umask: u32,
+    ) -> Result<Option<(Box<Found>, Opened)>, Errno> {
+        let mut e = Enc::new(op::OPEN_IN);
+        e.u64(dir)
+            .bytes(dir_path)
+            .bytes(name)
+            .bool(follow_last)
+            .u32(flags as u32)
+            .u32(mode)
+            .u32(umask);
+        decode(&self.call(&e)?, |d| match d.u8()? {
+            0 => Ok(None),
+            _ => {
+                let found = d.found()?;
+                let opened = Opened {
+                    attr: d.attr()?,
+                    kind: d.kind()?,
+                    handle: d.u64()?,
+                };
+                Ok(Some((Box::new(found), opened)))
+            }
+        })
+    }
+
+    fn unlink_in(&self, dir: Handle, dir_path: &[u8], name: &[u8]) -> Result<bool, Errno> {
+        let mut e = Enc::new(op::UNLINK_IN);
+        e.u64(dir).bytes(dir_path).bytes(name);
+        decode(&self.call(&e)?, |d| d.bool())
+    }
+
+    fn rename_in(&self, from: NameIn<'_>, to: NameIn<'_>, flags: u32) -> Result<bool, Errno> {
+        let mut e = Enc::new(op::RENAME_IN);
+        e.u64(from.0).bytes(from.1).bytes(from.2);
+        e.u64(to.0).bytes(to.1).bytes(to.2).u32(flags);
+        decode(&self.call(&e)?, |d| d.bool())
+    }
+
     fn open(&self, found: &Found, flags: i32, mode: u32, umask: u32) -> Result<Opened, Errno> {
         let mut e = Self::path_request(op::OPEN, found);
         e.u32(flags as u32).u32(mode).u32(umask);
@@ -359,7 +471,7 @@ impl Service for Remote {
     fn close(&self, handle: Handle) {
         let mut e = Enc::new(op::CLOSE);
         e.u64(handle);
-        let _ = self.call(&e);
+        self.post(&e);
     }
 
     fn read(&self, handle: Handle, offset: u64, buf: &mut [u8]) -> Result<usize, Errno> {

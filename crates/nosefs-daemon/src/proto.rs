@@ -54,6 +54,14 @@ pub mod op {
     pub const FXATTR: u32 = 33;
     /// A name for an open description (linkat with AT_EMPTY_PATH).
     pub const FLINK: u32 = 34;
+    /// A walk and an open in one round trip (the daemon walks, then opens what it found).
+    pub const OPEN_PATH: u32 = 35;
+    /// A name in an open directory looked up and opened in one round trip.
+    pub const OPEN_IN: u32 = 36;
+    /// unlink of a name in an open directory, looked up there, in one round trip.
+    pub const UNLINK_IN: u32 = 37;
+    /// rename between names in open directories, looked up there, in one round trip.
+    pub const RENAME_IN: u32 = 38;
 }
 
 /// A message that does not decode.

@@ -147,7 +147,7 @@ impl Server {
             SocketFlags::CLOEXEC,
             None,
         )?;
-        rustix::net::bind(&listener, &SocketAddrUnix::new_abstract_name(&name)?)?;
+        bind_when_free(&listener, &SocketAddrUnix::new_abstract_name(&name)?)?;
         rustix::net::listen(&listener, 128)?;
         let (wake_read, wake) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
         let shared = Arc::new(Shared {
@@ -175,6 +175,23 @@ impl Drop for Server {
         let _ = rustix::io::write(&self.wake, b"x");
         if let Some(door) = self.door.take() {
             let _ = door.join();
+        }
+    }
+}
+
+/// Binds the listener's name, waiting while another daemon still holds it: the name comes from
+/// the mount's device number, which the kernel hands to the next FUSE mount as soon as an
+/// unmount releases it, while the daemon that served the old mount may still be closing its
+/// listener (tests that mount and unmount in parallel met this: the new daemon could not bind,
+/// and its clients reached the old one as it went away).
+fn bind_when_free(listener: &OwnedFd, addr: &SocketAddrUnix) -> std::io::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match rustix::net::bind(listener, addr) {
+            Err(rustix::io::Errno::ADDRINUSE) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            other => return other.map_err(Into::into),
         }
     }
 }
@@ -571,36 +588,92 @@ fn execute(shared: &Shared, conn: &Conn, request: &[u8], room: usize) -> Result<
         op::OPEN => {
             let found = rewalk(&local, &mut d)?;
             let (flags, mode, umask) = (d.i32()?, d.u32()?, d.u32()?);
-            let opened = local.open(&found, flags, mode, umask)?;
-            if found.attr.is_none() {
-                if let Some(i) = inval {
-                    i.entry(found.parent, &found.name);
-                    i.inode(found.parent);
+            open(
+                shared,
+                conn,
+                &local,
+                &found,
+                (flags, mode, umask),
+                &mut reply,
+            )?;
+        }
+        op::OPEN_IN => {
+            let dir = description(shared, conn, d.u64()?)?;
+            if dir.kind == OpenKind::File {
+                return Err(Errno::ENOTDIR);
+            }
+            let (dir_path, name, follow) = (d.bytes()?, d.bytes()?, d.bool()?);
+            let (flags, mode, umask) = (d.i32()?, d.u32()?, d.u32()?);
+            match local.walk_in(dir.ino, dir_path, name, follow)? {
+                Some(found) => {
+                    reply.u8(1).found(&found);
+                    open(
+                        shared,
+                        conn,
+                        &local,
+                        &found,
+                        (flags, mode, umask),
+                        &mut reply,
+                    )?;
                 }
-            } else if flags & libc::O_TRUNC != 0 && opened.kind == OpenKind::File {
-                if let Some(i) = inval {
-                    i.inode(opened.attr.ino);
+                None => {
+                    reply.u8(0);
                 }
             }
-            let accmode = flags & libc::O_ACCMODE;
-            let token = random_token();
-            if opened.kind != OpenKind::Path {
-                shared.fs.open(opened.attr.ino).map_err(|e| e.errno())?;
+        }
+        op::UNLINK_IN | op::RENAME_IN => {
+            let name_in = |d: &mut Dec<'_>| -> Result<Option<Found>, Errno> {
+                let dir = description(shared, conn, d.u64()?)?;
+                if dir.kind == OpenKind::File {
+                    return Err(Errno::ENOTDIR);
+                }
+                let (dir_path, name) = (d.bytes()?, d.bytes()?);
+                local.walk_in(dir.ino, dir_path, name, false)
+            };
+            let first = name_in(&mut d)?;
+            let second = if opcode == op::RENAME_IN {
+                Some(name_in(&mut d)?)
+            } else {
+                None
+            };
+            let done: Vec<Found> = match (first, second) {
+                (Some(f), None) => {
+                    local.unlink(&f)?;
+                    vec![f]
+                }
+                (Some(a), Some(Some(b))) => {
+                    local.rename(&a, &b, d.u32()?)?;
+                    vec![a, b]
+                }
+                _ => Vec::new(), // a name needs the full walk: nothing done
+            };
+            if let Some(i) = inval {
+                for f in &done {
+                    i.entry(f.parent, &f.name);
+                    i.inode(f.parent);
+                    if let Some(a) = f.attr {
+                        i.inode(a.ino);
+                    }
+                }
             }
-            shared.descriptions.lock().insert(
-                token,
-                Description {
-                    ino: opened.attr.ino,
-                    kind: opened.kind,
-                    readable: opened.kind != OpenKind::Path
-                        && (accmode == libc::O_RDONLY || accmode == libc::O_RDWR),
-                    writable: opened.kind != OpenKind::Path
-                        && (accmode == libc::O_WRONLY || accmode == libc::O_RDWR),
-                    refs: 1,
-                },
-            );
-            conn.held.lock().insert(token);
-            reply.attr(&opened.attr).kind(opened.kind).u64(token);
+            reply.bool(!done.is_empty());
+        }
+        op::OPEN_PATH => {
+            let path = d.bytes()?.to_vec();
+            let follow = d.bool()?;
+            let (flags, mode, umask) = (d.i32()?, d.u32()?, d.u32()?);
+            let walked = local.walk(path, follow)?;
+            reply.walked(&walked);
+            if let Walked::Found(found) = &walked {
+                open(
+                    shared,
+                    conn,
+                    &local,
+                    found,
+                    (flags, mode, umask),
+                    &mut reply,
+                )?;
+            }
         }
         op::CLOSE => {
             let token = d.u64()?;
@@ -881,6 +954,51 @@ fn execute(shared: &Shared, conn: &Conn, request: &[u8], room: usize) -> Result<
         _ => return Err(Errno(libc::ENOSYS)),
     }
     Ok(reply)
+}
+
+/// `open` of a found path for a client: the description, its token held by the connection, the
+/// kernel's caches invalidated where a create or truncate changed what they may hold; the
+/// reply gets the attributes, the kind and the token.
+fn open(
+    shared: &Shared,
+    conn: &Conn,
+    local: &Local<'_>,
+    found: &Found,
+    (flags, mode, umask): (i32, u32, u32),
+    reply: &mut Enc,
+) -> Result<(), Errno> {
+    let inval = shared.options.invalidate.as_deref();
+    let opened = local.open(found, flags, mode, umask)?;
+    if found.attr.is_none() {
+        if let Some(i) = inval {
+            i.entry(found.parent, &found.name);
+            i.inode(found.parent);
+        }
+    } else if flags & libc::O_TRUNC != 0 && opened.kind == OpenKind::File {
+        if let Some(i) = inval {
+            i.inode(opened.attr.ino);
+        }
+    }
+    let accmode = flags & libc::O_ACCMODE;
+    let token = random_token();
+    if opened.kind != OpenKind::Path {
+        shared.fs.open(opened.attr.ino).map_err(|e| e.errno())?;
+    }
+    shared.descriptions.lock().insert(
+        token,
+        Description {
+            ino: opened.attr.ino,
+            kind: opened.kind,
+            readable: opened.kind != OpenKind::Path
+                && (accmode == libc::O_RDONLY || accmode == libc::O_RDWR),
+            writable: opened.kind != OpenKind::Path
+                && (accmode == libc::O_WRONLY || accmode == libc::O_RDWR),
+            refs: 1,
+        },
+    );
+    conn.held.lock().insert(token);
+    reply.attr(&opened.attr).kind(opened.kind).u64(token);
+    Ok(())
 }
 
 /// Where the daemon of the FUSE mount at `mount_point` would listen, from /proc/self/mountinfo:

@@ -40,6 +40,15 @@ pub struct Statfs {
     pub inodes_free: u64,
 }
 
+/// What [`Service::open_path`] returns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OpenedPath {
+    /// The path leaves noseFS (a symbolic link, or `..` at its root): the kernel's, as this.
+    Outside(Vec<u8>),
+    /// Opened: where the path led, and the description.
+    Opened(Box<Found>, Opened),
+}
+
 /// Which inode an extended-attribute call addresses.
 #[derive(Debug, Clone, Copy)]
 pub enum XattrTarget<'a> {
@@ -48,6 +57,9 @@ pub enum XattrTarget<'a> {
     /// An open description (fgetxattr, ...).
     Handle(Handle),
 }
+
+/// A plain name in an open directory: the directory's handle, its path, the name.
+pub type NameIn<'a> = (Handle, &'a [u8], &'a [u8]);
 
 /// The calls the shim makes on noseFS.
 pub trait Service {
@@ -63,6 +75,64 @@ pub trait Service {
     ) -> Result<Option<Found>, Errno>;
     /// `open`, with creation and truncation.
     fn open(&self, found: &Found, flags: i32, mode: u32, umask: u32) -> Result<Opened, Errno>;
+    /// [`Service::walk`] then [`Service::open`] on what it found: one round trip to a daemon,
+    /// which walks the path itself.
+    fn open_path(
+        &self,
+        path: Vec<u8>,
+        follow_last: bool,
+        flags: i32,
+        mode: u32,
+        umask: u32,
+    ) -> Result<OpenedPath, Errno> {
+        match self.walk(path, follow_last)? {
+            Walked::Outside(p) => Ok(OpenedPath::Outside(p)),
+            Walked::Found(found) => {
+                let opened = self.open(&found, flags, mode, umask)?;
+                Ok(OpenedPath::Opened(Box::new(found), opened))
+            }
+        }
+    }
+    /// [`Service::walk_in`] then [`Service::open`] on what it found, in one round trip to a
+    /// daemon: `None` when the name needs a full walk.
+    #[allow(clippy::too_many_arguments)]
+    fn open_in(
+        &self,
+        dir: Handle,
+        dir_path: &[u8],
+        name: &[u8],
+        follow_last: bool,
+        flags: i32,
+        mode: u32,
+        umask: u32,
+    ) -> Result<Option<(Box<Found>, Opened)>, Errno> {
+        match self.walk_in(dir, dir_path, name, follow_last)? {
+            None => Ok(None),
+            Some(found) => {
+                let opened = self.open(&found, flags, mode, umask)?;
+                Ok(Some((Box::new(found), opened)))
+            }
+        }
+    }
+    /// `unlinkat` of a plain name in an open directory: [`Service::walk_in`] then
+    /// [`Service::unlink`], in one round trip to a daemon; `false` when the name needs a full
+    /// walk (nothing was done).
+    fn unlink_in(&self, dir: Handle, dir_path: &[u8], name: &[u8]) -> Result<bool, Errno> {
+        match self.walk_in(dir, dir_path, name, false)? {
+            Some(found) => self.unlink(&found).map(|()| true),
+            None => Ok(false),
+        }
+    }
+    /// `renameat2` between plain names in open directories (each a handle, its path and the
+    /// name), in one round trip to a daemon; `false` when a name needs a full walk.
+    fn rename_in(&self, from: NameIn<'_>, to: NameIn<'_>, flags: u32) -> Result<bool, Errno> {
+        let a = self.walk_in(from.0, from.1, from.2, false)?;
+        let b = self.walk_in(to.0, to.1, to.2, false)?;
+        match (a, b) {
+            (Some(a), Some(b)) => self.rename(&a, &b, flags).map(|()| true),
+            _ => Ok(false),
+        }
+    }
     /// The description is gone from this process.
     fn close(&self, handle: Handle);
     /// Reads at `offset`.

@@ -178,6 +178,68 @@ unsafe fn routed(dirfd: c_int, path: *const c_char, follow_last: bool) -> Routed
     }
 }
 
+/// How far routing gets before a walk (see [`route::route_start`]).
+enum Started {
+    Kernel(Option<CString>),
+    In(std::sync::Arc<fdtable::OpenFile>, Vec<u8>),
+    Walk(Vec<u8>),
+    Err(Errno),
+}
+
+/// A plain name (no `/`, not `.` or `..`) in an open noseFS directory: the `*at` fast path that
+/// a daemon can serve in one round trip (`None`: route the path as usual).
+unsafe fn name_in<'a>(
+    dirfd: c_int,
+    path: *const c_char,
+) -> Option<(std::sync::Arc<fdtable::OpenFile>, &'a [u8])> {
+    if in_shim() || dirfd < 0 || !fdtable::is_ours(dirfd) {
+        return None;
+    }
+    let name = unsafe { bytes(path) }?;
+    if name.is_empty() || !route::is_plain_name(name) {
+        return None;
+    }
+    let dir = fdtable::get(dirfd)?;
+    matches!(dir.kind, Kind::Dir | Kind::Path).then_some((dir, name))
+}
+
+/// The descriptor an open returned, or the kernel's open of the path a walk left noseFS by.
+fn opened_or_kernel(
+    opened: Result<Result<c_int, Vec<u8>>, Errno>,
+    kernel: impl FnOnce(*const c_char) -> c_int,
+) -> c_int {
+    match opened {
+        Ok(Ok(fd)) => fd,
+        Ok(Err(outside)) => match CString::new(outside) {
+            Ok(p) => kernel(p.as_ptr()),
+            Err(_) => fail(Errno::EINVAL),
+        },
+        Err(e) => fail(e),
+    }
+}
+
+/// [`routed`] up to the walk, for calls that walk and act in one request.
+unsafe fn routed_start(dirfd: c_int, path: *const c_char) -> Started {
+    if in_shim() || state::config().is_none() {
+        return Started::Kernel(None);
+    }
+    let Some(p) = (unsafe { bytes(path) }) else {
+        return Started::Kernel(None);
+    };
+    if p.first() == Some(&b'/') && !route::maybe_ours(p) && dirfd == libc::AT_FDCWD {
+        return Started::Kernel(None);
+    }
+    if p.first() != Some(&b'/') && dirfd != libc::AT_FDCWD && !fdtable::is_ours(dirfd) {
+        return Started::Kernel(None);
+    }
+    match serve(|| route::route_start(dirfd, p)) {
+        Ok(route::Start::Kernel(k)) => Started::Kernel(k),
+        Ok(route::Start::In(dir, name)) => Started::In(dir, name),
+        Ok(route::Start::Walk(w)) => Started::Walk(w),
+        Err(e) => Started::Err(e),
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Start-up, exit, fork.
 
@@ -288,13 +350,22 @@ pub unsafe extern "C" fn nosefs_hook_openat(
 ) -> c_int {
     let follow = flags & libc::O_NOFOLLOW == 0
         && flags & (libc::O_CREAT | libc::O_EXCL) != (libc::O_CREAT | libc::O_EXCL);
-    match unsafe { routed(dirfd, path, follow) } {
-        Routed::Kernel(k) => {
-            let f = real!(openat: fn(c_int, *const c_char, c_int, mode_t) -> c_int);
-            unsafe { f(dirfd, Routed::kernel_path(&k, path), flags, mode) }
+    let kernel = |p: *const c_char| {
+        let f = real!(openat: fn(c_int, *const c_char, c_int, mode_t) -> c_int);
+        unsafe { f(dirfd, p, flags, mode) }
+    };
+    // Walked and opened in one request where the path needs a walk.
+    match unsafe { routed_start(dirfd, path) } {
+        Started::Kernel(k) => kernel(Routed::kernel_path(&k, path)),
+        Started::Walk(normal) => {
+            let opened = serve(|| ops::open_path(normal, follow, flags, mode));
+            opened_or_kernel(opened, kernel)
         }
-        Routed::Ours(found) => value(serve(|| ops::open(&found, flags, mode))) as c_int,
-        Routed::Err(e) => fail(e),
+        Started::In(dir, name) => {
+            let opened = serve(|| ops::open_in(&dir, &name, follow, flags, mode));
+            opened_or_kernel(opened, kernel)
+        }
+        Started::Err(e) => fail(e),
     }
 }
 
@@ -1446,6 +1517,15 @@ pub unsafe extern "C" fn unlink(path: *const c_char) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn unlinkat(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
+    if flags & libc::AT_REMOVEDIR == 0 {
+        if let Some((dir, name)) = unsafe { name_in(dirfd, path) } {
+            match serve(|| ops::unlink_in(&dir, name)) {
+                Ok(true) => return 0,
+                Ok(false) => {} // the full route below
+                Err(e) => return fail(e),
+            }
+        }
+    }
     let last = unsafe { bytes(path) }.map(ops::last_component);
     let ours = |f: &Found| {
         if flags & libc::AT_REMOVEDIR != 0 {
@@ -1579,6 +1659,13 @@ pub unsafe extern "C" fn renameat2(
     to: *const c_char,
     flags: c_uint,
 ) -> c_int {
+    if let (Some(a), Some(b)) = unsafe { (name_in(d1, from), name_in(d2, to)) } {
+        match serve(|| ops::rename_in((&a.0, a.1), (&b.0, b.1), flags)) {
+            Ok(true) => return 0,
+            Ok(false) => {} // the full route below
+            Err(e) => return fail(e),
+        }
+    }
     unsafe {
         two_paths(
             d1,

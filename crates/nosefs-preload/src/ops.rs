@@ -10,7 +10,7 @@ use nosefs_core::namespace::acl::{self, Acl};
 use nosefs_core::namespace::{Attr, DirEntry, SetAttr};
 use nosefs_core::vfs::{self, XattrCall, KEPT_OPEN_FLAGS};
 use nosefs_core::Errno;
-use nosefs_daemon::service::{Service, XattrTarget};
+use nosefs_daemon::service::{Opened, OpenedPath, Service, XattrTarget};
 
 use crate::fdtable::{self, Kind, OpenFile};
 use crate::route::Found;
@@ -20,6 +20,61 @@ use crate::state::{self, with_service};
 pub fn open(found: &Found, flags: i32, mode: u32) -> Result<i32, Errno> {
     let umask = state::umask();
     let opened = with_service(|s| s.open(found, flags, mode, umask))?;
+    opened_descriptor(found, &opened, flags)
+}
+
+/// `open` of an absolute logical path noseFS walks itself (one round trip to a daemon): the new
+/// descriptor, or the kernel's path when the walk left noseFS.
+pub fn open_path(
+    path: Vec<u8>,
+    follow: bool,
+    flags: i32,
+    mode: u32,
+) -> Result<Result<i32, Vec<u8>>, Errno> {
+    let umask = state::umask();
+    match with_service(|s| s.open_path(path, follow, flags, mode, umask))? {
+        OpenedPath::Outside(path) => Ok(Err(path)),
+        OpenedPath::Opened(found, opened) => opened_descriptor(&found, &opened, flags).map(Ok),
+    }
+}
+
+/// `openat` of one plain name in the open noseFS directory `dir` (one round trip to a daemon):
+/// the new descriptor, or the kernel's path when a full walk left noseFS.
+pub fn open_in(
+    dir: &OpenFile,
+    name: &[u8],
+    follow: bool,
+    flags: i32,
+    mode: u32,
+) -> Result<Result<i32, Vec<u8>>, Errno> {
+    let umask = state::umask();
+    let opened =
+        with_service(|s| s.open_in(dir.handle, &dir.path, name, follow, flags, mode, umask))?;
+    match opened {
+        Some((found, opened)) => opened_descriptor(&found, &opened, flags).map(Ok),
+        None => {
+            let path = nosefs_core::vfs::walk::join(&dir.path, name);
+            open_path(path, follow, flags, mode)
+        }
+    }
+}
+
+/// `unlinkat` of a plain name in the open noseFS directory `dir`, in one round trip to a
+/// daemon; `false` when the name needs the full route (nothing was done).
+pub fn unlink_in(dir: &OpenFile, name: &[u8]) -> Result<bool, Errno> {
+    with_service(|s| s.unlink_in(dir.handle, &dir.path, name))
+}
+
+/// `renameat2` between plain names in open noseFS directories, in one round trip to a daemon;
+/// `false` when a name needs the full route.
+pub fn rename_in(a: (&OpenFile, &[u8]), b: (&OpenFile, &[u8]), flags: u32) -> Result<bool, Errno> {
+    let from = (a.0.handle, a.0.path.as_slice(), a.1);
+    let to = (b.0.handle, b.0.path.as_slice(), b.1);
+    with_service(|s| s.rename_in(from, to, flags))
+}
+
+/// The descriptor of a description noseFS opened.
+fn opened_descriptor(found: &Found, opened: &Opened, flags: i32) -> Result<i32, Errno> {
     let file = OpenFile::new(
         opened.attr.ino,
         opened.handle,

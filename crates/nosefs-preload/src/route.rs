@@ -12,6 +12,7 @@
 //! path and moves the kernel's working directory to the prefix directory itself.
 
 use std::ffi::CString;
+use std::sync::Arc;
 
 use nosefs_core::vfs::walk::{join, lexical, lexical_outside, starts_with_prefix};
 use nosefs_core::vfs::Walked;
@@ -78,8 +79,43 @@ pub fn maybe_ours(path: &[u8]) -> bool {
 /// Routes `path` relative to `dirfd` (AT_FDCWD or a descriptor). `follow_last` follows a
 /// symbolic link in the last component.
 pub fn route(dirfd: i32, path: &[u8], follow_last: bool) -> Result<Route, Errno> {
+    match route_start(dirfd, path)? {
+        Start::Kernel(k) => Ok(Route::Kernel(k)),
+        Start::In(dir, name) => {
+            if let Some(route) = in_directory(&dir, &name, follow_last)? {
+                return Ok(route);
+            }
+            let normal = join(&dir.path, &name);
+            match state::with_service(|s| s.walk(normal, follow_last))? {
+                Walked::Found(found) => Ok(Route::Ours(found)),
+                Walked::Outside(path) => Ok(Route::Kernel(Some(c_path(path)?))),
+            }
+        }
+        Start::Walk(normal) => match state::with_service(|s| s.walk(normal, follow_last))? {
+            Walked::Found(found) => Ok(Route::Ours(found)),
+            Walked::Outside(path) => Ok(Route::Kernel(Some(c_path(path)?))),
+        },
+    }
+}
+
+/// How far [`route`] gets before it asks noseFS to walk a path.
+#[derive(Debug)]
+pub enum Start {
+    /// Not noseFS's, as in [`Route::Kernel`].
+    Kernel(Option<CString>),
+    /// One plain name in an open noseFS directory: looked up there (the `*at` fast path),
+    /// unless it needs a full walk (a symbolic link to follow), which starts at the directory's
+    /// path.
+    In(Arc<fdtable::OpenFile>, Vec<u8>),
+    /// Under the prefix: this absolute logical path is noseFS's to walk (a call that walks and
+    /// acts in one request sends it as it is).
+    Walk(Vec<u8>),
+}
+
+/// [`route`] up to the walk.
+pub fn route_start(dirfd: i32, path: &[u8]) -> Result<Start, Errno> {
     let Some(config) = state::config() else {
-        return Ok(Route::Kernel(None));
+        return Ok(Start::Kernel(None));
     };
     if path.is_empty() {
         return Err(Errno::ENOENT);
@@ -90,7 +126,7 @@ pub fn route(dirfd: i32, path: &[u8], follow_last: bool) -> Result<Route, Errno>
     }
     let absolute: Vec<u8> = if path[0] == b'/' {
         if !path.starts_with(&config.prefix) && !path.windows(3).any(|w| w == b"/..") {
-            return Ok(Route::Kernel(None)); // the common case for kernel paths
+            return Ok(Start::Kernel(None)); // the common case for kernel paths
         }
         path.to_vec()
     } else if dirfd == libc::AT_FDCWD {
@@ -100,11 +136,11 @@ pub fn route(dirfd: i32, path: &[u8], follow_last: bool) -> Result<Route, Errno>
                 // A relative path from a kernel directory reaches noseFS only through `..` or
                 // by naming the prefix's components.
                 let Some(kcwd) = kernel_cwd() else {
-                    return Ok(Route::Kernel(None));
+                    return Ok(Start::Kernel(None));
                 };
                 let joined = join(&kcwd, path);
                 if !starts_with_prefix(&lexical(&joined), &config.prefix) {
-                    return Ok(Route::Kernel(None));
+                    return Ok(Start::Kernel(None));
                 }
                 joined
             }
@@ -112,23 +148,20 @@ pub fn route(dirfd: i32, path: &[u8], follow_last: bool) -> Result<Route, Errno>
     } else {
         match fdtable::get(dirfd) {
             Some(dir) if dir.kind == Kind::Dir || dir.kind == Kind::Path => {
-                if let Some(route) = in_directory(&dir, path, follow_last)? {
-                    return Ok(route);
+                if is_plain_name(path) {
+                    return Ok(Start::In(dir, path.to_vec()));
                 }
                 join(&dir.path, path)
             }
             Some(_) => return Err(Errno::ENOTDIR),
-            None => return Ok(Route::Kernel(None)),
+            None => return Ok(Start::Kernel(None)),
         }
     };
     let normal = lexical_outside(&absolute, &config.prefix);
     if !starts_with_prefix(&normal, &config.prefix) {
-        return Ok(Route::Kernel(None));
+        return Ok(Start::Kernel(None));
     }
-    match state::with_service(|s| s.walk(normal, follow_last))? {
-        Walked::Found(found) => Ok(Route::Ours(found)),
-        Walked::Outside(path) => Ok(Route::Kernel(Some(c_path(path)?))),
-    }
+    Ok(Start::Walk(normal))
 }
 
 /// The fast path of `*at` calls: one plain name (no `/`, not `.` or `..`) in a noseFS directory
@@ -139,11 +172,16 @@ fn in_directory(
     name: &[u8],
     follow_last: bool,
 ) -> Result<Option<Route>, Errno> {
-    if name.contains(&b'/') || name == b"." || name == b".." {
+    if !is_plain_name(name) {
         return Ok(None);
     }
     let found = state::with_service(|s| s.walk_in(dir.handle, &dir.path, name, follow_last))?;
     Ok(found.map(Route::Ours))
+}
+
+/// A name the `*at` fast path can look up in its directory: no `/`, not `.` or `..`.
+pub fn is_plain_name(name: &[u8]) -> bool {
+    !(name.contains(&b'/') || name == b"." || name == b"..")
 }
 
 fn c_path(path: Vec<u8>) -> Result<CString, Errno> {
