@@ -203,13 +203,12 @@ fn start_in_background(args: &MountArgs, device: u64) -> Result<(), String> {
         }
         if device_of(&args.mountpoint).is_ok_and(|d| d != device) {
             // The FUSE mount is live; shim clients can come once the daemon listens too.
-            // A read-only mount (asked for, or errors=ro over damage) serves no shim clients.
             let read_only = rustix::fs::statvfs(&args.mountpoint)
                 .is_ok_and(|st| st.f_flag.contains(rustix::fs::StatVfsMountFlags::RDONLY));
             if read_only {
-                forward_warnings(&mut child);
+                forward_warnings(&mut child); // errors=ro's warning about the damage
             }
-            if read_only || serves_clients(&args.mountpoint, &mut child)? {
+            if serves_clients(&args.mountpoint, &mut child)? {
                 clear_progress(terminal && shown_secs > 0);
                 return Ok(());
             }
@@ -314,9 +313,8 @@ fn serve(args: &MountArgs, options: &Options) -> Result<(), String> {
         .map_err(|e| format!("cannot mount at {}: {e}", args.mountpoint.display()))?;
     // Shim clients (`nosefs run --at MOUNTPOINT`) are served beside the kernel; what they change
     // is invalidated in the kernel's caches before they get their reply.
-    let server = if read_only {
-        None // clients would write: they use the FUSE mount's read-only view instead
-    } else {
+    // A read-only mount serves them too: every change they ask for is EROFS in the core.
+    let server = {
         let server_options = nosefs_daemon::server::Options {
             allow_other: options.allow_other,
             invalidate: Some(Box::new(nosefs_fuse::Invalidator::new(

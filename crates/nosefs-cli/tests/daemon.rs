@@ -559,6 +559,50 @@ fn ranges_collapse_and_insert_without_moving_data() {
 }
 
 #[test]
+fn a_read_only_mount_serves_clients_reads_and_refuses_their_changes() {
+    if !usable() {
+        return;
+    }
+    let m = mount_with(&[]);
+    std::fs::write(m.mnt.join("f"), "kept\n").unwrap();
+    m.unmount_and_fsck();
+    let before = std::fs::read(&m.image).unwrap();
+    let out = Command::new(nosefs())
+        .args(["mount", "-o", "ro"])
+        .arg(&m.image)
+        .arg(&m.mnt)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "mount -o ro: {}", text(&out));
+    let script = r#"cd "$D"
+cat f
+for c in "echo x > g" "echo y >> f" "mkdir d" "rm f" "mv f h" "chmod 600 f" "setfattr -n user.a -v 1 f"; do
+    if eval "$c" 2>/dev/null; then echo "$c: done"; else echo "$c: refused"; fi
+done
+python3 -c "
+import os, errno
+try:
+    os.open('g', os.O_CREAT | os.O_WRONLY)
+except OSError as e:
+    print(errno.errorcode[e.errno])
+"
+"#;
+    let out = m.run(script);
+    assert!(out.status.success(), "{}", text(&out));
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        printed.starts_with("kept\n") && printed.ends_with("EROFS\n"),
+        "{printed}"
+    );
+    assert!(!printed.contains("done"), "{printed}");
+    m.unmount_and_fsck();
+    assert!(
+        std::fs::read(&m.image).unwrap() == before,
+        "a read-only mount never writes the image"
+    );
+}
+
+#[test]
 fn holes_are_punched_found_and_copied_as_on_the_kernel() {
     if !usable() {
         return;
