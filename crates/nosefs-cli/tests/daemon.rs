@@ -603,6 +603,18 @@ except OSError as e:
 }
 
 #[test]
+fn fiemap_maps_the_data_and_fionread_counts_what_is_left() {
+    if !usable() {
+        return;
+    }
+    let m = mount_with(&[]);
+    let out = m.run(common::FIEMAP_SCRIPT);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), common::FIEMAP_OUTPUT);
+    m.unmount_and_fsck();
+}
+
+#[test]
 fn holes_are_punched_found_and_copied_as_on_the_kernel() {
     if !usable() {
         return;

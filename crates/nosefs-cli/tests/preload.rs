@@ -375,6 +375,15 @@ fn ranges_collapse_and_insert_without_moving_data() {
 }
 
 #[test]
+fn fiemap_maps_the_data_and_fionread_counts_what_is_left() {
+    let setup = setup();
+    let out = setup.run(common::FIEMAP_SCRIPT);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), common::FIEMAP_OUTPUT);
+    setup.fsck_clean();
+}
+
+#[test]
 fn python_os_pathlib_shutil_tempfile() {
     let setup = setup();
     let script = r#"python3 - <<'PY'

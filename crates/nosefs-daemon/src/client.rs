@@ -15,6 +15,7 @@ use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use nosefs_core::file::holes::DataExtent;
 use nosefs_core::namespace::{Attr, DirEntry, SetAttr};
 use nosefs_core::vfs::{Found, Walked, XattrCall};
 use nosefs_core::Errno;
@@ -564,6 +565,36 @@ impl Service for Remote {
         e.u64(handle).u64(offset).bool(data);
         let reply = self.call(&e)?;
         Dec::new(&reply).u64().map_err(|_| Errno::EIO)
+    }
+
+    fn data_map(
+        &self,
+        handle: Handle,
+        start: u64,
+        len: u64,
+        max: usize,
+    ) -> Result<Vec<DataExtent>, Errno> {
+        let mut e = Enc::new(op::DATA_MAP);
+        e.u64(handle)
+            .u64(start)
+            .u64(len)
+            .u32(max.min(u32::MAX as usize) as u32);
+        decode(&self.call(&e)?, |d| {
+            let n = d.u32()?;
+            (0..n)
+                .map(|_| {
+                    let (logical, physical, length) = (d.u64()?, d.u64()?, d.u64()?);
+                    let flags = d.u8()?;
+                    Ok(DataExtent {
+                        logical,
+                        physical,
+                        length,
+                        last: flags & 1 != 0,
+                        pending: flags & 2 != 0,
+                    })
+                })
+                .collect()
+        })
     }
 
     fn truncate(&self, found: &Found, size: i64) -> Result<(), Errno> {

@@ -62,6 +62,8 @@ pub mod op {
     pub const UNLINK_IN: u32 = 37;
     /// rename between names in open directories, looked up there, in one round trip.
     pub const RENAME_IN: u32 = 38;
+    /// Where an open file's data is (FIEMAP).
+    pub const DATA_MAP: u32 = 39;
 }
 
 /// A message that does not decode.

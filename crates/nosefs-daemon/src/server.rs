@@ -749,6 +749,21 @@ fn execute(shared: &Shared, conn: &Conn, request: &[u8], room: usize) -> Result<
             }
             reply.u64(local.listing_end(desc.ino)?);
         }
+        op::DATA_MAP => {
+            let desc = description(shared, conn, d.u64()?)?;
+            if desc.kind != OpenKind::File {
+                return Err(Errno::EINVAL);
+            }
+            let (start, len) = (d.u64()?, d.u64()?);
+            // 25 bytes a run: never more than the reply holds.
+            let max = (d.u32()? as usize).min((room - 16) / 25);
+            let runs = local.data_map(desc.ino, start, len, max)?;
+            reply.u32(runs.len() as u32);
+            for r in &runs {
+                let flags = u8::from(r.last) | (u8::from(r.pending) << 1);
+                reply.u64(r.logical).u64(r.physical).u64(r.length).u8(flags);
+            }
+        }
         op::SEEK_HOLE => {
             let desc = description(shared, conn, d.u64()?)?;
             if desc.kind != OpenKind::File {

@@ -8,6 +8,7 @@
 //! operations take a [`Handle`]: the inode number in embedded mode, an unguessable token the
 //! daemon issued at open otherwise.
 
+use nosefs_core::file::holes::DataExtent;
 use nosefs_core::namespace::perm::Cred;
 use nosefs_core::namespace::{Attr, DirEntry, Fs, SetAttr};
 use nosefs_core::vfs::{self, Caller, Found, OpenKind, Walked, XattrCall};
@@ -155,6 +156,14 @@ pub trait Service {
     fn seek_hole(&self, handle: Handle, offset: u64, data: bool) -> Result<u64, Errno>;
     /// Where a listing of the open directory starting now ends (`Fs::listing_end`).
     fn listing_end(&self, handle: Handle) -> Result<u64, Errno>;
+    /// Where an open file's data in `[start, start + len)` is, at most `max` runs (FIEMAP).
+    fn data_map(
+        &self,
+        handle: Handle,
+        start: u64,
+        len: u64,
+        max: usize,
+    ) -> Result<Vec<DataExtent>, Errno>;
     /// `truncate` of a path.
     fn truncate(&self, found: &Found, size: i64) -> Result<(), Errno>;
     /// `mkdir`.
@@ -305,6 +314,16 @@ impl Service for Local<'_> {
 
     fn truncate(&self, found: &Found, size: i64) -> Result<(), Errno> {
         vfs::truncate(self.fs, &self.cred(), found, size)
+    }
+
+    fn data_map(
+        &self,
+        handle: Handle,
+        start: u64,
+        len: u64,
+        max: usize,
+    ) -> Result<Vec<DataExtent>, Errno> {
+        core(self.fs.data_map(handle, start, len, max))
     }
 
     fn mkdir(&self, found: &Found, mode: u32, umask: u32) -> Result<(), Errno> {

@@ -2367,9 +2367,86 @@ pub unsafe extern "C" fn nosefs_hook_fcntl(fd: c_int, cmd: c_int, arg: *mut c_vo
 #[no_mangle]
 pub unsafe extern "C" fn nosefs_hook_ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int {
     if fdtable::is_ours(fd) && !in_shim() {
-        return fail(Errno(libc::ENOTTY));
+        return match request {
+            FS_IOC_FIEMAP => int(serve(|| unsafe { fiemap(fd, arg) })),
+            FIONREAD => match serve(|| ops::unread_bytes(fd)) {
+                Ok(n) if !arg.is_null() => {
+                    // SAFETY: FIONREAD's argument is an int the caller owns.
+                    unsafe { *arg.cast::<c_int>() = n.min(c_int::MAX as u64) as c_int };
+                    0
+                }
+                Ok(_) => fail(Errno(libc::EFAULT)),
+                Err(e) => fail(e),
+            },
+            _ => fail(Errno(libc::ENOTTY)),
+        };
     }
     unsafe { real!(ioctl: fn(c_int, c_ulong, *mut c_void) -> c_int)(fd, request, arg) }
+}
+
+/// `_IOWR('f', 11, struct fiemap)`.
+const FS_IOC_FIEMAP: c_ulong = 0xC020_660B;
+const FIONREAD: c_ulong = 0x541B;
+/// `struct fiemap`'s header and one `struct fiemap_extent`, in bytes.
+const FIEMAP_HEADER_BYTES: usize = 32;
+const FIEMAP_EXTENT_BYTES: usize = 56;
+const FIEMAP_FLAG_SYNC: u32 = 1;
+const FIEMAP_EXTENT_LAST: u32 = 0x1;
+const FIEMAP_EXTENT_NOT_ALIGNED: u32 = 0x100;
+
+/// FS_IOC_FIEMAP on a noseFS file: the runs of its data in the asked range, from the core's map.
+/// With `fm_extent_count` 0 only their number; an unknown flag is EBADR with the flags it does
+/// not know left in `fm_flags`, as the kernel answers.
+unsafe fn fiemap(fd: c_int, arg: *mut c_void) -> Result<(), Errno> {
+    if arg.is_null() {
+        return Err(Errno(libc::EFAULT));
+    }
+    let header = arg.cast::<u8>();
+    // SAFETY: FS_IOC_FIEMAP's argument is a struct fiemap the caller owns: a 32-byte header and
+    // room for fm_extent_count extents after it (the kernel's contract too).
+    let mut h = [0u8; FIEMAP_HEADER_BYTES];
+    unsafe { std::ptr::copy_nonoverlapping(header, h.as_mut_ptr(), FIEMAP_HEADER_BYTES) };
+    let field64 = |at: usize| u64::from_le_bytes(h[at..at + 8].try_into().expect("8 bytes"));
+    let field32 = |at: usize| u32::from_le_bytes(h[at..at + 4].try_into().expect("4 bytes"));
+    let (start, len, flags, count) = (field64(0), field64(8), field32(16), field32(24));
+    let put32 = |at: usize, v: u32| {
+        // SAFETY: inside the caller's header (see above).
+        unsafe { std::ptr::copy_nonoverlapping(v.to_le_bytes().as_ptr(), header.add(at), 4) }
+    };
+    if flags & !FIEMAP_FLAG_SYNC != 0 {
+        put32(16, flags & !FIEMAP_FLAG_SYNC);
+        return Err(Errno(libc::EBADR));
+    }
+    if flags & FIEMAP_FLAG_SYNC != 0 {
+        ops::fsync(fd)?;
+    }
+    let max = if count == 0 { 1 << 16 } else { count as usize };
+    let runs = ops::data_map(fd, start, len, max)?;
+    put32(20, runs.len() as u32);
+    if count == 0 {
+        return Ok(());
+    }
+    for (i, run) in runs.iter().enumerate() {
+        let mut e = [0u8; FIEMAP_EXTENT_BYTES];
+        e[0..8].copy_from_slice(&run.logical.to_le_bytes());
+        e[8..16].copy_from_slice(&run.physical.to_le_bytes());
+        e[16..24].copy_from_slice(&run.length.to_le_bytes());
+        let aligned = (run.logical | run.physical | run.length) % 4096 == 0;
+        let mut fe_flags = 0;
+        if run.last {
+            fe_flags |= FIEMAP_EXTENT_LAST;
+        }
+        if !aligned {
+            fe_flags |= FIEMAP_EXTENT_NOT_ALIGNED;
+        }
+        e[40..44].copy_from_slice(&fe_flags.to_le_bytes());
+        // SAFETY: extent i < fm_extent_count lies in the room the caller gave (see above).
+        unsafe {
+            let at = header.add(FIEMAP_HEADER_BYTES + i * FIEMAP_EXTENT_BYTES);
+            std::ptr::copy_nonoverlapping(e.as_ptr(), at, FIEMAP_EXTENT_BYTES);
+        }
+    }
+    Ok(())
 }
 
 #[no_mangle]

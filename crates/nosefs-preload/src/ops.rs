@@ -5,6 +5,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use nosefs_core::file::holes::DataExtent;
 use nosefs_core::format::pinode;
 use nosefs_core::namespace::acl::{self, Acl};
 use nosefs_core::namespace::{Attr, DirEntry, SetAttr};
@@ -285,6 +286,26 @@ fn access_acl(found: &Found) -> Result<Option<Acl>, Errno> {
 pub fn flink(fd: i32, to: &Found) -> Result<(), Errno> {
     let file = file_of(fd)?;
     with_service(|s| s.flink(file.handle, to))
+}
+
+/// Where the open file `fd`'s data in `[start, start + len)` is, at most `max` runs (FIEMAP).
+pub fn data_map(fd: i32, start: u64, len: u64, max: usize) -> Result<Vec<DataExtent>, Errno> {
+    let file = file_of(fd)?;
+    if file.kind != Kind::File {
+        return Err(Errno::EINVAL);
+    }
+    with_service(|s| s.data_map(file.handle, start, len, max))
+}
+
+/// Bytes left to read from `fd`'s offset (FIONREAD on a regular file).
+pub fn unread_bytes(fd: i32) -> Result<u64, Errno> {
+    let file = file_of(fd)?;
+    if file.kind != Kind::File {
+        return Err(Errno(libc::ENOTTY));
+    }
+    let size = with_service(|s| s.fstat(file.handle))?.size;
+    let offset = *file.offset.lock();
+    Ok(size.saturating_sub(offset))
 }
 
 /// Search permission on the open directory `fd` (fchdir), by its access ACL when it has one.

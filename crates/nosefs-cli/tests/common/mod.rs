@@ -235,3 +235,27 @@ fallocate --collapse-range -o 100 -l 4096 f 2>&1 | sed 's/.*: //'
 /// What [`RANGES_SCRIPT`] prints.
 #[allow(dead_code)]
 pub const RANGES_OUTPUT: &str = "20480 True\nInvalid argument\n";
+
+/// FIEMAP (through python's ioctl; tmpfs has none, so the expected output is written here) and
+/// FIONREAD on a file with a hole: two runs of data, the last flagged.
+#[allow(dead_code)]
+pub const FIEMAP_SCRIPT: &str = r#"cd "$D"
+python3 - <<'PY'
+import fcntl, os, struct, termios
+fd = os.open('f', os.O_CREAT | os.O_RDWR, 0o644)
+os.pwrite(fd, b'a' * 8192, 0)
+os.pwrite(fd, b'b' * 4096, 65536)
+buf = bytearray(struct.pack('=QQIIII', 0, 2**64 - 1, 1, 0, 8, 0) + bytes(56 * 8))
+fcntl.ioctl(fd, 0xC020660B, buf)
+n = struct.unpack_from('=I', buf, 20)[0]
+for i in range(n):
+    lo, ph, ln = struct.unpack_from('=QQQ', buf, 32 + 56 * i)
+    print(lo, ln, hex(struct.unpack_from('=I', buf, 32 + 56 * i + 40)[0]))
+os.lseek(fd, 100, 0)
+print(struct.unpack('i', fcntl.ioctl(fd, termios.FIONREAD, b'\0' * 4))[0])
+PY
+"#;
+
+/// What [`FIEMAP_SCRIPT`] prints.
+#[allow(dead_code)]
+pub const FIEMAP_OUTPUT: &str = "0 8192 0x0\n65536 4096 0x1\n69532\n";

@@ -1,5 +1,5 @@
 //! Holes: punching them (`fallocate` PUNCH_HOLE and ZERO_RANGE) and finding them (`lseek`
-//! SEEK_DATA and SEEK_HOLE).
+//! SEEK_DATA and SEEK_HOLE, and the map of where the data is, for FIEMAP).
 //!
 //! A hole is a range of a file that no piece covers: it reads as zeros and holds no space. The
 //! byte-granular map makes punching cheap: the pieces that overlap the range are cut at its
@@ -24,7 +24,62 @@ pub enum Seek {
     Hole,
 }
 
+/// One run of a file's data, as FIEMAP reports it: file bytes `[logical, logical + length)`
+/// are stored contiguously at byte `physical` of the image.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DataExtent {
+    /// File offset of the first byte.
+    pub logical: u64,
+    /// Image offset of the first byte.
+    pub physical: u64,
+    /// Bytes.
+    pub length: u64,
+    /// The file's last run of data.
+    pub last: bool,
+    /// Written since the last commit (durable at the next fsync).
+    pub pending: bool,
+}
+
 impl Fs {
+    /// Where regular file `ino`'s data in `[start, start + len)` is, run by run (pieces that
+    /// follow each other in the file and in the image are one run), at most `max` runs.
+    pub fn data_map(&self, ino: u64, start: u64, len: u64, max: usize) -> Result<Vec<DataExtent>> {
+        let inode = self.inode(ino)?;
+        self.take_mapped_writes(&inode, None)?;
+        let file = self.file_of(&inode)?;
+        let state = file.lock();
+        let end = start.saturating_add(len).min(state.size);
+        let base = self.image.geometry().block_offset(0);
+        let last_piece = state.map.last().map(|(o, _)| o);
+        let mut out: Vec<DataExtent> = Vec::new();
+        for (offset, piece) in state.map.overlapping(start, end) {
+            let physical = base + piece.addr;
+            let pending = piece.eno == 0;
+            let is_last = Some(offset) == last_piece;
+            if let Some(run) = out.last_mut() {
+                if run.logical + run.length == offset
+                    && run.physical + run.length == physical
+                    && run.pending == pending
+                {
+                    run.length += piece.len;
+                    run.last = is_last;
+                    continue;
+                }
+            }
+            if out.len() == max {
+                break;
+            }
+            out.push(DataExtent {
+                logical: offset,
+                physical,
+                length: piece.len,
+                last: is_last,
+                pending,
+            });
+        }
+        Ok(out)
+    }
+
     /// Makes bytes `[offset, offset + len)` of regular file `ino` a hole (they read as zeros
     /// and hold no space); the size does not change. Durable and atomic on return.
     pub fn punch_hole(&self, ino: u64, offset: u64, len: u64) -> Result<()> {
