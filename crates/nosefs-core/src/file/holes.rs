@@ -143,3 +143,34 @@ impl Fs {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::namespace::tests::{fresh, OWNER};
+    use crate::namespace::ROOT_INO;
+
+    #[test]
+    fn the_data_map_merges_contiguous_pieces_and_skips_holes() {
+        let h = fresh(None);
+        let fs = h.fs();
+        let f = fs.create(ROOT_INO, b"f", 0o644, OWNER, true).unwrap();
+        fs.write(f.ino, 0, &[1u8; 8192]).unwrap();
+        fs.write(f.ino, 8192, &[2u8; 100]).unwrap(); // appended after it: one run
+        fs.write(f.ino, 65536, &[3u8; 4096]).unwrap();
+        fs.fsync(f.ino).unwrap();
+        let runs = fs.data_map(f.ino, 0, u64::MAX, 16).unwrap();
+        let shape: Vec<(u64, u64, bool)> =
+            runs.iter().map(|r| (r.logical, r.length, r.last)).collect();
+        assert_eq!(shape, [(0, 8292, false), (65536, 4096, true)]);
+        assert!(runs.iter().all(|r| !r.pending), "committed");
+        // A range inside the hole maps nothing; `max` bounds the answer.
+        assert!(fs.data_map(f.ino, 20_000, 4096, 16).unwrap().is_empty());
+        assert_eq!(fs.data_map(f.ino, 0, u64::MAX, 1).unwrap().len(), 1);
+        fs.write(f.ino, 100, &[9u8; 10]).unwrap();
+        let runs = fs.data_map(f.ino, 0, 200, 16).unwrap();
+        assert!(
+            runs.iter().any(|r| r.pending),
+            "a write since the commit shows as pending"
+        );
+    }
+}
