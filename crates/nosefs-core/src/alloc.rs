@@ -7,8 +7,13 @@
 //!
 //! Built from the NVM bitmap at mount; the bitmap itself changes only in journal apply steps, so a
 //! block handed out here is not allocated on the media until its commit applies.
+//!
+//! Blocks can be *promised* (fallocate's reservation): `available` counts the free blocks no one
+//! was promised, and every allocation takes from it first (one atomic update), so a promise is
+//! kept whatever other files do; a file holding a promise spends it before `available`.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
@@ -28,6 +33,8 @@ struct Region {
 pub struct BlockAllocator {
     regions: Vec<Region>,
     blocks_per_region: u64,
+    /// Free blocks not promised to any file.
+    available: AtomicU64,
 }
 
 fn current_cpu() -> usize {
@@ -49,10 +56,55 @@ impl BlockAllocator {
                 }
             })
             .collect();
-        BlockAllocator {
+        let mut allocator = BlockAllocator {
             regions,
             blocks_per_region: per,
+            available: AtomicU64::new(0),
+        };
+        let free = allocator.free_blocks();
+        *allocator.available.get_mut() = free;
+        allocator
+    }
+
+    /// Takes up to `want` blocks from `available` (at least `min`, else none): how many.
+    fn claim(&self, min: u64, want: u64) -> u64 {
+        let mut now = self.available.load(Ordering::Relaxed);
+        loop {
+            let got = now.min(want);
+            if got < min || got == 0 {
+                return 0;
+            }
+            match self.available.compare_exchange_weak(
+                now,
+                now - got,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return got,
+                Err(seen) => now = seen,
+            }
         }
+    }
+
+    /// Gives back blocks taken from `available` but not used.
+    fn unclaim(&self, count: u64) {
+        self.available.fetch_add(count, Ordering::AcqRel);
+    }
+
+    /// Promises `count` free blocks to a caller (fallocate): no other allocation takes them.
+    /// False, and nothing promised, when fewer are available.
+    pub fn promise(&self, count: u64) -> bool {
+        count == 0 || self.claim(count, count) == count
+    }
+
+    /// Gives back what is left of a promise (the file went, or the mount ends).
+    pub fn release_promise(&self, count: u64) {
+        self.unclaim(count);
+    }
+
+    /// Free blocks no one was promised.
+    pub fn available_blocks(&self) -> u64 {
+        self.available.load(Ordering::Relaxed)
     }
 
     fn home(&self) -> usize {
@@ -69,8 +121,52 @@ impl BlockAllocator {
     /// Exactly `count` contiguous free blocks (first fit), or `None`.
     pub fn alloc(&self, count: u64) -> Option<u64> {
         assert!(count > 0, "allocating no blocks");
+        if self.claim(count, count) == 0 {
+            return None;
+        }
+        let got = self.take(count);
+        if got.is_none() {
+            self.unclaim(count);
+        }
+        got
+    }
+
+    fn take(&self, count: u64) -> Option<u64> {
         self.search_order()
             .find_map(|r| take_first_fit(&mut r.runs.lock(), count))
+    }
+
+    /// [`BlockAllocator::alloc_upto`] for a file holding a promise of `promised` blocks, which
+    /// it spends first (and which this lowers by what it spent).
+    pub fn alloc_upto_promised(
+        &self,
+        goal: Option<u64>,
+        max: u64,
+        promised: &mut u64,
+    ) -> Option<(u64, u64)> {
+        assert!(max > 0, "allocating no blocks");
+        let own = max.min(*promised);
+        let claimed = if own < max {
+            self.claim(1, max - own)
+        } else {
+            0
+        };
+        if own + claimed == 0 {
+            return None;
+        }
+        match self.take_upto(goal, own + claimed) {
+            Some((start, got)) => {
+                // Its own promise first; what the take did not need goes back to `available`.
+                let from_promise = got.min(own);
+                *promised -= from_promise;
+                self.unclaim(claimed - (got - from_promise));
+                Some((start, got))
+            }
+            None => {
+                self.unclaim(claimed);
+                None
+            }
+        }
     }
 
     /// Between 1 and `max` contiguous free blocks: starting at `goal` when that block is free (so
@@ -78,12 +174,30 @@ impl BlockAllocator {
     /// there is. Returns (start, length), or `None` when no block is free.
     pub fn alloc_upto(&self, goal: Option<u64>, max: u64) -> Option<(u64, u64)> {
         assert!(max > 0, "allocating no blocks");
+        let claimed = self.claim(1, max);
+        if claimed == 0 {
+            return None;
+        }
+        match self.take_upto(goal, claimed) {
+            Some((start, got)) => {
+                self.unclaim(claimed - got);
+                Some((start, got))
+            }
+            None => {
+                self.unclaim(claimed);
+                None
+            }
+        }
+    }
+
+    /// Up to `max` blocks from the regions: see [`BlockAllocator::alloc_upto`].
+    fn take_upto(&self, goal: Option<u64>, max: u64) -> Option<(u64, u64)> {
         if let Some(goal) = goal {
             if let Some(got) = self.take_at(goal, max) {
                 return Some(got);
             }
         }
-        if let Some(start) = self.alloc(max) {
+        if let Some(start) = self.take(max) {
             return Some((start, max));
         }
         self.search_order().find_map(|r| {
@@ -116,6 +230,7 @@ impl BlockAllocator {
 
     /// Returns `count` blocks from `start`, merging with free neighbours.
     pub fn free(&self, start: u64, count: u64) {
+        self.unclaim(count);
         let mut start = start;
         let end = start + count;
         while start < end {
@@ -209,6 +324,33 @@ fn insert_run(runs: &mut BTreeMap<u64, u64>, start: u64, count: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn promised_blocks_are_left_to_their_holder() {
+        let a = BlockAllocator::from_bitmap(&[0u8; 8], 64, 2);
+        assert_eq!(a.available_blocks(), 64);
+        assert!(a.promise(40));
+        assert!(!a.promise(30), "only 24 are not promised");
+        // Others get the 24 unpromised blocks, then nothing.
+        let mut others = 0;
+        while let Some((_, n)) = a.alloc_upto(None, 8) {
+            others += n;
+        }
+        assert_eq!(others, 24);
+        assert_eq!(a.alloc(1), None);
+        // The holder gets its 40, spending its promise.
+        let mut promise = 40;
+        let mut mine = 0;
+        while let Some((_, n)) = a.alloc_upto_promised(None, 16, &mut promise) {
+            mine += n;
+        }
+        assert_eq!((mine, promise), (40, 0));
+        a.free(0, 8);
+        assert_eq!(a.available_blocks(), 8, "freed blocks are anyone's");
+        assert!(a.promise(8));
+        a.release_promise(8);
+        assert_eq!(a.available_blocks(), 8);
+    }
 
     #[test]
     fn word_skipping_finds_the_same_runs_as_a_bit_walk() {

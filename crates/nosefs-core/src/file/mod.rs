@@ -96,6 +96,9 @@ pub struct FileState {
     goal: Option<u64>,
     /// The file lost its last name and its space went back; nothing may use it.
     released: bool,
+    /// Blocks fallocate promised it ([`Fs::reserve_space`]), spent by its writes before the
+    /// blocks anyone may take.
+    promised: u64,
 }
 
 impl FileState {
@@ -114,6 +117,7 @@ impl FileState {
             dirty_bytes: 0,
             goal: None,
             released: false,
+            promised: 0,
         }
     }
 
@@ -401,12 +405,30 @@ impl Fs {
         let mut placement = Placement::new();
         let mut runs: SmallVec<[(u64, u64); 2]> = SmallVec::new();
         let mut need = len;
+        let promised_before = state.promised;
         while need > 0 {
             let want = need.div_ceil(BLOCK_SIZE).min(extent::MAX_BLOCKS);
             let goal = state.goal;
-            let Some((start, count)) = self.alloc_or_settle(|| self.blocks.alloc_upto(goal, want))
-            else {
+            let got = if state.promised > 0 {
+                let promised = std::cell::Cell::new(state.promised);
+                let got = self.alloc_or_settle(|| {
+                    let mut p = promised.get();
+                    let got = self.blocks.alloc_upto_promised(goal, want, &mut p);
+                    promised.set(p);
+                    got
+                });
+                state.promised = promised.get();
+                got
+            } else {
+                self.alloc_or_settle(|| self.blocks.alloc_upto(goal, want))
+            };
+            let Some((start, count)) = got else {
                 runs.iter().for_each(|&(s, n)| self.blocks.free(s, n));
+                // What this placement spent of the file's promise is the file's again.
+                let spent = promised_before - state.promised;
+                if spent > 0 && self.blocks.promise(spent) {
+                    state.promised += spent;
+                }
                 return Err(Errno::ENOSPC.into());
             };
             runs.push((start, count));
@@ -472,6 +494,7 @@ impl Fs {
         blocks.extend(state.deferred.iter().copied());
         blocks.extend(state.tail_block());
         self.hold_back(|limbo| limbo.blocks.extend(runs_of(blocks)));
+        self.blocks.release_promise(state.promised);
         *state = FileState::new(state.mtime_ns);
         state.released = true;
     }

@@ -715,11 +715,11 @@ impl Fs {
     }
 
     /// Free data blocks, as the allocator sees them (blocks files reserve as their partly used
-    /// tail block are not free).
+    /// tail block are not free, nor blocks fallocate promised to a file).
     /// Blocks held back by directory commits count as free: an allocation that needs them gets
     /// them.
     pub fn free_data_blocks(&self) -> u64 {
-        self.blocks.free_blocks() + self.settler.held_blocks()
+        self.blocks.available_blocks() + self.settler.held_blocks()
     }
 
     /// Counts for `nosefs info`-like reports and tests: (pinodes in use, free pinode slots).

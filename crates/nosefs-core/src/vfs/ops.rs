@@ -388,14 +388,10 @@ pub fn fallocate(fs: &Fs, ino: u64, mode: i32, offset: i64, len: i64) -> Result<
     let size = core(fs.getattr(ino))?.size;
     let keep_size = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
     match mode & !libc::FALLOC_FL_KEEP_SIZE {
-        // Preallocation. Writes never fail for want of space they were promised by an earlier
-        // fallocate only as long as the space is there: this checks it is, without setting it
-        // aside (a byte-granular file has no blocks to reserve before it is written).
+        // Preallocation: the blocks the range's first writes will take are promised to the
+        // file (`Fs::reserve_space`), so those writes cannot fail with ENOSPC.
         0 => {
-            let needed = end.saturating_sub(size).div_ceil(crate::format::BLOCK_SIZE);
-            if needed > fs.free_data_blocks() {
-                return Err(Errno(libc::ENOSPC));
-            }
+            core(fs.reserve_space(ino, offset, len))?;
             if end > size && !keep_size {
                 core(fs.truncate(ino, end))?;
             }
