@@ -121,7 +121,7 @@ fn garbage_gets_errors_and_the_daemon_serves_on() {
         x ^= x >> 7;
         x ^= x << 17;
         let len = (x % 200) as usize;
-        let mut buf = ((x >> 8) % 34).to_le_bytes()[..4].to_vec();
+        let mut buf = ((x >> 8) % 40).to_le_bytes()[..4].to_vec();
         for i in 0..len {
             buf.push((x.rotate_left(i as u32) >> 3) as u8);
         }
@@ -164,6 +164,29 @@ fn a_client_cannot_use_another_clients_handles_or_leave_its_view() {
     // A ticket is a capability: only its number grants the references.
     assert_eq!(mallory.claim(12345, &[opened.handle]), Err(Errno::ENOENT));
     assert_eq!(mallory.fstat(opened.handle), Err(Errno(libc::EBADF)));
+    // Nor through the calls that name a description and act in one request.
+    let get = nosefs_core::vfs::XattrCall::Get(b"user.a");
+    let by_handle = nosefs_daemon::service::XattrTarget::Handle(opened.handle);
+    assert_eq!(mallory.xattr(by_handle, get), Err(Errno(libc::EBADF)));
+    assert_eq!(
+        mallory.data_map(opened.handle, 0, u64::MAX, 16),
+        Err(Errno(libc::EBADF))
+    );
+    assert_eq!(
+        mallory.flink(opened.handle, &found(&mallory, daemon.path("stolen"))),
+        Err(Errno(libc::EBADF))
+    );
+    assert_eq!(
+        mallory.unlink_in(opened.handle, b"/", b"secret"),
+        Err(Errno(libc::EBADF))
+    );
+    let dir = daemon.path("");
+    assert_eq!(
+        mallory
+            .open_in(opened.handle, &dir, b"secret", false, libc::O_RDONLY, 0, 0)
+            .map(|_| ()),
+        Err(Errno(libc::EBADF))
+    );
     // A path operation names what the daemon's own walk finds, not what the client says.
     let mut forged = found(&mallory, daemon.path("secret"));
     forged.path = b"/etc/passwd".to_vec();
