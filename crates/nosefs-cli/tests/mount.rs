@@ -291,6 +291,20 @@ fn libc_erofs() -> i32 {
     30
 }
 
+/// A fresh tmpfs mounted beside the setup's mount point, to run the same script on (the caller
+/// unmounts it).
+fn tmpfs_beside(s: &Setup) -> PathBuf {
+    let tmpfs = s.mnt.with_file_name("tmpfs");
+    std::fs::create_dir(&tmpfs).unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "none"])
+        .arg(&tmpfs)
+        .status()
+        .unwrap();
+    assert!(mounted.success());
+    tmpfs
+}
+
 /// Runs `script` with `sh -c` in `dir`; its stdout.
 fn sh_in(dir: &Path, script: &str) -> String {
     let out = Command::new("sh")
@@ -310,14 +324,7 @@ fn holes_are_punched_found_and_copied_as_on_tmpfs() {
     }
     let s = setup();
     assert!(mount(&s).status.success());
-    let tmpfs = s.mnt.with_file_name("tmpfs");
-    std::fs::create_dir(&tmpfs).unwrap();
-    let mounted = Command::new("mount")
-        .args(["-t", "tmpfs", "none"])
-        .arg(&tmpfs)
-        .status()
-        .unwrap();
-    assert!(mounted.success());
+    let tmpfs = tmpfs_beside(&s);
     // 1 MiB of data, 1 MiB of zeros, 1 MiB of data; then a punched hole, dug holes, sparse
     // copies; lseek's answers; du's block counts; the bytes.
     let script = r#"set -e
@@ -377,14 +384,7 @@ fn extended_attributes_and_acls_behave_as_on_tmpfs() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{out:?}");
-    let tmpfs = s.mnt.with_file_name("tmpfs");
-    std::fs::create_dir(&tmpfs).unwrap();
-    let mounted = Command::new("mount")
-        .args(["-t", "tmpfs", "none"])
-        .arg(&tmpfs)
-        .status()
-        .unwrap();
-    assert!(mounted.success());
+    let tmpfs = tmpfs_beside(&s);
     for dir in [&s.mnt, &tmpfs] {
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
     }

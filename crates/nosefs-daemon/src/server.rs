@@ -574,10 +574,7 @@ fn execute(shared: &Shared, conn: &Conn, request: &[u8], room: usize) -> Result<
             reply.walked(&local.walk(path, follow)?);
         }
         op::WALK_IN => {
-            let dir = description(shared, conn, d.u64()?)?;
-            if dir.kind == OpenKind::File {
-                return Err(Errno::ENOTDIR);
-            }
+            let dir = dir_description(shared, conn, d.u64()?)?;
             let dir_path = d.bytes()?;
             let name = d.bytes()?;
             match local.walk_in(dir.ino, dir_path, name, d.bool()?)? {
@@ -598,10 +595,7 @@ fn execute(shared: &Shared, conn: &Conn, request: &[u8], room: usize) -> Result<
             )?;
         }
         op::OPEN_IN => {
-            let dir = description(shared, conn, d.u64()?)?;
-            if dir.kind == OpenKind::File {
-                return Err(Errno::ENOTDIR);
-            }
+            let dir = dir_description(shared, conn, d.u64()?)?;
             let (dir_path, name, follow) = (d.bytes()?, d.bytes()?, d.bool()?);
             let (flags, mode, umask) = (d.i32()?, d.u32()?, d.u32()?);
             match local.walk_in(dir.ino, dir_path, name, follow)? {
@@ -623,10 +617,7 @@ fn execute(shared: &Shared, conn: &Conn, request: &[u8], room: usize) -> Result<
         }
         op::UNLINK_IN | op::RENAME_IN => {
             let name_in = |d: &mut Dec<'_>| -> Result<Option<Found>, Errno> {
-                let dir = description(shared, conn, d.u64()?)?;
-                if dir.kind == OpenKind::File {
-                    return Err(Errno::ENOTDIR);
-                }
+                let dir = dir_description(shared, conn, d.u64()?)?;
                 let (dir_path, name) = (d.bytes()?, d.bytes()?);
                 local.walk_in(dir.ino, dir_path, name, false)
             };
@@ -969,6 +960,16 @@ fn execute(shared: &Shared, conn: &Conn, request: &[u8], room: usize) -> Result<
         _ => return Err(Errno(libc::ENOSYS)),
     }
     Ok(reply)
+}
+
+/// A description `token` names for `conn` that can hold names (a directory, or an O_PATH one):
+/// ENOTDIR for a file.
+fn dir_description(shared: &Shared, conn: &Conn, token: u64) -> Result<Description, Errno> {
+    let dir = description(shared, conn, token)?;
+    if dir.kind == OpenKind::File {
+        return Err(Errno::ENOTDIR);
+    }
+    Ok(dir)
 }
 
 /// `open` of a found path for a client: the description, its token held by the connection, the

@@ -193,16 +193,23 @@ impl Acl {
     /// `posix_acl_chmod`: the ACL after a chmod to `mode`: the owner, mask (or owning group
     /// without a mask) and other entries take the mode's bits.
     pub fn chmod(&self, mode: u32) -> Acl {
+        self.with_mode_entries(mode, |_, bits| bits)
+    }
+
+    /// A copy whose owner, mask (or owning group without a mask) and other entries are
+    /// `change(their perm, the mode's bits for them)`; the named entries are kept.
+    fn with_mode_entries(&self, mode: u32, change: impl Fn(u16, u16) -> u16) -> Acl {
         let has_mask = self.perm_of(MASK).is_some();
         let mut acl = self.clone();
         for e in &mut acl.entries {
-            e.perm = match e.tag {
+            let bits = match e.tag {
                 USER_OBJ => (mode >> 6) & 7,
                 MASK => (mode >> 3) & 7,
                 GROUP_OBJ if !has_mask => (mode >> 3) & 7,
                 OTHER => mode & 7,
                 _ => continue,
             } as u16;
+            e.perm = change(e.perm, bits);
         }
         acl
     }
@@ -211,18 +218,7 @@ impl Acl {
     /// inherits from this default ACL, and the bits its mode gets. `None` for the ACL when the
     /// mode says everything it would.
     pub fn inherit(&self, mode: u32) -> (Option<Acl>, u32) {
-        let has_mask = self.perm_of(MASK).is_some();
-        let mut acl = self.clone();
-        for e in &mut acl.entries {
-            let limit = match e.tag {
-                USER_OBJ => (mode >> 6) & 7,
-                MASK => (mode >> 3) & 7,
-                GROUP_OBJ if !has_mask => (mode >> 3) & 7,
-                OTHER => mode & 7,
-                _ => continue,
-            } as u16;
-            e.perm &= limit;
-        }
+        let acl = self.with_mode_entries(mode, |perm, bits| perm & bits);
         let bits = acl.mode_bits() | (mode & !0o777);
         if acl.is_equivalent_to_mode() {
             return (None, bits);
