@@ -371,6 +371,35 @@ md5sum f f2 g h
 }
 
 #[test]
+fn preallocated_space_is_still_there_after_a_remount() {
+    if !fuse_usable() {
+        return;
+    }
+    let s = setup();
+    assert!(mount(&s).status.success());
+    sh_in(
+        &s.mnt,
+        "set -e; touch kept; fallocate -n -l 8M kept; fallocate -l 1M grown",
+    );
+    umount(&s.mnt);
+    released(&s.image);
+    assert!(mount(&s).status.success());
+    // Another file takes every free block; the reserved files still take their 9 MiB, and a
+    // file with no reservation gets ENOSPC.
+    let out = sh_in(
+        &s.mnt,
+        "dd if=/dev/zero of=fill bs=1M 2>/dev/null; \
+         dd if=/dev/zero of=other bs=1M count=1 conv=fsync 2>&1 | grep -c 'No space' ; \
+         dd if=/dev/zero of=kept bs=1M count=8 conv=notrunc,fsync 2>/dev/null && echo kept; \
+         dd if=/dev/zero of=grown bs=1M count=1 conv=notrunc,fsync 2>/dev/null && echo grown; \
+         stat -c %s kept grown; rm fill other",
+    );
+    assert_eq!(out, "1\nkept\ngrown\n8388608\n1048576\n");
+    umount(&s.mnt);
+    assert!(fsck(&s.image).status.success());
+}
+
+#[test]
 fn extended_attributes_and_acls_behave_as_on_tmpfs() {
     if !fuse_usable() {
         return;

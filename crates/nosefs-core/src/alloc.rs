@@ -97,6 +97,14 @@ impl BlockAllocator {
         count == 0 || self.claim(count, count) == count
     }
 
+    /// Promises up to `count` free blocks (mount, restoring stored reservations): how many.
+    pub fn promise_upto(&self, count: u64) -> u64 {
+        if count == 0 {
+            return 0;
+        }
+        self.claim(1, count)
+    }
+
     /// Gives back what is left of a promise (the file went, or the mount ends).
     pub fn release_promise(&self, count: u64) {
         self.unclaim(count);

@@ -87,6 +87,10 @@ fn build(path: &Path) {
             }
             fs.fsync(f.ino).unwrap();
         }
+        if i % 13 == 0 {
+            // A reservation, kept in the attribute blob (alone, or beside an attribute).
+            fs.reserve_space(f.ino, i * 10, 9000).unwrap();
+        }
         if i % 11 == 0 {
             fs.link(f.ino, ROOT_INO, format!("link{i}").as_bytes())
                 .unwrap();

@@ -23,6 +23,25 @@ pub struct Node {
     pub content: u32,
     /// CRC-32C of its extended attributes, names and values in name order (0: none).
     pub xattrs: u32,
+    /// The ranges fallocate reserved in a regular file. A change that cuts or moves them (punch,
+    /// truncate, collapse, insert) stores them in a commit after the file's own, so the oracle
+    /// checks them on their own: old or new (see `same_but_reserved`).
+    pub reserved: Vec<(u64, u64)>,
+}
+
+/// Whether two trees are equal but for the reserved ranges.
+pub fn same_but_reserved(a: &Tree, b: &Tree) -> bool {
+    a.len() == b.len()
+        && a.iter().zip(b).all(|((pa, na), (pb, nb))| {
+            pa == pb
+                && Node {
+                    reserved: Vec::new(),
+                    ..na.clone()
+                } == Node {
+                    reserved: Vec::new(),
+                    ..nb.clone()
+                }
+        })
 }
 
 /// What a regular file's durable state is while it has writes since its last commit: the
@@ -141,6 +160,11 @@ fn walk(
             same_as,
             content: data.map_or(0, |d| d.content),
             xattrs: xattrs_digest(fs, e.ino),
+            reserved: if is_file {
+                fs.reserved_ranges(e.ino).expect("ranges of a file")
+            } else {
+                Vec::new()
+            },
         };
         out.insert(path.clone(), node);
         if is_dir {

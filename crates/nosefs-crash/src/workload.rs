@@ -53,6 +53,8 @@ pub enum Op {
     CollapseRange(&'static str, u64, u64),
     /// fallocate(INSERT_RANGE) of `len` bytes at `offset`: likewise.
     InsertRange(&'static str, u64, u64),
+    /// fallocate(KEEP_SIZE) of `len` bytes at `offset`: the range is reserved, durably on return.
+    Reserve(&'static str, u64, u64),
     /// O_TMPFILE in the path's directory, len bytes of a pattern from seed written and fsynced
     /// with no name, then linked at the path (AT_EMPTY_PATH) and closed: durable on return.
     Tmpfile(&'static str, usize, u8),
@@ -84,6 +86,7 @@ impl Op {
             Op::Tmpfile(..) => "tmpfile",
             Op::CollapseRange(..) => "collapse",
             Op::InsertRange(..) => "insert",
+            Op::Reserve(..) => "reserve",
         }
     }
 
@@ -216,6 +219,7 @@ pub fn run(fs: &Fs, op: &Op) -> Result<()> {
         Op::RemoveXattr(p, name) => fs.removexattr(ino(fs, p)?, name.as_bytes()),
         Op::CollapseRange(p, offset, len) => fs.collapse_range(ino(fs, p)?, *offset, *len),
         Op::InsertRange(p, offset, len) => fs.insert_range(ino(fs, p)?, *offset, *len),
+        Op::Reserve(p, offset, len) => fs.reserve_space(ino(fs, p)?, *offset, *len),
         Op::Tmpfile(p, len, seed) => {
             let (d, n) = parent(fs, p)?;
             let t = fs.create_tmpfile(d, 0o644, owner, true)?;
@@ -333,6 +337,9 @@ pub fn singles() -> Vec<Op> {
         Op::InsertRange("/a", 4096, 8192), // a hole opens inside the file's one piece
         Op::Tmpfile("/d/t", 5000, 6), // an orphan from birth, then named
         Op::Tmpfile("/a", 100, 7), // the name exists: freed at close
+        Op::Reserve("/a", 0, 40_000), // stored beside the file's attribute, in its blob
+        Op::Reserve("/s", 0, 100), // a symlink: refused
+        Op::Reserve("/short", 8192, 8192), // no such name
     ]
 }
 
@@ -373,6 +380,19 @@ pub fn file_sequences() -> Vec<Vec<Op>> {
                 Op::CollapseRange("/d/c", 4096, 8192),
             ])
             .collect(),
+        // A reservation, then every change that moves or cuts it (each a file commit, then the
+        // stored ranges' commit), a write into it, and the file going with its blob.
+        vec![
+            Op::Reserve("/d/c", 0, 65_536),
+            Op::Reserve("/d/c", 100_000, 4096),
+            Op::PunchHole("/d/c", 4096, 8192),
+            Op::Truncate("/d/c", 90_000),
+            Op::InsertRange("/d/c", 4096, 4096),
+            Op::CollapseRange("/d/c", 0, 4096),
+            Op::Write("/d/c", 20_000, 3000, 40),
+            Op::Fsync("/d/c"),
+            Op::Unlink("/d/c"),
+        ],
         // A directory's default ACL, inherited by what is made in it.
         vec![
             Op::SetAcl("/d", true),

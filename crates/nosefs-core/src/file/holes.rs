@@ -90,11 +90,13 @@ impl Fs {
         }
         let inode = self.inode(ino)?;
         let file = self.file_of(&inode)?;
-        let _locked = inode.data.lock();
+        let mut locked = inode.data.lock();
         if inode.removed.load(std::sync::atomic::Ordering::Acquire) {
             return Err(Errno::ENOENT.into());
         }
         let mut state = file.lock();
+        // A punched range is no longer reserved (ext4 frees its blocks), also past the size.
+        let unreserve = (offset, end);
         let end = end.min(state.size);
         if offset < end {
             let mut punched = Punched::default();
@@ -105,51 +107,14 @@ impl Fs {
         }
         self.commit_file(&inode, &mut state)?;
         drop(state);
+        self.change_reservation(&inode, &mut locked, |r| {
+            super::reserve::remove(r, unreserve.0, unreserve.1)
+        })?;
+        drop(locked);
         // A mapped file's shadow reads the zeros too.
         if offset < end {
             self.write_shadowed(ino, offset, &vec![0; (end - offset) as usize])?;
         }
-        Ok(())
-    }
-
-    /// fallocate mode 0 and KEEP_SIZE: promises regular file `ino` the blocks the first write of
-    /// every byte of `[offset, offset + len)` that holds no data yet will take, so those writes
-    /// cannot fail for want of space whatever other files do; ENOSPC when they are not free.
-    /// The promise lives while the file is mounted and has a name or is open (it is DRAM state:
-    /// the next mount starts without it), and covers first writes only: NCOW writes a rewrite of
-    /// written bytes to new blocks, whose old ones come back only at its commit.
-    pub fn reserve_space(&self, ino: u64, offset: u64, len: u64) -> Result<()> {
-        self.writable()?;
-        let end = offset.checked_add(len).ok_or(Errno::EFBIG)?;
-        if len == 0 || end > MAX_FILE_BYTES {
-            return Err(Errno::EINVAL.into());
-        }
-        let inode = self.inode(ino)?;
-        let file = self.file_of(&inode)?;
-        let _locked = inode.data.lock();
-        if inode.removed.load(std::sync::atomic::Ordering::Acquire) {
-            return Err(Errno::ENOENT.into());
-        }
-        let mut state = file.lock();
-        let covered: u64 = state
-            .map
-            .overlapping(offset, end)
-            .map(|(o, p)| (o + p.len).min(end) - o.max(offset))
-            .sum();
-        let holes = len - covered;
-        // One more than the holes' blocks: a write may start inside a block.
-        let need = holes.div_ceil(crate::format::BLOCK_SIZE) + u64::from(holes > 0);
-        if need <= state.promised {
-            return Ok(());
-        }
-        let more = need - state.promised;
-        if self
-            .alloc_or_settle(|| self.blocks.promise(more).then_some(()))
-            .is_none()
-        {
-            return Err(Errno::ENOSPC.into());
-        }
-        state.promised += more;
         Ok(())
     }
 
@@ -189,53 +154,6 @@ impl Fs {
 mod tests {
     use crate::namespace::tests::{fresh, OWNER};
     use crate::namespace::ROOT_INO;
-
-    #[test]
-    fn space_reserved_by_fallocate_is_left_to_its_file() {
-        let h = fresh(None);
-        let fs = h.fs();
-        let a = fs.create(ROOT_INO, b"a", 0o644, OWNER, true).unwrap();
-        let b = fs.create(ROOT_INO, b"b", 0o644, OWNER, true).unwrap();
-        let free = fs.free_data_blocks();
-        let reserved = 64 * 4096u64;
-        fs.reserve_space(a.ino, 0, reserved).unwrap();
-        assert_eq!(
-            fs.free_data_blocks(),
-            free - 65,
-            "the range's blocks and one for a straddle"
-        );
-        assert!(
-            fs.reserve_space(a.ino, 0, reserved).is_ok(),
-            "already promised: nothing more"
-        );
-        assert_eq!(
-            crate::namespace::tests::errno(fs.reserve_space(b.ino, 0, free * 4096)),
-            crate::error::Errno::ENOSPC
-        );
-        // Another file fills everything else...
-        let chunk = vec![7u8; 64 << 10];
-        let mut at = 0;
-        let err = loop {
-            match fs.write(b.ino, at, &chunk).and_then(|_| fs.fsync(b.ino)) {
-                Ok(()) => at += chunk.len() as u64,
-                Err(e) => break e,
-            }
-        };
-        assert_eq!(err.errno(), crate::error::Errno::ENOSPC);
-        // ... and the reserving file still writes its whole range, and commits it.
-        for i in 0..64u64 {
-            fs.write(a.ino, i * 4096, &[i as u8; 4096]).unwrap();
-        }
-        fs.fsync(a.ino).unwrap();
-        let mut buf = vec![0u8; 4096];
-        fs.read(a.ino, 63 * 4096, &mut buf).unwrap();
-        assert!(buf.iter().all(|&x| x == 63));
-        // Its name going gives back what it did not spend.
-        fs.unlink(ROOT_INO, b"b").unwrap();
-        fs.unlink(ROOT_INO, b"a").unwrap();
-        fs.settle_all();
-        assert_eq!(fs.free_data_blocks(), free);
-    }
 
     #[test]
     fn the_data_map_merges_contiguous_pieces_and_skips_holes() {

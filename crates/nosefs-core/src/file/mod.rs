@@ -37,6 +37,7 @@ pub mod journal;
 pub mod mmap;
 mod mmap_sys;
 mod ranges;
+pub(crate) mod reserve;
 #[cfg(test)]
 mod tests;
 
@@ -96,9 +97,11 @@ pub struct FileState {
     goal: Option<u64>,
     /// The file lost its last name and its space went back; nothing may use it.
     released: bool,
-    /// Blocks fallocate promised it ([`Fs::reserve_space`]), spent by its writes before the
-    /// blocks anyone may take.
+    /// Blocks fallocate promised it ([`Fs::reserve_space`]), spent by its writes into the
+    /// holes of `reserved` before the blocks anyone may take.
     promised: u64,
+    /// The byte ranges fallocate reserved (`reserve`), as the attribute blob stores them.
+    reserved: reserve::Ranges,
 }
 
 impl FileState {
@@ -118,6 +121,7 @@ impl FileState {
             goal: None,
             released: false,
             promised: 0,
+            reserved: Vec::new(),
         }
     }
 
@@ -342,7 +346,12 @@ impl Fs {
         if len == 0 {
             return Ok(offset);
         }
-        let placement = self.place(&mut state, len)?;
+        let promise_cap = if state.reserved.is_empty() {
+            0
+        } else {
+            reserve::cap_blocks(&state.reserved, &state.map, offset, offset + len)
+        };
+        let placement = self.place(&mut state, len, promise_cap)?;
         self.store_data(&placement, data);
         self.put_pieces(&mut state, offset, &placement);
         state.size = state.size.max(offset + len);
@@ -394,8 +403,9 @@ impl Fs {
     }
 
     /// Space for `len` new bytes: the rest of the tail block when they fit there, else whole
-    /// blocks, the unused end of the last one becoming the tail. ENOSPC takes nothing.
-    fn place(&self, state: &mut FileState, len: u64) -> Result<Placement> {
+    /// blocks, the unused end of the last one becoming the tail; up to `promise_cap` of them
+    /// from the file's promise. ENOSPC takes nothing.
+    fn place(&self, state: &mut FileState, len: u64, promise_cap: u64) -> Result<Placement> {
         if let Some((next, end)) = state.tail {
             if len <= end - next {
                 state.tail = (next + len < end).then_some((next + len, end));
@@ -405,29 +415,32 @@ impl Fs {
         let mut placement = Placement::new();
         let mut runs: SmallVec<[(u64, u64); 2]> = SmallVec::new();
         let mut need = len;
-        let promised_before = state.promised;
+        // The part of the promise this write may spend, spent from a copy and settled at the end.
+        let usable_before = state.promised.min(promise_cap);
+        let mut usable = usable_before;
         while need > 0 {
             let want = need.div_ceil(BLOCK_SIZE).min(extent::MAX_BLOCKS);
             let goal = state.goal;
-            let got = if state.promised > 0 {
-                let promised = std::cell::Cell::new(state.promised);
+            let got = if usable > 0 {
+                let promised = std::cell::Cell::new(usable);
                 let got = self.alloc_or_settle(|| {
                     let mut p = promised.get();
                     let got = self.blocks.alloc_upto_promised(goal, want, &mut p);
                     promised.set(p);
                     got
                 });
-                state.promised = promised.get();
+                usable = promised.get();
                 got
             } else {
                 self.alloc_or_settle(|| self.blocks.alloc_upto(goal, want))
             };
             let Some((start, count)) = got else {
                 runs.iter().for_each(|&(s, n)| self.blocks.free(s, n));
-                // What this placement spent of the file's promise is the file's again.
-                let spent = promised_before - state.promised;
-                if spent > 0 && self.blocks.promise(spent) {
-                    state.promised += spent;
+                // What this placement spent of the file's promise is the file's again, if the
+                // blocks just freed are still unclaimed.
+                let spent = usable_before - usable;
+                if spent > 0 && !self.blocks.promise(spent) {
+                    state.promised -= spent;
                 }
                 return Err(Errno::ENOSPC.into());
             };
@@ -437,6 +450,7 @@ impl Fs {
             placement.push((start * BLOCK_SIZE, bytes));
             need -= bytes;
         }
+        state.promised -= usable_before - usable;
         let (addr, bytes) = *placement.last().expect("len > 0");
         let end = (addr + bytes).next_multiple_of(BLOCK_SIZE);
         if end > addr + bytes {
@@ -627,12 +641,13 @@ impl Fs {
         }
         let inode = self.inode(ino)?;
         let file = self.file_of(&inode)?;
-        let _locked = inode.data.lock();
+        let mut locked = inode.data.lock();
         if inode.removed.load(Ordering::Acquire) {
             return Err(Errno::ENOENT.into());
         }
         let mut state = file.lock();
-        if size < state.size {
+        let shrinks = size < state.size;
+        if shrinks {
             let mut punched = Punched::default();
             state.map.punch(size, u64::MAX, &mut punched);
             state.removed.extend(punched.removed);
@@ -642,6 +657,11 @@ impl Fs {
         state.mtime_ns = now_ns();
         self.commit_file(&inode, &mut state)?;
         drop(state);
+        if shrinks {
+            // ext4 frees the blocks past the new size, reserved ones too.
+            self.change_reservation(&inode, &mut locked, |r| reserve::remove(r, size, u64::MAX))?;
+        }
+        drop(locked);
         self.truncate_shadowed(ino, size)
     }
 
@@ -824,7 +844,7 @@ impl Fs {
             let to = (last.0 + last.1.len).min(end).min(state.size);
             let mut bytes = vec![0u8; (to - from) as usize];
             self.read_locked(state, from, &mut bytes);
-            let Ok(placement) = self.place(state, to - from) else {
+            let Ok(placement) = self.place(state, to - from, 0) else {
                 return;
             };
             self.store_data(&placement, &bytes);

@@ -53,7 +53,7 @@ impl Fs {
         // Stores through mappings are data too: into the map first, so they move with it.
         self.take_mapped_writes(&inode, None)?;
         let file = self.file_of(&inode)?;
-        let _locked = inode.data.lock();
+        let mut locked = inode.data.lock();
         if inode.removed.load(Ordering::Acquire) {
             return Err(Errno::ENOENT.into());
         }
@@ -95,6 +95,10 @@ impl Fs {
             bytes
         });
         drop(state);
+        self.change_reservation(&inode, &mut locked, |r| match shift {
+            Shift::Collapse => super::reserve::collapse(r, offset, len),
+            Shift::Insert => super::reserve::insert(r, offset, len),
+        })?;
         if let Some(bytes) = moved {
             self.truncate_shadowed(ino, new_size)?;
             self.write_shadowed(ino, offset, &bytes)?;

@@ -133,6 +133,8 @@ pub struct Geometry {
     pub high_water_marks: bool,
     /// The image may hold extended attributes (`incompat` bit `INCOMPAT_XATTRS`).
     pub xattrs: bool,
+    /// fallocate reservations survive a remount (`incompat` bit `INCOMPAT_RESERVATIONS`).
+    pub reservations: bool,
     spans: [ZoneSpan; 8],
 }
 
@@ -332,6 +334,7 @@ impl Geometry {
             read_only_features: false,
             high_water_marks: !params.without_marks,
             xattrs: !params.without_xattrs,
+            reservations: !params.without_xattrs,
             spans,
         })
     }
@@ -431,6 +434,8 @@ impl Geometry {
             read_only_features,
             high_water_marks: sb.ro_compat.get() & super::marks::RO_COMPAT_HIGH_WATER_MARKS != 0,
             xattrs: sb.incompat.get() & superblock::INCOMPAT_XATTRS != 0,
+            reservations: sb.incompat.get() & superblock::INCOMPAT_XATTRS != 0
+                && sb.incompat.get() & superblock::INCOMPAT_RESERVATIONS != 0,
             spans,
         })
     }

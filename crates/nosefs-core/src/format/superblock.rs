@@ -24,7 +24,8 @@
 //! - Zones are 4 KiB aligned, lie inside the image, and follow in the order of [`Zone::ALL`].
 //! - Feature flags: an unknown `incompat` bit refuses the image, an unknown `ro_compat` bit allows
 //!   only read-only use, an unknown `compat` bit is ignored. Defined: `ro_compat` bit 0,
-//!   high-water marks (`format::marks`); `incompat` bit 0, extended attributes (`format::xattr`).
+//!   high-water marks (`format::marks`); `incompat` bit 0, extended attributes (`format::xattr`);
+//!   `incompat` bit 1, fallocate reservations kept in attribute blobs.
 
 use zerocopy::little_endian::{U32, U64};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
@@ -55,8 +56,12 @@ pub const KNOWN_RO_COMPAT: u32 = super::marks::RO_COMPAT_HIGH_WATER_MARKS;
 /// `incompat` bit 0: pinodes may carry `FLAG_XATTR` (extended attributes, `format::xattr`). A
 /// build that does not know it would take an attribute pinode for a damaged name.
 pub const INCOMPAT_XATTRS: u32 = 1 << 0;
+/// `incompat` bit 1: attribute blobs may hold `format::xattr::RESERVED_NAME`, the ranges
+/// fallocate reserved, which mount promises the file again. A build that does not know it would
+/// refuse such a blob. Only with `INCOMPAT_XATTRS`.
+pub const INCOMPAT_RESERVATIONS: u32 = 1 << 1;
 /// Incompatible feature bits this build understands.
-pub const KNOWN_INCOMPAT: u32 = INCOMPAT_XATTRS;
+pub const KNOWN_INCOMPAT: u32 = INCOMPAT_XATTRS | INCOMPAT_RESERVATIONS;
 
 /// The superblock record. All integers little-endian.
 #[repr(C)]

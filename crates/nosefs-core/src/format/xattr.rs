@@ -19,8 +19,18 @@
 //! |      4 |    1 | `name_len`  | 1..=255: the whole name, namespace prefix too |
 //! |      5 |    3 | `reserved`  | zero                                          |
 //!
-//! Invariants: names are unique, hold no NUL, and start with a known namespace prefix; the
-//! entries end exactly at `bytes`. The blob is never changed in place: a change writes a new
+//! Invariants: names are unique, hold no NUL, and start with a known namespace prefix, or are
+//! [`RESERVED_NAME`] (the file's fallocate reservation, below); the entries end exactly at
+//! `bytes`.
+//!
+//! The value of [`RESERVED_NAME`] (only on images with `INCOMPAT_RESERVATIONS`) is a list of
+//! byte ranges of the file that fallocate reserved, sorted, disjoint and not touching, at most
+//! [`RESERVED_RANGES_MAX`], each 16 bytes:
+//!
+//! | offset | size | field   | meaning                                  |
+//! |-------:|-----:|---------|------------------------------------------|
+//! |      0 |    8 | `start` | first byte of the range                  |
+//! |      8 |    8 | `end`   | the byte after it; `start < end <= 2^53` | The blob is never changed in place: a change writes a new
 //! blob to fresh blocks under a new hidden pinode and swaps the two in one directory-journal
 //! commit, so a crash leaves the old set or the new, never a mix.
 
@@ -79,6 +89,58 @@ pub const BLOB_LAYOUT: RecordLayout =
 pub const ENTRY_LAYOUT: RecordLayout =
     record_layout!("XattrEntry", XattrEntry, [value_len, name_len, reserved]);
 
+/// The name under which a blob keeps the ranges fallocate reserved in a regular file. It is in
+/// no namespace Linux defines, so no attribute call can name it, and listings leave it out.
+pub const RESERVED_NAME: &[u8] = b"nosefs.reserved";
+/// Most ranges one file's reservation keeps; past it the two closest merge (see
+/// `file::reserve`).
+pub const RESERVED_RANGES_MAX: usize = 256;
+/// Bytes of one reserved range in the value.
+pub const RESERVED_RANGE_BYTES: usize = 16;
+/// The largest byte offset a reserved range may end at (the largest file).
+pub const RESERVED_END_MAX: u64 = 1 << 53;
+
+/// The value of [`RESERVED_NAME`] for `ranges` (sorted, disjoint: the caller's invariant).
+pub fn encode_reserved(ranges: &[(u64, u64)]) -> Vec<u8> {
+    debug_assert!(check_ranges(ranges).is_ok(), "{ranges:?}");
+    let mut out = Vec::with_capacity(ranges.len() * RESERVED_RANGE_BYTES);
+    for &(start, end) in ranges {
+        out.extend_from_slice(&start.to_le_bytes());
+        out.extend_from_slice(&end.to_le_bytes());
+    }
+    out
+}
+
+/// Reads the value of [`RESERVED_NAME`] (media content: checked, an error names what is wrong).
+pub fn decode_reserved(value: &[u8]) -> Result<Vec<(u64, u64)>, String> {
+    if value.len() % RESERVED_RANGE_BYTES != 0 {
+        return Err(format!("reserved ranges: {} bytes", value.len()));
+    }
+    let word = |b: &[u8]| u64::from_le_bytes(b.try_into().expect("8 bytes"));
+    let ranges: Vec<(u64, u64)> = value
+        .chunks_exact(RESERVED_RANGE_BYTES)
+        .map(|r| (word(&r[..8]), word(&r[8..])))
+        .collect();
+    check_ranges(&ranges)?;
+    Ok(ranges)
+}
+
+fn check_ranges(ranges: &[(u64, u64)]) -> Result<(), String> {
+    if ranges.is_empty() || ranges.len() > RESERVED_RANGES_MAX {
+        return Err(format!("{} reserved ranges", ranges.len()));
+    }
+    let mut after = None;
+    for &(start, end) in ranges {
+        if start >= end || end > RESERVED_END_MAX || after.is_some_and(|a| start <= a) {
+            return Err(format!(
+                "reserved range {start}..{end} is empty, too far or unsorted"
+            ));
+        }
+        after = Some(end);
+    }
+    Ok(())
+}
+
 /// The namespaces Linux defines; a name outside them is EOPNOTSUPP.
 pub const NAMESPACES: [&[u8]; 4] = [b"user.", b"trusted.", b"security.", b"system."];
 
@@ -123,9 +185,33 @@ impl XattrSet {
         self.entries.len() != before
     }
 
-    /// The names, in order.
+    /// The names attribute calls see, in order (not [`RESERVED_NAME`]).
     pub fn names(&self) -> impl Iterator<Item = &[u8]> {
-        self.entries.iter().map(|(n, _)| n.as_slice())
+        self.entries
+            .iter()
+            .map(|(n, _)| n.as_slice())
+            .filter(|n| *n != RESERVED_NAME)
+    }
+
+    /// Whether the blob holds no attribute an attribute call sees.
+    pub fn is_empty_to_users(&self) -> bool {
+        self.names().next().is_none()
+    }
+
+    /// The ranges fallocate reserved (empty when none). The blob was checked when decoded.
+    pub fn reserved(&self) -> Vec<(u64, u64)> {
+        self.get(RESERVED_NAME).map_or(Vec::new(), |v| {
+            decode_reserved(v).expect("checked when decoded or set")
+        })
+    }
+
+    /// Keeps `ranges` as the reservation; empty removes it.
+    pub fn set_reserved(&mut self, ranges: &[(u64, u64)]) {
+        if ranges.is_empty() {
+            self.remove(RESERVED_NAME);
+        } else {
+            self.set(RESERVED_NAME, &encode_reserved(ranges));
+        }
     }
 
     /// Whether there are no attributes.
@@ -135,7 +221,7 @@ impl XattrSet {
 
     /// Bytes a listing of the names takes (each followed by a NUL).
     pub fn list_bytes(&self) -> usize {
-        self.entries.iter().map(|(n, _)| n.len() + 1).sum()
+        self.names().map(|n| n.len() + 1).sum()
     }
 
     /// Bytes the encoded blob takes.
@@ -200,8 +286,15 @@ impl XattrSet {
             }
             let (name, after) = after.split_at(name_len);
             let (value, after) = after.split_at(value_len as usize);
-            if !is_valid_name(name) || set.get(name).is_some() || entry.reserved != [0; 3] {
+            let internal = name == RESERVED_NAME;
+            if !(is_valid_name(name) || internal)
+                || set.get(name).is_some()
+                || entry.reserved != [0; 3]
+            {
                 return Err(format!("entry {i}: bad or repeated name"));
+            }
+            if internal {
+                decode_reserved(value).map_err(|e| format!("entry {i}: {e}"))?;
             }
             set.entries.push((name.to_vec(), value.to_vec()));
             rest = after;
@@ -253,6 +346,49 @@ mod tests {
         }
         assert!(XattrSet::decode(&blob[..blob.len() - 1]).is_err());
         assert!(XattrSet::decode(&[]).is_err());
+    }
+
+    #[test]
+    fn a_reservation_is_kept_in_the_blob_but_never_listed() {
+        let mut set = XattrSet::default();
+        set.set(b"user.a", b"1");
+        set.set_reserved(&[(0, 4096), (8192, 1 << 20)]);
+        let back = XattrSet::decode(&set.encode()).unwrap();
+        assert_eq!(back.reserved(), [(0, 4096), (8192, 1 << 20)]);
+        assert_eq!(back.names().collect::<Vec<_>>(), [&b"user.a"[..]]);
+        assert_eq!(back.list_bytes(), 7);
+        let mut only = XattrSet::default();
+        only.set_reserved(&[(1, 2)]);
+        assert!(only.is_empty_to_users() && !only.is_empty());
+        only.set_reserved(&[]);
+        assert!(only.is_empty());
+        assert!(
+            !is_valid_name(RESERVED_NAME),
+            "no attribute call can name it"
+        );
+    }
+
+    #[test]
+    fn bad_reserved_ranges_are_errors() {
+        let bad: [&[(u64, u64)]; 5] = [
+            &[],
+            &[(5, 5)],
+            &[(0, 10), (10, 20)],
+            &[(20, 30), (0, 10)],
+            &[(0, RESERVED_END_MAX + 1)],
+        ];
+        for ranges in bad {
+            let value: Vec<u8> = ranges
+                .iter()
+                .flat_map(|&(s, e)| [s.to_le_bytes(), e.to_le_bytes()])
+                .flatten()
+                .collect();
+            assert!(decode_reserved(&value).is_err(), "{ranges:?}");
+            let mut set = XattrSet::default();
+            set.set(RESERVED_NAME, &value);
+            assert!(XattrSet::decode(&set.encode()).is_err(), "{ranges:?}");
+        }
+        assert!(decode_reserved(&[0; 15]).is_err());
     }
 
     #[test]

@@ -67,9 +67,9 @@ const NLINK_OFFSET: u64 = 64;
 
 /// One inode's lock, held for an operation. It borrows the caller's `Arc<Inode>`, which keeps
 /// the inode alive for as long as it is held.
-pub(super) type DataGuard<'a> = MutexGuard<'a, InodeData>;
+pub(crate) type DataGuard<'a> = MutexGuard<'a, InodeData>;
 /// Inode locks held by an operation, by inode number.
-pub(super) type Locked<'a> = SmallVec<[(u64, DataGuard<'a>); 4]>;
+pub(crate) type Locked<'a> = SmallVec<[(u64, DataGuard<'a>); 4]>;
 /// A new long-name record to write with a transaction.
 pub(super) type NewLongName = Option<(u32, LongName)>;
 
@@ -100,7 +100,7 @@ pub(super) struct NewName<'a> {
 
 impl Fs {
     /// Locks inodes in ascending inode order, once each.
-    pub(super) fn lock_inodes<'a>(&self, inodes: &[&'a Arc<Inode>]) -> Locked<'a> {
+    pub(crate) fn lock_inodes<'a>(&self, inodes: &[&'a Arc<Inode>]) -> Locked<'a> {
         let mut sorted: SmallVec<[&'a Arc<Inode>; 4]> = SmallVec::from_slice(inodes);
         sorted.sort_by_key(|i| i.ino);
         sorted.dedup_by_key(|i| i.ino);

@@ -606,6 +606,11 @@ fn attach_xattrs(fs: &Fs, found: &Found) -> std::result::Result<u64, String> {
         set.get(super::acl::ACCESS).is_some(),
         std::sync::atomic::Ordering::Relaxed,
     );
+    let reserved = set.reserved();
+    if !reserved.is_empty() && fs.image.geometry().reservations {
+        fs.restore_reservation(&owner, reserved)
+            .map_err(|e| e.to_string())?;
+    }
     Ok(fs.xattr_bucket(found.parent))
 }
 

@@ -276,7 +276,7 @@ impl Fs {
     /// Commits `set` as the inode's attributes and, when given, `primary` as the next version
     /// of its primary pinode (a mode an ACL changed), in one directory-journal commit; the
     /// change time becomes now.
-    pub(super) fn commit_xattrs(
+    pub(crate) fn commit_xattrs(
         &self,
         inode: &Inode,
         data: &mut InodeData,

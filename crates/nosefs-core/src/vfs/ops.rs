@@ -375,10 +375,11 @@ pub fn chdir(cred: &Cred, found: &Found, acl: Option<&Acl>) -> Result<(), Errno>
     core(perm::check_acl(&attr, acl, cred, MAY_EXEC))
 }
 
-/// `fallocate` of an open file: mode 0 extends the size (noseFS allocates on write, so no space
-/// is reserved); KEEP_SIZE succeeds with nothing to do; PUNCH_HOLE (with KEEP_SIZE) and
-/// ZERO_RANGE write zeros over the range, which reads as the hole would. Collapse and insert
-/// range are not supported.
+/// `fallocate` of an open file: mode 0 and KEEP_SIZE reserve the range (its first writes cannot
+/// fail with ENOSPC, also after a remount), mode 0 also extends the size; PUNCH_HOLE (with
+/// KEEP_SIZE) makes the range a hole and drops its reservation; ZERO_RANGE makes it a hole that
+/// stays reserved, as ext4's unwritten extents; COLLAPSE_RANGE and INSERT_RANGE move the rest
+/// of the file (and its reserved ranges) without copying data.
 pub fn fallocate(fs: &Fs, ino: u64, mode: i32, offset: i64, len: i64) -> Result<(), Errno> {
     if offset < 0 || len <= 0 {
         return Err(Errno::EINVAL);
@@ -402,6 +403,7 @@ pub fn fallocate(fs: &Fs, ino: u64, mode: i32, offset: i64, len: i64) -> Result<
         libc::FALLOC_FL_PUNCH_HOLE => Err(Errno::EINVAL), // PUNCH_HOLE needs KEEP_SIZE
         libc::FALLOC_FL_ZERO_RANGE => {
             core(fs.punch_hole(ino, offset, len))?;
+            core(fs.reserve_space(ino, offset, len))?;
             if end > size && !keep_size {
                 core(fs.truncate(ino, end))?;
             }
