@@ -62,11 +62,12 @@ impl TargetSpec {
             None => (text, None),
         };
         match (head, arg) {
-            ("nosefs" | "nosefs-sync" | "nosefs-msync-whole", place) => Ok(TargetSpec::Native {
+            ("nosefs" | "nosefs-sync" | "nosefs-msync-whole" | "nosefs-compactor", place) => Ok(TargetSpec::Native {
                 place: place.map(PathBuf::from),
                 mode: match head {
                     "nosefs-sync" => NativeMode::Sync,
                     "nosefs-msync-whole" => NativeMode::MsyncWhole,
+                    "nosefs-compactor" => NativeMode::Compactor,
                     _ => NativeMode::Plain,
                 },
             }),
@@ -81,7 +82,7 @@ impl TargetSpec {
                 format!("unknown ramdisk kind `{kind}` (one of {})", kinds.join(", "))
             }),
             _ => Err(format!(
-                "unknown target `{text}` (nosefs, nosefs-sync, nosefs-msync-whole, nosefs:PATH, nosefs-fuse, nosefs-floor, nosefs-preload, nosefs-client, dir:PATH, tmpfs, ramdisk:KIND)"
+                "unknown target `{text}` (nosefs, nosefs-sync, nosefs-msync-whole, nosefs-compactor, nosefs:PATH, nosefs-fuse, nosefs-floor, nosefs-preload, nosefs-client, dir:PATH, tmpfs, ramdisk:KIND)"
             )),
         }
     }
@@ -94,6 +95,7 @@ impl TargetSpec {
                     NativeMode::Plain => "nosefs",
                     NativeMode::Sync => "nosefs-sync",
                     NativeMode::MsyncWhole => "nosefs-msync-whole",
+                    NativeMode::Compactor => "nosefs-compactor",
                 };
                 match place {
                     Some(p) => format!("{head}:{}", p.display()),
@@ -121,6 +123,9 @@ pub enum NativeMode {
     Sync,
     /// The ablation: every msync writes back the whole mapped file.
     MsyncWhole,
+    /// With the background compactor (`nosefs mount -o compactor`): fragmented windows are
+    /// copied by its thread and taken along by the file's next commit.
+    Compactor,
 }
 
 impl NativeMode {
@@ -220,7 +225,7 @@ fn errno(e: nosefs_core::Error) -> io::Error {
 /// interrupt).
 #[derive(Debug)]
 pub struct BenchImage {
-    fs: Option<Fs>,
+    fs: Option<std::sync::Arc<Fs>>,
     /// The image file to remove on drop (`None`: a device, or a recording image in memory).
     remove: Option<PathBuf>,
     _registered: Option<Registered>,
@@ -241,7 +246,10 @@ impl BenchImage {
         let is_device = std::fs::metadata(&path).is_ok_and(|m| !m.is_file());
         let registered = (!is_device).then(|| cleanup::register(Undo::RemoveFile(path.clone())));
         nosefs_core::mkfs::mkfs(&path, &params)?;
-        let fs = Fs::mount(&path, &mode.mount_options())?;
+        let fs = std::sync::Arc::new(Fs::mount(&path, &mode.mount_options())?);
+        if mode == NativeMode::Compactor {
+            Fs::start_compactor(&fs).map_err(|e| nosefs_core::Error::io("compactor thread", e))?;
+        }
         Ok(BenchImage {
             fs: Some(fs),
             remove: (!is_device).then_some(path),
@@ -257,7 +265,7 @@ impl BenchImage {
         nosefs_core::mkfs::format_region(&region, &geometry, (0, 0))?;
         let fs = Fs::mount_image(Image::from_region(region)?, &MountOptions::default())?;
         Ok(BenchImage {
-            fs: Some(fs),
+            fs: Some(std::sync::Arc::new(fs)),
             remove: None,
             _registered: None,
         })
@@ -272,7 +280,11 @@ impl BenchImage {
 impl Drop for BenchImage {
     fn drop(&mut self) {
         if let Some(fs) = self.fs.take() {
-            drop(fs.unmount());
+            fs.stop_compactor();
+            match std::sync::Arc::try_unwrap(fs) {
+                Ok(fs) => drop(fs.unmount()),
+                Err(shared) => drop(shared.sync_all()),
+            }
         }
         if let Some(path) = &self.remove {
             let _ = std::fs::remove_file(path);
@@ -546,6 +558,7 @@ mod tests {
             "nosefs",
             "nosefs-sync",
             "nosefs-msync-whole",
+            "nosefs-compactor",
             "nosefs:/mnt/pmem0",
             "dir:/mnt/nosefs",
             "nosefs-fuse",

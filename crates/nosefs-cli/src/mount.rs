@@ -33,7 +33,10 @@ pub struct MountArgs {
     /// in memory, instead of refused; errors=refuse is the default), allow_other, dev (device
     /// nodes on the mount can be opened; nodev is the default, as for every FUSE mount), suid
     /// (set-user-id bits take effect; nosuid is the default), relatime (the default), noatime,
-    /// strictatime (when reads update access times), threads=N (worker threads, default 2).
+    /// strictatime (when reads update access times), threads=N (worker threads, default 2),
+    /// compactor (a background thread copies fragmented 64 KiB windows and the file's next
+    /// commit takes the copy along, instead of fsync copying them itself: a shorter tail for
+    /// small random overwrites, slower larger ones; see docs/benchmarks.md).
     #[arg(short = 'o', value_delimiter = ',')]
     options: Vec<String>,
 }
@@ -48,6 +51,7 @@ struct Options {
     suid: bool,
     atime: AtimeMode,
     threads: usize,
+    compactor: bool,
 }
 
 fn parse_options(raw: &[String]) -> Result<Options, String> {
@@ -68,6 +72,8 @@ fn parse_options(raw: &[String]) -> Result<Options, String> {
             None if option == "noatime" => options.atime = AtimeMode::Noatime,
             None if option == "strictatime" => options.atime = AtimeMode::Strictatime,
             None if option == "nosuid" => options.suid = false,
+            None if option == "compactor" => options.compactor = true,
+            None if option == "nocompactor" => options.compactor = false,
             Some(("errors", "ro" | "remount-ro")) => options.errors = OnDamage::ReadOnly,
             Some(("errors", "refuse")) => options.errors = OnDamage::Refuse,
             Some(("threads", n)) => {
@@ -79,7 +85,7 @@ fn parse_options(raw: &[String]) -> Result<Options, String> {
             }
             _ => {
                 return Err(format!(
-                    "unknown option `{option}` (sync, ro, errors=ro|refuse, allow_other, dev, suid, relatime, noatime, strictatime, threads=N)"
+                    "unknown option `{option}` (sync, ro, errors=ro|refuse, allow_other, dev, suid, relatime, noatime, strictatime, threads=N, compactor)"
                 ))
             }
         }
@@ -273,6 +279,11 @@ fn serve(args: &MountArgs, options: &Options) -> Result<(), String> {
     }
     let read_only = fs.is_read_only();
     let fs = Arc::new(fs);
+    if options.compactor {
+        if let Err(e) = Fs::start_compactor(&fs) {
+            eprintln!("nosefs mount: no background compactor ({e}); fsync rewrites fragmented windows itself");
+        }
+    }
     let mut config = Config::default();
     config.mount_options = vec![
         MountOption::FSName(
@@ -349,6 +360,9 @@ fn serve(args: &MountArgs, options: &Options) -> Result<(), String> {
             .umount_and_join()
             .map_err(|e| format!("unmount failed: {e}"))
     };
+    // Its thread holds a strong reference only while it rewrites a window: stopped first, so
+    // the last reference is ours.
+    fs.stop_compactor();
     if let Ok(fs) = Arc::try_unwrap(fs) {
         drop(fs.unmount());
     }

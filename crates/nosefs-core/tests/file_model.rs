@@ -185,10 +185,15 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(model_cases(32)))]
 
     #[test]
-    fn file_data_matches_the_model(phases in phases()) {
-        let (mut fs, inos) = fresh_fs();
+    fn file_data_matches_the_model(phases in phases(), compactor in any::<bool>()) {
+        let (fs, inos) = fresh_fs();
+        let mut fs = std::sync::Arc::new(fs);
         let mut models = vec![vec![ModelFile::default(); FILES_PER_THREAD]; THREADS];
         for (lists, clean) in phases {
+            // Half the cases run with the compactor's thread copying windows beside the writers.
+            if compactor {
+                Fs::start_compactor(&fs).unwrap();
+            }
             std::thread::scope(|scope| {
                 for (t, (ops, files)) in lists.iter().zip(models.iter_mut()).enumerate() {
                     let (fs, inos) = (&fs, &inos[t]);
@@ -200,9 +205,11 @@ proptest! {
                     });
                 }
             });
+            fs.stop_compactor();
             let (bytes, free_before) = if clean {
                 fs.sync_all().unwrap();
                 let free = fs.free_data_blocks();
+                let fs = std::sync::Arc::try_unwrap(fs).expect("the compactor let go");
                 (fs.unmount().into_region().snapshot(), Some(free))
             } else {
                 (crash_image(&fs), None)
@@ -216,7 +223,7 @@ proptest! {
                     }
                 }
             }
-            fs = mount_bytes(&bytes);
+            fs = std::sync::Arc::new(mount_bytes(&bytes));
             // Nothing leaked or freed twice: after a sync, the only blocks mount finds free that
             // were not free before are the files' reserved tail blocks.
             if let Some(free_before) = free_before {

@@ -55,6 +55,15 @@ pub enum Op {
     InsertRange(&'static str, u64, u64),
     /// fallocate(KEEP_SIZE) of `len` bytes at `offset`: the range is reserved, durably on return.
     Reserve(&'static str, u64, u64),
+    /// From now on commits queue crowded windows for the compactor instead of rewriting them
+    /// (what a started compactor thread sets; nothing on media).
+    DeferCompaction,
+    /// The compactor's rewrite of every crowded window of the file, in this thread: one commit
+    /// per window that replaces its extents and nothing else (pending writes stay pending).
+    Compact(&'static str),
+    /// The compactor thread's turn at window 0 of the file: copied and handed to the file's
+    /// next commit (or committed alone if the file stays idle and the span allows).
+    Prepare(&'static str),
     /// O_TMPFILE in the path's directory, len bytes of a pattern from seed written and fsynced
     /// with no name, then linked at the path (AT_EMPTY_PATH) and closed: durable on return.
     Tmpfile(&'static str, usize, u8),
@@ -87,6 +96,9 @@ impl Op {
             Op::CollapseRange(..) => "collapse",
             Op::InsertRange(..) => "insert",
             Op::Reserve(..) => "reserve",
+            Op::DeferCompaction => "defer",
+            Op::Compact(..) => "compact",
+            Op::Prepare(..) => "prepare",
         }
     }
 
@@ -220,6 +232,15 @@ pub fn run(fs: &Fs, op: &Op) -> Result<()> {
         Op::CollapseRange(p, offset, len) => fs.collapse_range(ino(fs, p)?, *offset, *len),
         Op::InsertRange(p, offset, len) => fs.insert_range(ino(fs, p)?, *offset, *len),
         Op::Reserve(p, offset, len) => fs.reserve_space(ino(fs, p)?, *offset, *len),
+        Op::DeferCompaction => {
+            fs.set_deferred_compaction(true);
+            Ok(())
+        }
+        Op::Compact(p) => fs.compact_file(ino(fs, p)?).map(drop),
+        Op::Prepare(p) => {
+            fs.prepare_for_next_commit(ino(fs, p)?, 0);
+            Ok(())
+        }
         Op::Tmpfile(p, len, seed) => {
             let (d, n) = parent(fs, p)?;
             let t = fs.create_tmpfile(d, 0o644, owner, true)?;
@@ -393,6 +414,38 @@ pub fn file_sequences() -> Vec<Vec<Op>> {
             Op::Fsync("/d/c"),
             Op::Unlink("/d/c"),
         ],
+        // The compactor: a window of 40 committed pieces left crowded by its commit, then
+        // rewritten by its own commit while another write to the file is pending (which the
+        // compaction must not make durable), then that write committed.
+        [Op::DeferCompaction]
+            .into_iter()
+            .chain((0..40).map(|i| Op::Write("/d/c", i * 1500, 100, i as u8)))
+            .chain([
+                Op::Fsync("/d/c"),
+                Op::Write("/d/c", 200_000, 10, 50),
+                Op::Compact("/d/c"),
+                Op::Fsync("/d/c"),
+            ])
+            .collect(),
+        // The hand-off: a window copied by the compactor while a write inside it is pending,
+        // taken along by the fsync that commits the write.
+        [Op::DeferCompaction]
+            .into_iter()
+            .chain((0..40).map(|i| Op::Write("/d/c", i * 1500, 100, i as u8)))
+            .chain([
+                Op::Fsync("/d/c"),
+                Op::Write("/d/c", 50, 1, 60),
+                Op::Prepare("/d/c"),
+                Op::Fsync("/d/c"),
+            ])
+            .collect(),
+        // The same on a file with another name and attributes, whose 9,000 committed bytes
+        // become one of the window's pieces.
+        [Op::DeferCompaction]
+            .into_iter()
+            .chain((0..36).map(|i| Op::Write("/a", 9500 + i * 1500, 200, i as u8)))
+            .chain([Op::Fsync("/a"), Op::Compact("/a")])
+            .collect(),
         // A directory's default ACL, inherited by what is made in it.
         vec![
             Op::SetAcl("/d", true),

@@ -326,6 +326,7 @@ impl Filesystem for NoseFuse {
 
     fn destroy(&mut self) {
         if let Some(fs) = self.fs.take() {
+            fs.stop_compactor();
             match Arc::try_unwrap(fs) {
                 Ok(fs) => drop(fs.unmount()),
                 Err(shared) => drop(shared.sync_all()),

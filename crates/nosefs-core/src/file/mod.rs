@@ -31,6 +31,7 @@
 //! and so it also commits pending writes.
 
 pub(crate) mod chunkmap;
+pub mod compact;
 pub(crate) mod filemap;
 pub mod holes;
 pub mod journal;
@@ -102,6 +103,10 @@ pub struct FileState {
     promised: u64,
     /// The byte ranges fallocate reserved (`reserve`), as the attribute blob stores them.
     reserved: reserve::Ranges,
+    /// Windows the compactor copied, for the next commit to take (`compact`).
+    prepared: Vec<compact::Plan>,
+    /// Writes so far: the compactor commits alone only while it stays unchanged.
+    writes: u64,
 }
 
 impl FileState {
@@ -122,6 +127,8 @@ impl FileState {
             released: false,
             promised: 0,
             reserved: Vec::new(),
+            prepared: Vec::new(),
+            writes: 0,
         }
     }
 
@@ -145,6 +152,7 @@ impl FileState {
 
     fn is_dirty(&self) -> bool {
         self.map.pending_count() > 0
+            || !self.prepared.is_empty()
             || !self.removed.is_empty()
             || self.size != self.committed_size
             || self.mtime_ns != self.committed_mtime_ns
@@ -332,6 +340,7 @@ impl Fs {
     fn write_at(&self, inode: &Inode, offset: Option<u64>, data: &[u8]) -> Result<u64> {
         let file = self.file_of(inode)?;
         let mut state = file.lock();
+        state.writes = state.writes.wrapping_add(1);
         if state.released {
             return Err(Errno::ENOENT.into());
         }
@@ -507,6 +516,7 @@ impl Fs {
         }
         blocks.extend(state.deferred.iter().copied());
         blocks.extend(state.tail_block());
+        self.drop_prepared(state);
         self.hold_back(|limbo| limbo.blocks.extend(runs_of(blocks)));
         self.blocks.release_promise(state.promised);
         *state = FileState::new(state.mtime_ns);
@@ -671,7 +681,12 @@ impl Fs {
             return Ok(());
         }
         self.merge_pending(state);
-        self.defragment(state);
+        self.install_prepared(state);
+        if self.compaction_deferred() {
+            self.queue_crowded(inode.ino, state);
+        } else {
+            self.defragment(state);
+        }
         let offsets = state.map.pending();
         let enos = self.alloc_extents(offsets.len())?;
         for (&offset, &eno) in offsets.iter().zip(&enos) {
@@ -829,28 +844,29 @@ impl Fs {
             .collect();
         windows.dedup();
         for window in windows {
-            let (start, end) = (window * WINDOW_BYTES, (window + 1) * WINDOW_BYTES);
-            let crowded = state
-                .map
-                .overlapping(start, end)
-                .nth(WINDOW_MAX_PIECES)
-                .is_some();
-            if !crowded {
-                continue;
-            }
-            let first = state.map.overlapping(start, end).next().expect("crowded");
-            let last = state.map.overlapping(start, end).last().expect("crowded");
-            let from = first.0.max(start);
-            let to = (last.0 + last.1.len).min(end).min(state.size);
-            let mut bytes = vec![0u8; (to - from) as usize];
-            self.read_locked(state, from, &mut bytes);
-            let Ok(placement) = self.place(state, to - from, 0) else {
+            if compact::crowded(state, window) && !self.defragment_window(state, window) {
                 return;
-            };
-            self.store_data(&placement, &bytes);
-            self.put_pieces(state, from, &placement);
-            state.dirty_bytes += to - from;
+            }
         }
+    }
+
+    /// Rewrites one window's pieces into fresh contiguous space as one pending piece; false when
+    /// space is short (nothing changed).
+    fn defragment_window(&self, state: &mut FileState, window: u64) -> bool {
+        let (start, end) = (window * WINDOW_BYTES, (window + 1) * WINDOW_BYTES);
+        let first = state.map.overlapping(start, end).next().expect("crowded");
+        let last = state.map.overlapping(start, end).last().expect("crowded");
+        let from = first.0.max(start);
+        let to = (last.0 + last.1.len).min(end).min(state.size);
+        let mut bytes = vec![0u8; (to - from) as usize];
+        self.read_locked(state, from, &mut bytes);
+        let Ok(placement) = self.place(state, to - from, 0) else {
+            return false;
+        };
+        self.store_data(&placement, &bytes);
+        self.put_pieces(state, from, &placement);
+        state.dirty_bytes += to - from;
+        true
     }
 }
 

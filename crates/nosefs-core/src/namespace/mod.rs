@@ -232,6 +232,8 @@ pub struct Fs {
     removed_dirs: Mutex<std::collections::HashMap<u64, (Attr, u32)>>,
     /// Unnamed files (O_TMPFILE without O_EXCL) that a link may still name.
     linkable_tmpfiles: Mutex<std::collections::HashSet<u64>>,
+    /// The background compactor ([`crate::file::compact`]).
+    pub(crate) compactor: crate::file::compact::Compactor,
     report: MountReport,
 }
 
@@ -303,6 +305,7 @@ impl Fs {
     /// Commits every file's pending writes, marks the image cleanly unmounted and gives it back.
     /// A file whose commit fails (no space for its extents) keeps its last committed state.
     pub fn unmount(self) -> Image {
+        self.stop_compactor();
         let _ = self.sync_all(); // settles the directory logs too
         let count = self.image.superblock().mount_count() + 1;
         self.image.set_state(true, count);

@@ -68,6 +68,7 @@ pub(super) fn mount(image: Image, options: &MountOptions) -> Result<Fs> {
         topology: Mutex::new(()),
         removed_dirs: Mutex::new(Default::default()),
         linkable_tmpfiles: Mutex::new(Default::default()),
+        compactor: Default::default(),
         report: MountReport {
             logs_replayed: journal.replayed,
             logs_discarded: journal.discarded,
