@@ -31,7 +31,7 @@ struct Region {
 /// Free runs of data blocks, split into per-CPU regions.
 #[derive(Debug)]
 pub struct BlockAllocator {
-    regions: Vec<Region>,
+    regions: Vec<crate::padded::CachePadded<Region>>,
     blocks_per_region: u64,
     /// Free blocks not promised to any file.
     available: AtomicU64,
@@ -49,11 +49,11 @@ impl BlockAllocator {
         let regions = (0..count)
             .map(|i| {
                 let (first, end) = (i * per, ((i + 1) * per).min(blocks));
-                Region {
+                crate::padded::CachePadded(Region {
                     first,
                     end,
                     runs: Mutex::new(free_runs(bits, first, end)),
-                }
+                })
             })
             .collect();
         let mut allocator = BlockAllocator {
@@ -123,7 +123,7 @@ impl BlockAllocator {
     fn search_order(&self) -> impl Iterator<Item = &Region> {
         let home = self.home();
         let n = self.regions.len();
-        (0..n).map(move |i| &self.regions[(home + i) % n])
+        (0..n).map(move |i| &*self.regions[(home + i) % n])
     }
 
     /// Exactly `count` contiguous free blocks (first fit), or `None`.

@@ -17,6 +17,7 @@ pub mod image;
 pub mod info;
 pub mod mkfs;
 pub mod namespace;
+pub mod padded;
 pub mod pmem;
 pub mod vfs;
 

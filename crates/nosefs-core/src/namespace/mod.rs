@@ -213,7 +213,7 @@ pub struct Fs {
     long_names: SlotPools,
     pub(crate) extents: SlotPools,
     pub(crate) blocks: crate::alloc::BlockAllocator,
-    logs: Vec<Mutex<()>>,
+    logs: Vec<crate::padded::CachePadded<Mutex<()>>>,
     /// Which directory logs may hold a replayable record, and what is held back meanwhile.
     settler: settle::Settler,
     pub(crate) file_logs: SlotPools,

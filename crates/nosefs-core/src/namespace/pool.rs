@@ -21,7 +21,7 @@ const FRESH_BATCH: u64 = 64;
 /// Free slots of one table, split across CPUs, and the table's never-used tail.
 #[derive(Debug)]
 pub struct SlotPools {
-    pools: Vec<Mutex<Vec<u32>>>,
+    pools: Vec<crate::padded::CachePadded<Mutex<Vec<u32>>>>,
     fresh: Mutex<Fresh>,
 }
 
@@ -66,7 +66,10 @@ impl SlotPools {
             list.reverse(); // pop() hands out the lowest slots first
         }
         SlotPools {
-            pools: lists.into_iter().map(Mutex::new).collect(),
+            pools: lists
+                .into_iter()
+                .map(|l| crate::padded::CachePadded(Mutex::new(l)))
+                .collect(),
             fresh: Mutex::new(Fresh {
                 next: fresh.start,
                 end: fresh.end,

@@ -54,7 +54,9 @@ pub(super) fn mount(image: Image, options: &MountOptions) -> Result<Fs> {
         long_names: marks.pools(cpus, Table::LongNames, free_long_names(&scan.valid, &marks)),
         extents: marks.pools(cpus, Table::Extents, free_extents),
         blocks: crate::alloc::BlockAllocator::from_bitmap(&data.used, g.data_block_count(), cpus),
-        logs: (0..g.dir_log_count()).map(|_| Mutex::new(())).collect(),
+        logs: (0..g.dir_log_count())
+            .map(|_| crate::padded::CachePadded::default())
+            .collect(),
         settler: super::settle::Settler::new(g.dir_log_count(), cpus),
         file_logs: SlotPools::new(cpus, 1..g.file_log_count() as u32),
         sync_writes: options.sync,

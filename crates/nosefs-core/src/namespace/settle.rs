@@ -35,6 +35,7 @@ use parking_lot::Mutex;
 use smallvec::SmallVec;
 
 use crate::image::Image;
+use crate::padded::CachePadded;
 
 /// Items (slots, records, extents, block runs) one CPU's part of the limbo holds before it
 /// settles everything.
@@ -80,12 +81,12 @@ impl Limbo {
 #[derive(Debug)]
 pub struct Settler {
     /// Per log: commits through it since mount (its records' numbers).
-    commits: Vec<AtomicU64>,
+    commits: Vec<CachePadded<AtomicU64>>,
     /// Per log: the number of its unsettled record, or 0 when its tail is durably zero (or
     /// durably replaced by a later commit's).
-    unsettled: Vec<AtomicU64>,
+    unsettled: Vec<CachePadded<AtomicU64>>,
     /// Per CPU, like the slot pools, so that removals on different CPUs never share a lock.
-    limbo: Vec<Mutex<Limbo>>,
+    limbo: Vec<CachePadded<Mutex<Limbo>>>,
     /// Held by [`Settler::settle_all`] until what it released is back in the pools, so that an
     /// allocation that settles after finding nothing also sees what a concurrent settle took.
     settling: Mutex<()>,
@@ -98,9 +99,9 @@ impl Settler {
     /// Every one of `logs` settled (as after recovery), nothing held back; limbo parts for `cpus`.
     pub fn new(logs: u64, cpus: usize) -> Settler {
         Settler {
-            commits: (0..logs).map(|_| AtomicU64::new(0)).collect(),
-            unsettled: (0..logs).map(|_| AtomicU64::new(0)).collect(),
-            limbo: (0..cpus.max(1)).map(|_| Mutex::default()).collect(),
+            commits: (0..logs).map(|_| CachePadded::default()).collect(),
+            unsettled: (0..logs).map(|_| CachePadded::default()).collect(),
+            limbo: (0..cpus.max(1)).map(|_| CachePadded::default()).collect(),
             settling: Mutex::new(()),
         }
     }
