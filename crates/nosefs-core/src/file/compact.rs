@@ -278,7 +278,13 @@ impl Fs {
     /// Steps 1 and 2: the plan for a crowded window, its bytes copied to the new blocks and
     /// written back. Takes the file lock only to look at the window.
     fn prepare_window(&self, file: &parking_lot::Mutex<FileState>, window: u64) -> Option<Plan> {
-        let plan = self.plan_compaction(&mut file.lock(), window)?;
+        let (mut plan, goal) = {
+            let mut state = file.lock();
+            (self.plan_compaction(&mut state, window)?, state.goal)
+        };
+        // Blocks are found with no file lock held: a first fit of 16 contiguous blocks can scan
+        // a long list of free runs, and the writer must not wait for it.
+        plan.placement = self.whole_blocks(goal, plan.to - plan.from)?;
         let mut bytes = vec![0u8; (plan.to - plan.from) as usize];
         let base = self.image.geometry().block_offset(0);
         // Holes in the span read as zeros, as they did.
@@ -388,9 +394,8 @@ impl Fs {
         }
     }
 
-    /// Step 1: the window's pieces, if it is crowded and they are all whole committed extents;
-    /// fresh blocks for their span (whole blocks, not the file's tail: nothing else of the file
-    /// changes).
+    /// Step 1: the window's span and pieces, if it is crowded (blocks for the span are found
+    /// after, by the caller, with no lock held).
     fn plan_compaction(&self, state: &mut FileState, window: u64) -> Option<Plan> {
         if state.released || !crowded(state, window) {
             return None;
@@ -405,13 +410,11 @@ impl Fs {
         if to <= from {
             return None;
         }
-        let pieces = window_pieces(state, from, to);
-        let placement = self.whole_blocks(state.goal, to - from)?;
         Some(Plan {
-            pieces,
+            pieces: window_pieces(state, from, to),
             from,
             to,
-            placement,
+            placement: Placement::new(),
         })
     }
 
