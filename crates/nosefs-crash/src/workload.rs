@@ -502,7 +502,9 @@ pub fn random(seed: u64, len: usize) -> Vec<Op> {
     (0..len)
         .map(|_| {
             let (p, q) = (PATHS[next(PATHS.len())], PATHS[next(PATHS.len())]);
-            match next(11) {
+            match next(13) {
+                11 => Op::Reserve(p, next(9000) as u64, 1 + next(20_000) as u64),
+                12 => Op::PunchHole(p, next(9000) as u64, 1 + next(6000) as u64),
                 8 => Op::Write(p, next(9000) as u64, 1 + next(3000), next(256) as u8),
                 9 => Op::Fsync(p),
                 10 => Op::Truncate(p, next(12_000) as u64),
