@@ -513,6 +513,33 @@ mod tests {
         }
 
         #[test]
+        fn images_without_the_feature_keep_the_promise_until_unmount() {
+            let params = crate::format::layout::MkfsParams {
+                image_bytes: 8 << 20,
+                without_xattrs: true,
+                ..Default::default()
+            };
+            let g = crate::format::layout::Geometry::for_mkfs(&params).unwrap();
+            assert!(!g.reservations);
+            let region = crate::pmem::Region::recording(params.image_bytes).unwrap();
+            crate::mkfs::format_region(&region, &g, (0, 0)).unwrap();
+            let image = crate::image::Image::from_region(region).unwrap();
+            let fs = Fs::mount_image(image, &Default::default()).unwrap();
+            let (a, b) = {
+                let a = fs.create(ROOT_INO, b"a", 0o644, OWNER, true).unwrap();
+                let b = fs.create(ROOT_INO, b"b", 0o644, OWNER, true).unwrap();
+                (a.ino, b.ino)
+            };
+            fs.reserve_space(a, 0, RANGE_BYTES).unwrap();
+            assert_eq!(fs.reserved_ranges(a).unwrap(), [(0, RANGE_BYTES)]);
+            fill(&fs, b);
+            write_range(&fs, a).unwrap();
+            let image = fs.unmount();
+            let fs = Fs::mount_image(image, &Default::default()).unwrap();
+            assert!(fs.reserved_ranges(a).unwrap().is_empty(), "nothing stored");
+        }
+
+        #[test]
         fn attributes_and_the_reservation_share_the_blob() {
             let mut h = fresh(None);
             let (a, _) = two_files(&h);
