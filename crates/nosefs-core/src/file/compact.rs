@@ -1,28 +1,33 @@
-//! The background compactor (issue 24): the fragmentation policy's window rewrite, off the
-//! commit path.
+//! The background compactor (issue 24): the fragmentation policy's window copy, off the
+//! commit path. Opt-in (`nosefs mount -o compactor`): it shortens the tail of small random
+//! overwrites + fsync but slows 4-16 KiB ones (docs/benchmarks.md has the figures).
 //!
 //! The policy (a 64 KiB window of more than [`WINDOW_MAX_PIECES`] pieces is rewritten into one
 //! contiguous piece) keeps reads of a file that took many small overwrites within 2x of a fresh
 //! one, and bounds the space small pieces pin. Run inside fsync it costs the fsync that crosses
 //! the threshold a 64 KiB copy (the whole p99 of random overwrites + fsync). Once a frontend
 //! starts the compactor ([`Fs::start_compactor`]), a commit only queues the crowded windows, and
-//! the compactor's thread rewrites each:
+//! the compactor's thread takes each:
 //!
-//! 1. under the file lock, briefly: the window's pieces must all be committed extents, each
-//!    whole (a pending write there means the next commit decides again); they are noted, and
-//!    fresh blocks are taken for their span;
-//! 2. with no lock held: their bytes are copied into the fresh blocks and written back (a
-//!    concurrent overwrite may free and reuse the old blocks meanwhile: then step 3 sees changed
-//!    pieces and the copy is dropped, never installed);
-//! 3. under the inode and file locks: if the window's pieces are still the ones noted, one file
-//!    commit through the file journal ([`super::journal::commit`]) replaces their extents by
-//!    the new ones. Only that: the file's pending writes elsewhere, its size and times are not in
-//!    it, so what fsync makes durable atomically is unchanged, and a reader sees the same bytes
-//!    before, during and after (the crash checker's `compact` workloads check it).
+//! 1. under the file lock, briefly: the window's span and pieces are noted;
+//! 2. with no lock held: fresh blocks are found for the span, its bytes copied into them and
+//!    written back (a concurrent overwrite may free and reuse the old blocks meanwhile: then the
+//!    pieces no longer match and the copy is dropped, never installed);
+//! 3. under the file lock, briefly: if the pieces are still the ones noted, the copy is handed
+//!    to the file ([`Fs::prepare_for_next_commit`]); the file's next commit, the writer's own
+//!    fsync, checks them once more and takes the copy along as one new piece
+//!    (`Fs::install_prepared`), as an inline rewrite would, without the copy. A file that
+//!    stays idle for 100 µs instead gets the compactor's own commit when the span is exactly
+//!    whole committed extents ([`Fs::compact_file`] runs the same in the caller): a file commit
+//!    that replaces those extents and nothing else, so the file's pending writes, size and times
+//!    stay out of it, what fsync makes durable atomically is unchanged, and a reader sees the
+//!    same bytes before, during and after (the crash checker's `compact` and `prepare`
+//!    workloads check both paths).
 //!
-//! Without a started compactor (the embedded shim, which must not start threads inside the
-//! programs it serves; the crash checker, which is single-threaded), commits rewrite crowded
-//! windows inline as before, and [`Fs::compact_file`] runs steps 1-3 in the caller.
+//! Without a started compactor (the default; the embedded shim, which must not start threads
+//! inside the programs it serves; the crash checker, which is single-threaded), commits rewrite
+//! crowded windows inline as before. A window the compactor falls far behind on (past
+//! `BEHIND_PIECES`) is rewritten inline too.
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -334,7 +339,7 @@ impl Fs {
 
     /// The thread's turn at one window: steps 1 and 2, then the plan is handed to the file, so
     /// that its next commit (an fsync the writer makes anyway) takes the new piece along
-    /// ([`Fs::install_prepared`]) and the writer never waits for a commit of the compactor's. A
+    /// (`Fs::install_prepared`) and the writer never waits for a commit of the compactor's. A
     /// file that stays idle instead gets the compactor's own commit.
     pub fn prepare_for_next_commit(&self, ino: u64, window: u64) {
         let Ok(inode) = self.inode(ino) else {
