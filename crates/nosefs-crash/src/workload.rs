@@ -417,9 +417,7 @@ pub fn file_sequences() -> Vec<Vec<Op>> {
         // The compactor: a window of 40 committed pieces left crowded by its commit, then
         // rewritten by its own commit while another write to the file is pending (which the
         // compaction must not make durable), then that write committed.
-        [Op::DeferCompaction]
-            .into_iter()
-            .chain((0..40).map(|i| Op::Write("/d/c", i * 1500, 100, i as u8)))
+        crowd("/d/c", 40, 0, 100)
             .chain([
                 Op::Fsync("/d/c"),
                 Op::Write("/d/c", 200_000, 10, 50),
@@ -429,9 +427,7 @@ pub fn file_sequences() -> Vec<Vec<Op>> {
             .collect(),
         // The hand-off: a window copied by the compactor while a write inside it is pending,
         // taken along by the fsync that commits the write.
-        [Op::DeferCompaction]
-            .into_iter()
-            .chain((0..40).map(|i| Op::Write("/d/c", i * 1500, 100, i as u8)))
+        crowd("/d/c", 40, 0, 100)
             .chain([
                 Op::Fsync("/d/c"),
                 Op::Write("/d/c", 50, 1, 60),
@@ -441,9 +437,7 @@ pub fn file_sequences() -> Vec<Vec<Op>> {
             .collect(),
         // The same on a file with another name and attributes, whose 9,000 committed bytes
         // become one of the window's pieces.
-        [Op::DeferCompaction]
-            .into_iter()
-            .chain((0..36).map(|i| Op::Write("/a", 9500 + i * 1500, 200, i as u8)))
+        crowd("/a", 36, 9500, 200)
             .chain([Op::Fsync("/a"), Op::Compact("/a")])
             .collect(),
         // A directory's default ACL, inherited by what is made in it.
@@ -459,6 +453,13 @@ pub fn file_sequences() -> Vec<Vec<Op>> {
             Op::Unlink("/d/h"),
         ],
     ]
+}
+
+/// Commits queued for the compactor, then `count` pending writes of `len` bytes 1,500 bytes
+/// apart from `first`: one fsync later, window 0 is crowded.
+fn crowd(path: &'static str, count: u64, first: u64, len: usize) -> impl Iterator<Item = Op> {
+    std::iter::once(Op::DeferCompaction)
+        .chain((0..count).map(move |i| Op::Write(path, first + i * 1500, len, i as u8)))
 }
 
 /// Every ordered pair of a smaller set of operations over the same names.

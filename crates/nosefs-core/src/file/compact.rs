@@ -405,16 +405,8 @@ impl Fs {
         if state.released || !crowded(state, window) {
             return None;
         }
-        // The span an inline rewrite takes (`Fs::defragment_window`): from the first piece's
-        // start to the last one's end, within the window and the size.
-        let (start, end) = (window * WINDOW_BYTES, (window + 1) * WINDOW_BYTES);
-        let first = state.map.overlapping(start, end).next()?;
-        let last = state.map.overlapping(start, end).last()?;
-        let from = first.0.max(start);
-        let to = (last.0 + last.1.len).min(end).min(state.size);
-        if to <= from {
-            return None;
-        }
+        // The span an inline rewrite takes (`Fs::defragment_window`).
+        let (from, to) = super::window_span(state, window)?;
         Some(Plan {
             pieces: window_pieces(state, from, to),
             from,
@@ -469,11 +461,12 @@ impl Fs {
         let mut at = plan.from;
         for (i, (&(addr, len), &eno)) in plan.placement.iter().zip(&enos).enumerate() {
             let link = |j: Option<usize>, outside: u32| j.map_or(outside, |j| enos[j]);
-            let mut e = extent_record(inode.ino, at, addr, len);
-            e.prev = zerocopy::little_endian::U32::new(link(i.checked_sub(1), prev));
             let after = (i + 1 < enos.len()).then_some(i + 1);
-            e.next = zerocopy::little_endian::U32::new(link(after, next));
-            new.push((eno, e));
+            let (before, after) = (link(i.checked_sub(1), prev), link(after, next));
+            new.push((
+                eno,
+                super::extent_record(inode.ino, at, addr, len, before, after),
+            ));
             at += len;
         }
         let media_head = self
@@ -586,24 +579,6 @@ fn pieces_over(state: &FileState, window: u64, limit: usize) -> bool {
 /// The pieces overlapping `[from, to)`.
 fn window_pieces(state: &FileState, from: u64, to: u64) -> Vec<(u64, Piece)> {
     state.map.overlapping(from, to).collect()
-}
-
-/// The extent record of `len` bytes at file offset `offset`, data-zone address `addr` (links
-/// left to the caller).
-fn extent_record(ino: u64, offset: u64, addr: u64, len: u64) -> Extent {
-    use zerocopy::little_endian::{U16, U32, U64};
-    let block_offset = addr % BLOCK_SIZE;
-    Extent {
-        ino: U64::new(ino),
-        file_offset: U64::new(offset),
-        flags: U32::new(0),
-        next: U32::new(0),
-        prev: U32::new(0),
-        start_block: U32::new((addr / BLOCK_SIZE) as u32),
-        length: U32::new(len as u32),
-        block_offset: U16::new(block_offset as u16),
-        block_count: U16::new(Extent::blocks_needed(block_offset, len) as u16),
-    }
 }
 
 fn compactor_loop(fs: &Weak<Fs>, shared: &Shared) {

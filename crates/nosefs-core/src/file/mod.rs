@@ -797,19 +797,15 @@ impl Fs {
             .iter()
             .map(|&offset| {
                 let p = state.map.get(offset).expect("a pending piece");
-                let neighbour = |n: Option<(u64, Piece)>| U32::new(n.map_or(0, |(_, q)| q.eno));
-                let block_offset = p.addr % BLOCK_SIZE;
-                let e = Extent {
-                    ino: U64::new(ino),
-                    file_offset: U64::new(offset),
-                    flags: U32::new(0),
-                    next: neighbour(state.map.after(offset)),
-                    prev: neighbour(state.map.before(offset)),
-                    start_block: U32::new((p.addr / BLOCK_SIZE) as u32),
-                    length: U32::new(p.len as u32),
-                    block_offset: U16::new(block_offset as u16),
-                    block_count: U16::new(Extent::blocks_needed(block_offset, p.len) as u16),
-                };
+                let neighbour = |n: Option<(u64, Piece)>| n.map_or(0, |(_, q)| q.eno);
+                let e = extent_record(
+                    ino,
+                    offset,
+                    p.addr,
+                    p.len,
+                    neighbour(state.map.before(offset)),
+                    neighbour(state.map.after(offset)),
+                );
                 (p.eno, e)
             })
             .collect()
@@ -853,11 +849,9 @@ impl Fs {
     /// Rewrites one window's pieces into fresh contiguous space as one pending piece; false when
     /// space is short (nothing changed).
     fn defragment_window(&self, state: &mut FileState, window: u64) -> bool {
-        let (start, end) = (window * WINDOW_BYTES, (window + 1) * WINDOW_BYTES);
-        let first = state.map.overlapping(start, end).next().expect("crowded");
-        let last = state.map.overlapping(start, end).last().expect("crowded");
-        let from = first.0.max(start);
-        let to = (last.0 + last.1.len).min(end).min(state.size);
+        let Some((from, to)) = window_span(state, window) else {
+            return true; // nothing to rewrite
+        };
         let mut bytes = vec![0u8; (to - from) as usize];
         self.read_locked(state, from, &mut bytes);
         let Ok(placement) = self.place(state, to - from, 0) else {
@@ -867,6 +861,34 @@ impl Fs {
         self.put_pieces(state, from, &placement);
         state.dirty_bytes += to - from;
         true
+    }
+}
+
+/// The span a window's rewrite takes: from its first piece's start to its last one's end,
+/// within the window and the file's size; None when that leaves nothing.
+fn window_span(state: &FileState, window: u64) -> Option<(u64, u64)> {
+    let (start, end) = (window * WINDOW_BYTES, (window + 1) * WINDOW_BYTES);
+    let first = state.map.overlapping(start, end).next()?;
+    let last = state.map.overlapping(start, end).last()?;
+    let from = first.0.max(start);
+    let to = (last.0 + last.1.len).min(end).min(state.size);
+    (from < to).then_some((from, to))
+}
+
+/// The extent record of `len` bytes at file offset `offset`, data-zone address `addr`, between
+/// extents `prev` and `next` (0: none), valid bit clear.
+fn extent_record(ino: u64, offset: u64, addr: u64, len: u64, prev: u32, next: u32) -> Extent {
+    let block_offset = addr % BLOCK_SIZE;
+    Extent {
+        ino: U64::new(ino),
+        file_offset: U64::new(offset),
+        flags: U32::new(0),
+        next: U32::new(next),
+        prev: U32::new(prev),
+        start_block: U32::new((addr / BLOCK_SIZE) as u32),
+        length: U32::new(len as u32),
+        block_offset: U16::new(block_offset as u16),
+        block_count: U16::new(Extent::blocks_needed(block_offset, len) as u16),
     }
 }
 
