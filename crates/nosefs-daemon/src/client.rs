@@ -5,15 +5,15 @@
 //! re-enters the shim's hooks.
 //!
 //! A call takes a free slot (one per calling thread at a time), writes its request, rings the
-//! doorbell if the server thread sleeps, then spins for [`CLIENT_SPIN`] on the slot's state
-//! and after that waits on it with a futex. While it waits it checks every
+//! doorbell if the thread serving the slot sleeps, then polls the slot's state for
+//! [`CLIENT_SPIN`] (see [`crate::wait`]) and after that waits on it with a futex. While it waits it checks every
 //! [`DAEMON_CHECK`] that the daemon still holds its end of the socket: a daemon that died
 //! gives EIO, never a hang.
 
 use std::mem::MaybeUninit;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use nosefs_core::file::holes::DataExtent;
 use nosefs_core::namespace::{Attr, DirEntry, SetAttr};
@@ -29,15 +29,13 @@ use rustix::thread::futex;
 use crate::proto::{op, Dec, Enc};
 use crate::server::{find_daemon, socket_name, HELLO};
 use crate::service::{Handle, NameIn, Opened, OpenedPath, Service, Statfs, XattrTarget};
-use crate::shm::{state, Area};
+use crate::shm::{owner, state, Area};
+use crate::wait::Spinner;
 
 /// How long a client spins on its slot before it sleeps on the futex.
 pub const CLIENT_SPIN: Duration = Duration::from_micros(20);
 /// How often a sleeping client checks that the daemon lives.
 pub const DAEMON_CHECK: Duration = Duration::from_millis(100);
-
-/// The owner mark of a slot holding a posted request ([`Remote::post`]).
-const POSTED: u32 = 2;
 
 /// A connection to a daemon.
 #[derive(Debug)]
@@ -174,15 +172,16 @@ impl Remote {
     /// request ([`Remote::post`]) has been answered is free: its reply is dropped here.
     fn take_slot(&self) -> Option<usize> {
         thread_local! {
-            // Each thread starts its search at its own slot (no system call per request).
+            // Each thread starts its search at its own pair of slots (no system call per
+            // request): one for its call, one for the close it posted before (see `shm`).
             static HOME: usize = rustix::thread::gettid().as_raw_nonzero().get() as usize;
         }
         let n = self.area.slots();
-        let start = HOME.with(|h| *h) % n;
+        let start = HOME.with(|h| *h) % (n / 2) * 2;
         let take = |slot: usize, from: u32| {
             self.area
                 .owner(slot)
-                .compare_exchange(from, 1, Ordering::Acquire, Ordering::Relaxed)
+                .compare_exchange(from, owner::CALL, Ordering::Acquire, Ordering::Relaxed)
                 .is_ok()
         };
         let mut rounds = 0u32;
@@ -190,10 +189,10 @@ impl Remote {
             for k in 0..n {
                 let slot = (start + k) % n;
                 match self.area.owner(slot).load(Ordering::Relaxed) {
-                    0 if take(slot, 0) => return Some(slot),
-                    POSTED
+                    owner::FREE if take(slot, owner::FREE) => return Some(slot),
+                    owner::POSTED
                         if self.area.state(slot).load(Ordering::Acquire) == state::REPLY
-                            && take(slot, POSTED) =>
+                            && take(slot, owner::POSTED) =>
                     {
                         self.area.state(slot).store(state::IDLE, Ordering::Release);
                         return Some(slot);
@@ -206,13 +205,13 @@ impl Remote {
                 self.dead.store(true, Ordering::Relaxed);
                 return None;
             }
-            std::thread::yield_now();
+            rustix::thread::sched_yield();
         }
     }
 
     /// Sends a request whose answer no one waits for (close: nothing the caller does next
     /// depends on it, and the round trip is half a create's). Its slot stays taken (owner
-    /// [`POSTED`]) until the answer is in; [`Remote::take_slot`] frees it then. The daemon
+    /// [`owner::POSTED`]) until the answer is in; [`Remote::take_slot`] frees it then. The daemon
     /// serves a client's slots in any order, so only requests nothing later depends on are
     /// posted.
     fn post(&self, request: &Enc) {
@@ -222,11 +221,15 @@ impl Remote {
         let Some(slot) = self.take_slot() else {
             return;
         };
+        // Marked before it is sent, so the daemon never takes it for a waiting call.
+        self.area
+            .owner(slot)
+            .store(owner::POSTED, Ordering::Release);
         self.send(slot, request);
-        self.area.owner(slot).store(POSTED, Ordering::Release);
     }
 
-    /// Puts a request in slot `slot` (taken) and rings the doorbell if the daemon sleeps.
+    /// Puts a request in slot `slot` (taken) and rings the doorbell of the thread serving it if
+    /// that thread sleeps.
     fn send(&self, slot: usize, request: &Enc) {
         assert!(
             request.buf.len() <= self.area.payload_bytes(),
@@ -237,9 +240,17 @@ impl Remote {
         area.len(slot)
             .store(request.buf.len() as u32, Ordering::Relaxed);
         area.state(slot).store(state::REQUEST, Ordering::SeqCst);
-        if area.server_sleeping().load(Ordering::SeqCst) != 0 {
-            area.doorbell().fetch_add(1, Ordering::SeqCst);
-            let _ = futex::wake(area.doorbell(), futex::Flags::empty(), 1);
+        // A slot the daemon gave a thread of its own is served only by that thread (the
+        // daemon sets `helper` before the thread's first poll, so a request stored before the
+        // flag is seen is found by that poll).
+        let (sleeping, bell) = if area.helper(slot).load(Ordering::SeqCst) != 0 {
+            (area.helper_sleeping(slot), area.helper_doorbell(slot))
+        } else {
+            (area.server_sleeping(), area.doorbell())
+        };
+        if sleeping.load(Ordering::SeqCst) != 0 {
+            bell.fetch_add(1, Ordering::SeqCst);
+            let _ = futex::wake(bell, futex::Flags::empty(), 1);
         }
     }
 
@@ -262,22 +273,19 @@ impl Remote {
         let slot = self.take_slot().ok_or(Errno::EIO)?;
         self.send(slot, request);
         let result = self.wait_reply(slot);
-        self.area.owner(slot).store(0, Ordering::Release);
+        self.area.owner(slot).store(owner::FREE, Ordering::Release);
         result
     }
 
     fn wait_reply(&self, slot: usize) -> Result<Vec<u8>, Errno> {
         let area = &self.area;
-        let spin_until = Instant::now() + CLIENT_SPIN;
-        let mut spins = 0u32;
+        let mut spinner = Spinner::new();
         loop {
             let now = area.state(slot).load(Ordering::Acquire);
             if now == state::REPLY {
                 break;
             }
-            spins = spins.wrapping_add(1);
-            if spins % 64 != 0 || Instant::now() < spin_until {
-                std::hint::spin_loop();
+            if spinner.pause(CLIENT_SPIN) {
                 continue;
             }
             area.client_waiting(slot).store(1, Ordering::SeqCst);

@@ -7,7 +7,8 @@
 //!   daemon.
 //! - [`proto`]: the encoding of requests and replies.
 //! - [`shm`]: the shared request area, and the crate's only `unsafe`.
-//! - [`server`]: the daemon side; [`client`]: the shim side.
+//! - [`server`]: the daemon side; [`client`]: the shim side; [`wait`]: how either waits for
+//!   the other.
 
 #![deny(unsafe_code)]
 
@@ -17,3 +18,4 @@ pub mod server;
 pub mod service;
 #[allow(unsafe_code)]
 pub mod shm;
+pub mod wait;

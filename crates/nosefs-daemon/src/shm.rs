@@ -9,13 +9,17 @@
 //! | 8 | 4 | version (1) |
 //! | 12 | 4 | slot count |
 //! | 16 | 4 | bytes per slot (its 64-byte header and payload) |
-//! | 64 | 4 | `server_sleeping`: 1 while the server thread waits on `doorbell` |
-//! | 68 | 4 | `doorbell`: futex word; a client bumps it to wake a sleeping server |
-//! | 128 + i·slot | 64 | slot i's header: `owner` (the client thread using it), `state`, `client_waiting`, `len` |
+//! | 64 | 4 | `server_sleeping`: 1 while the connection's first server thread waits on `doorbell` |
+//! | 68 | 4 | `doorbell`: futex word; a client bumps it to wake that thread |
+//! | 128 + i·slot | 64 | slot i's header: `owner` (see [`owner`]), `state`, `client_waiting`, `len`, then `helper` (1 once the slot's pair has a server thread of its own), `helper_sleeping` and `helper_doorbell` (that thread's sleep, as above; a pair's thread uses its even slot's words) |
 //! | 128 + i·slot + 64 | slot − 64 | slot i's payload: the request, then the reply |
 //!
 //! A slot's `state` goes idle (0) → request (1, client) → serving (2, server) → reply (3, server)
-//! → idle (client). Payload bytes are handed over by the Release store and Acquire load of
+//! → idle (client). Slots come in pairs (2k, 2k + 1): a client thread uses its pair first, one
+//! slot for its call and the other for the close it posted before. A pair is served by the
+//! connection's first server thread until two of the client's threads are seen waiting at once;
+//! the daemon then gives the waiting pair a thread of its own and sets `helper`, and the client
+//! rings that thread's doorbell instead. Payload bytes are handed over by the Release store and Acquire load of
 //! `state`. The daemon never trusts the area: it copies a request out before decoding it (so a
 //! client changing it meanwhile changes only what is decoded, which is validated), and bounds
 //! every length by the slot's size.
@@ -29,7 +33,7 @@ use rustix::mm::{MapFlags, ProtFlags};
 /// The area's magic number.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"NOSEFSRQ");
 /// The layout's version.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// Bytes before the first slot.
 pub const HEADER_BYTES: usize = 128;
 /// Bytes of a slot's header.
@@ -45,6 +49,22 @@ pub mod state {
     pub const SERVING: u32 = 2;
     /// The reply is ready.
     pub const REPLY: u32 = 3;
+}
+
+/// Slot owners (the `owner` word; written by the client only, so the daemon reads it as a
+/// hint).
+pub mod owner {
+    /// No client thread uses the slot.
+    pub const FREE: u32 = 0;
+    /// A client thread's call: it waits for the reply.
+    pub const CALL: u32 = 1;
+    /// A posted request: no one waits; the next call that finds it answered takes the slot.
+    pub const POSTED: u32 = 2;
+}
+
+/// The first (even) slot of slot `slot`'s pair.
+pub const fn pair_first(slot: usize) -> usize {
+    slot & !1
 }
 
 /// One mapped request area.
@@ -66,7 +86,8 @@ unsafe impl Sync for Area {}
 impl Area {
     /// Creates a new area of `slots` slots of `slot_bytes` each in a fresh memfd (the daemon).
     pub fn create(slots: usize, slot_bytes: usize) -> rustix::io::Result<Area> {
-        assert!(slots > 0 && slot_bytes > SLOT_HEADER_BYTES && slot_bytes % 64 == 0);
+        assert!(slots > 0 && slots % 2 == 0);
+        assert!(slot_bytes > SLOT_HEADER_BYTES && slot_bytes % 64 == 0);
         let bytes = HEADER_BYTES + slots * slot_bytes;
         let fd = rustix::fs::memfd_create(
             "nosefs-requests",
@@ -104,7 +125,12 @@ impl Area {
             .checked_mul(slot_bytes)
             .and_then(|b| b.checked_add(HEADER_BYTES))
             .is_some_and(|b| b <= bytes);
-        if slots == 0 || slot_bytes <= SLOT_HEADER_BYTES || slot_bytes % 64 != 0 || !fits {
+        if slots == 0
+            || slots % 2 != 0
+            || slot_bytes <= SLOT_HEADER_BYTES
+            || slot_bytes % 64 != 0
+            || !fits
+        {
             return None;
         }
         let mut area = probe;
@@ -201,7 +227,7 @@ impl Area {
         HEADER_BYTES + slot * self.slot_bytes
     }
 
-    /// The client thread using slot `slot` (0: none).
+    /// Who uses slot `slot` (see [`owner`]).
     pub fn owner(&self, slot: usize) -> &AtomicU32 {
         self.word(self.slot_offset(slot))
     }
@@ -219,6 +245,21 @@ impl Area {
     /// Length of the request or reply in the payload.
     pub fn len(&self, slot: usize) -> &AtomicU32 {
         self.word(self.slot_offset(slot) + 12)
+    }
+
+    /// 1 once slot `slot`'s pair has a server thread of its own (set by the daemon).
+    pub fn helper(&self, slot: usize) -> &AtomicU32 {
+        self.word(self.slot_offset(slot) + 16)
+    }
+
+    /// 1 while the own server thread of slot `slot`'s pair sleeps on [`Area::helper_doorbell`].
+    pub fn helper_sleeping(&self, slot: usize) -> &AtomicU32 {
+        self.word(self.slot_offset(pair_first(slot)) + 20)
+    }
+
+    /// The futex word the own server thread of slot `slot`'s pair sleeps on.
+    pub fn helper_doorbell(&self, slot: usize) -> &AtomicU32 {
+        self.word(self.slot_offset(pair_first(slot)) + 24)
     }
 
     /// Copies `data` into slot `slot`'s payload at `at`.

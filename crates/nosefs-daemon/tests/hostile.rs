@@ -1,6 +1,7 @@
 //! The daemon against clients that do not play by the rules: garbage requests, truncated and
 //! lying messages, handles of other clients, paths outside the client's view. Each gets an
-//! error; the daemon goes on serving everyone, and the image stays clean.
+//! error; the daemon goes on serving everyone, and the image stays clean. And one client's
+//! threads calling at once, each served right.
 
 use std::sync::Arc;
 
@@ -232,5 +233,55 @@ fn a_description_handed_over_outlives_its_first_holder() {
     child.close(opened.handle);
     assert_eq!(child.fstat(opened.handle), Err(Errno(libc::EBADF)));
     drop(child);
+    daemon.stop_and_fsck();
+}
+
+#[test]
+fn the_threads_of_one_client_are_served_at_once_and_right() {
+    let daemon = Daemon::start();
+    let client = daemon.client();
+    let threads = 8u8;
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let (client, daemon) = (&client, &daemon);
+            s.spawn(move || {
+                let path = daemon.path(&format!("thread-{t}"));
+                let f = found(client, path.clone());
+                let opened = client
+                    .open(&f, libc::O_CREAT | libc::O_RDWR, 0o644, 0o022)
+                    .unwrap();
+                for round in 0..300u32 {
+                    let record = [t; 16];
+                    let offset = u64::from(round) * 16;
+                    client.write(opened.handle, offset, &record, false).unwrap();
+                    if round % 10 == 0 {
+                        client.fsync(opened.handle).unwrap();
+                    }
+                    let mut back = [0u8; 16];
+                    assert_eq!(client.read(opened.handle, offset, &mut back), Ok(16));
+                    assert_eq!(back, record, "thread {t} reads what it wrote");
+                    assert!(matches!(
+                        client.walk(path.clone(), true),
+                        Ok(Walked::Found(_))
+                    ));
+                }
+                assert_eq!(client.fstat(opened.handle).unwrap().size, 300 * 16);
+                client.close(opened.handle);
+            });
+        }
+    });
+    assert!(
+        daemon.server.as_ref().unwrap().pair_threads() >= 1,
+        "calls in flight from several threads at once got a second server thread"
+    );
+    for t in 0..threads {
+        let f = found(&client, daemon.path(&format!("thread-{t}")));
+        let opened = client.open(&f, libc::O_RDONLY, 0, 0).unwrap();
+        let mut all = vec![0u8; 300 * 16];
+        assert_eq!(client.read(opened.handle, 0, &mut all), Ok(all.len()));
+        assert!(all.iter().all(|&b| b == t));
+        client.close(opened.handle);
+    }
+    drop(client);
     daemon.stop_and_fsck();
 }
