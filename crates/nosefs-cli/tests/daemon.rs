@@ -625,6 +625,17 @@ fn holes_are_punched_found_and_copied_as_on_the_kernel() {
     m.unmount_and_fsck();
 }
 
+#[test]
+fn spawned_children_get_the_descriptors_and_directory_handed_to_them() {
+    if !usable() {
+        return;
+    }
+    let m = mount_with(&[]);
+    let out = same_as_kernel(&m, common::SPAWN_SCRIPT);
+    assert_eq!(out, common::SPAWN_OUTPUT);
+    m.unmount_and_fsck();
+}
+
 /// A child process killed if the test fails before it ends (no stray writers left behind).
 struct Reaped(Child);
 

@@ -341,6 +341,14 @@ fn holes_are_punched_found_and_copied_as_on_the_kernel() {
 }
 
 #[test]
+fn spawned_children_get_the_descriptors_and_directory_handed_to_them() {
+    let setup = setup();
+    let out = same_as_kernel(&setup, common::SPAWN_SCRIPT);
+    assert_eq!(out, common::SPAWN_OUTPUT);
+    setup.fsck_clean();
+}
+
+#[test]
 fn extended_attributes_and_acls_behave_as_on_the_kernel() {
     let setup = setup();
     let out = same_as_kernel(&setup, common::XATTR_SCRIPT);

@@ -29,7 +29,7 @@ use rustix::thread::futex;
 use crate::proto::{op, Dec, Enc};
 use crate::server::{find_daemon, socket_name, HELLO};
 use crate::service::{Handle, NameIn, Opened, OpenedPath, Service, Statfs, XattrTarget};
-use crate::shm::{owner, state, Area};
+use crate::shm::{current_cpu, owner, state, Area};
 use crate::wait::Spinner;
 
 /// How long a client spins on its slot before it sleeps on the futex.
@@ -239,6 +239,8 @@ impl Remote {
         area.put(slot, 0, &request.buf);
         area.len(slot)
             .store(request.buf.len() as u32, Ordering::Relaxed);
+        area.client_cpu(slot)
+            .store(current_cpu(), Ordering::Relaxed);
         area.state(slot).store(state::REQUEST, Ordering::SeqCst);
         // A slot the daemon gave a thread of its own is served only by that thread (the
         // daemon sets `helper` before the thread's first poll, so a request stored before the
@@ -285,7 +287,8 @@ impl Remote {
             if now == state::REPLY {
                 break;
             }
-            if spinner.pause(CLIENT_SPIN) {
+            let server_here = || area.server_cpu(slot).load(Ordering::Relaxed) == current_cpu();
+            if spinner.pause(CLIENT_SPIN, server_here) {
                 continue;
             }
             area.client_waiting(slot).store(1, Ordering::SeqCst);

@@ -42,7 +42,7 @@ use rustix::thread::futex;
 
 use crate::proto::{op, Dec, Enc};
 use crate::service::{Local, Service, XattrTarget};
-use crate::shm::{owner, state, Area};
+use crate::shm::{current_cpu, owner, state, Area};
 use crate::wait::Spinner;
 
 /// How long a server thread keeps polling after its last request before it sleeps.
@@ -462,6 +462,7 @@ fn serve_client(shared: &Arc<Shared>, conn: &Arc<Conn>) {
     let mut own_thread = vec![false; area.slots() / 2];
     let mut helpers = Vec::new();
     let mut idle = Spinner::new();
+    let mut last_slot = 0;
     loop {
         let mut served = false;
         for slot in posted_first(area, 0..area.slots()) {
@@ -471,6 +472,7 @@ fn serve_client(shared: &Arc<Shared>, conn: &Arc<Conn>) {
             let call = area.owner(slot).load(Ordering::Acquire) == owner::CALL;
             serve_slot(shared, conn, slot, &mut request);
             served = true;
+            last_slot = slot;
             if !call {
                 continue;
             }
@@ -494,7 +496,7 @@ fn serve_client(shared: &Arc<Shared>, conn: &Arc<Conn>) {
         if conn.dead.load(Ordering::SeqCst) || shared.stop.load(Ordering::SeqCst) {
             break;
         }
-        if idle.pause(SERVER_SPIN) {
+        if idle.pause(SERVER_SPIN, || client_here(area, last_slot)) {
             continue;
         }
         let bell = area.doorbell().load(Ordering::SeqCst);
@@ -548,13 +550,14 @@ fn serve_own_pair(shared: &Shared, conn: &Conn, slots: [usize; 2]) {
     let area = &conn.area;
     let mut request = vec![0u8; area.payload_bytes()];
     let mut idle = Spinner::new();
-    let slot = slots[0];
+    let mut last_slot = slots[0];
     loop {
         let mut served = false;
         for s in posted_first(area, slots.into_iter()) {
             if take_request(area, s) {
                 serve_slot(shared, conn, s, &mut request);
                 served = true;
+                last_slot = s;
             }
         }
         if served {
@@ -564,23 +567,23 @@ fn serve_own_pair(shared: &Shared, conn: &Conn, slots: [usize; 2]) {
         if conn.dead.load(Ordering::SeqCst) || shared.stop.load(Ordering::SeqCst) {
             return;
         }
-        if idle.pause(SERVER_SPIN) {
+        if idle.pause(SERVER_SPIN, || client_here(area, last_slot)) {
             continue;
         }
-        let bell = area.helper_doorbell(slot).load(Ordering::SeqCst);
-        area.helper_sleeping(slot).store(1, Ordering::SeqCst);
+        let bell = area.helper_doorbell(slots[0]).load(Ordering::SeqCst);
+        area.helper_sleeping(slots[0]).store(1, Ordering::SeqCst);
         let pending = slots
             .iter()
             .any(|&s| area.state(s).load(Ordering::SeqCst) == state::REQUEST);
         if !pending && !conn.dead.load(Ordering::SeqCst) {
             let _ = futex::wait(
-                area.helper_doorbell(slot),
+                area.helper_doorbell(slots[0]),
                 futex::Flags::empty(),
                 bell,
                 None,
             );
         }
-        area.helper_sleeping(slot).store(0, Ordering::SeqCst);
+        area.helper_sleeping(slots[0]).store(0, Ordering::SeqCst);
         idle = Spinner::new();
     }
 }
@@ -614,7 +617,17 @@ fn take_request(area: &Area, slot: usize) -> bool {
                 Ordering::Relaxed,
             )
             .is_ok();
+    if taken {
+        area.server_cpu(slot)
+            .store(current_cpu(), Ordering::Relaxed);
+    }
     taken
+}
+
+/// Whether slot `slot`'s client thread last ran on this thread's CPU (a hint the client
+/// writes: a lying client only changes how this thread waits for it).
+fn client_here(area: &Area, slot: usize) -> bool {
+    area.client_cpu(slot).load(Ordering::Relaxed) == current_cpu()
 }
 
 fn serve_slot(shared: &Shared, conn: &Conn, slot: usize, request: &mut [u8]) {

@@ -11,7 +11,7 @@
 //! | 16 | 4 | bytes per slot (its 64-byte header and payload) |
 //! | 64 | 4 | `server_sleeping`: 1 while the connection's first server thread waits on `doorbell` |
 //! | 68 | 4 | `doorbell`: futex word; a client bumps it to wake that thread |
-//! | 128 + i·slot | 64 | slot i's header: `owner` (see [`owner`]), `state`, `client_waiting`, `len`, then `helper` (1 once the slot's pair has a server thread of its own), `helper_sleeping` and `helper_doorbell` (that thread's sleep, as above; a pair's thread uses its even slot's words) |
+//! | 128 + i·slot | 64 | slot i's header: `owner` (see [`owner`]), `state`, `client_waiting`, `len`, then `helper` (1 once the slot's pair has a server thread of its own), `helper_sleeping` and `helper_doorbell` (that thread's sleep, as above; a pair's thread uses its even slot's words), `server_cpu` and `client_cpu` (the CPU each side last ran on, plus one: see `wait`) |
 //! | 128 + i·slot + 64 | slot − 64 | slot i's payload: the request, then the reply |
 //!
 //! A slot's `state` goes idle (0) → request (1, client) → serving (2, server) → reply (3, server)
@@ -262,6 +262,16 @@ impl Area {
         self.word(self.slot_offset(pair_first(slot)) + 24)
     }
 
+    /// The CPU the thread serving slot `slot` last ran on, plus one (0: unknown).
+    pub fn server_cpu(&self, slot: usize) -> &AtomicU32 {
+        self.word(self.slot_offset(slot) + 28)
+    }
+
+    /// The CPU the client thread of slot `slot` last ran on, plus one (0: unknown).
+    pub fn client_cpu(&self, slot: usize) -> &AtomicU32 {
+        self.word(self.slot_offset(slot) + 32)
+    }
+
     /// Copies `data` into slot `slot`'s payload at `at`.
     pub fn put(&self, slot: usize, at: usize, data: &[u8]) {
         let end = at.checked_add(data.len()).expect("no overflow");
@@ -290,6 +300,15 @@ impl Area {
             )
         };
     }
+}
+
+/// The CPU the calling thread runs on, plus one (0 if unknown): a hint, stale as soon as the
+/// scheduler moves the thread.
+pub fn current_cpu() -> u32 {
+    // SAFETY: sched_getcpu has no arguments and no preconditions; glibc answers from the
+    // thread's rseq area (a load, no system call), else with getcpu(2).
+    let cpu = unsafe { libc::sched_getcpu() };
+    u32::try_from(cpu).map_or(0, |c| c + 1)
 }
 
 impl Drop for Area {

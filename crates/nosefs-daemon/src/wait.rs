@@ -4,19 +4,38 @@
 //! While the peer runs on another CPU, pure spinning answers in tens of nanoseconds. But when
 //! more threads want to run than there are CPUs (two clients and their server threads on two
 //! CPUs), a pure spinner holds the CPU its peer needs until the scheduler preempts it:
-//! measured, two client threads then got less done than one, with a p99.9 of 1-3 ms. So a
-//! waiter spins purely for [`PURE_SPIN`] only, then gives the CPU away (`sched_yield`)
-//! between polls: a no-op when nothing else wants the CPU, the peer's turn when it does. After
-//! its window the waiter sleeps on the futex. Measured alternatives, dropped (docs/
-//! benchmarks.md): yielding at once when the peer last ran on the same CPU (one thread then
-//! ran at two speeds from run to run: the pair ping-ponged on one CPU while the other idled),
-//! and sleeping instead of yielding (a wake-up from sleep costs tens of microseconds here).
+//! measured, two client threads then got less done than one, with a p99.9 of 1-3 ms. So:
+//!
+//! - a waiter spins purely for [`PURE_SPIN`] only, then gives the CPU away (`sched_yield`)
+//!   between polls: a no-op when nothing else wants the CPU, the peer's turn when it does;
+//! - a waiter whose peer last ran on its own CPU (each side records its CPU in the slot) yields
+//!   from the first poll, since spinning there only delays the peer. Measured with two client
+//!   threads on two CPUs: create, rename, unlink and append+fsync 1.1-1.6x faster than with the
+//!   pure spin first (docs/benchmarks.md);
+//! - but two threads that only ever yield to each other never sleep, so the scheduler never
+//!   places them again and could leave them sharing one CPU while the other idles; every
+//!   [`SLEEP_EVERY`]-th wait on a peer on the same CPU therefore sleeps at once, and its
+//!   wake-up lets the scheduler pick an idle CPU.
+//!
+//! After its window the waiter sleeps on the futex. A longer pure spin (10 and 20 us) was
+//! measured and dropped: no gain for one client thread, and with two the p99.9 of overwrites
+//! went from 0.06-0.8 ms to 1.5-4 ms (a pure spinner whose peer waits for a CPU). Sleeping
+//! instead of yielding was measured and dropped too: a wake-up from sleep costs tens of microseconds on this VM, and one client's
+//! overwrites fell from 140k to 8k ops/s.
 
+use std::cell::Cell;
 use std::time::{Duration, Instant};
 
 /// How long a waiter polls without yielding: long enough for a peer on another CPU to answer
 /// an ordinary request (an empty round trip is about 0.7 µs, a one-name walk 1.5 µs).
 pub const PURE_SPIN: Duration = Duration::from_micros(2);
+
+/// Of the waits on a peer found on the same CPU, one in this many sleeps at once.
+pub const SLEEP_EVERY: u32 = 64;
+
+thread_local! {
+    static SAME_CPU_WAITS: Cell<u32> = const { Cell::new(0) };
+}
 
 /// One wait's progress.
 #[derive(Debug)]
@@ -36,17 +55,30 @@ impl Spinner {
         }
     }
 
-    /// Pauses between two polls; false once `window` has passed (time to sleep).
-    pub fn pause(&mut self, window: Duration) -> bool {
+    /// Pauses between two polls; false once `window` has passed (time to sleep). `peer_here`
+    /// answers whether the peer last ran on this thread's CPU; it is asked at the first poll and
+    /// then with the clock, every 16th.
+    pub fn pause(&mut self, window: Duration, peer_here: impl FnOnce() -> bool) -> bool {
         if !self.yielding {
+            let poll = self.polls;
             self.polls = self.polls.wrapping_add(1);
-            // The clock is read every 16 polls: a poll is a few nanoseconds, the clock 20.
-            if self.polls % 16 != 0 {
+            if poll % 16 != 0 {
                 std::hint::spin_loop();
                 return true;
             }
-            self.yielding = self.start.elapsed() >= PURE_SPIN;
-            return true;
+            if peer_here() {
+                self.yielding = true;
+                let waits = SAME_CPU_WAITS.with(|w| {
+                    w.set(w.get().wrapping_add(1));
+                    w.get()
+                });
+                if waits % SLEEP_EVERY == 0 {
+                    return false;
+                }
+            } else {
+                self.yielding = poll > 0 && self.start.elapsed() >= PURE_SPIN;
+                return true;
+            }
         }
         if self.start.elapsed() >= window {
             return false;
@@ -71,9 +103,22 @@ mod tests {
         let window = Duration::from_micros(200);
         let mut s = Spinner::new();
         let start = Instant::now();
-        while s.pause(window) {}
+        while s.pause(window, || false) {}
         assert!(start.elapsed() >= window);
         let mut s = Spinner::new();
-        assert!(s.pause(Duration::from_secs(60)));
+        assert!(s.pause(Duration::from_secs(60), || false));
+        let mut sleeps = 0;
+        for _ in 0..SLEEP_EVERY {
+            let mut s = Spinner::new();
+            let mut polls = 0;
+            while s.pause(window, || true) {
+                polls += 1;
+            }
+            sleeps += usize::from(polls == 0);
+        }
+        assert_eq!(
+            sleeps, 1,
+            "one wait in SLEEP_EVERY on a peer on the same CPU sleeps"
+        );
     }
 }

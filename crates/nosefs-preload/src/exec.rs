@@ -13,6 +13,12 @@
 //! Descriptors that shared one description (dup) share it again, and a description whose offset
 //! a fork made shared (`offsets`) keeps its slot: the area's memfd travels with the table.
 //!
+//! `posix_spawn`, `system` and `popen` hand over the same way (glibc's child execs with its
+//! internal execve, which no hook sees): the table is written before the spawn, after the spawn's
+//! file actions as the shim's hooks on `posix_spawn_file_actions_add*` recorded them (a dup2
+//! onto a descriptor hands the description on under the new number, a close or an open drops
+//! it), and the parent keeps its connection or, in embedded mode, gives up the image as at fork.
+//!
 //! In daemon mode the descriptions that survive are handed over in a ticket (their references
 //! held by the daemon until the new program claims them at its first call, or this process
 //! ends), and each line carries the daemon's handle.
@@ -54,20 +60,152 @@ fn io(e: rustix::io::Errno) -> Errno {
     Errno(e.raw_os_error())
 }
 
+/// A `posix_spawn` file action that moves descriptors, as the shim's hooks recorded it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileAction {
+    /// `adddup2(from, to)`: `to` becomes a copy of `from`, kept across exec.
+    Dup2 { from: i32, to: i32 },
+    /// `addclose(fd)`.
+    Close(i32),
+    /// `addopen(fd, ...)`: `fd` becomes what the kernel opens (noseFS's no longer).
+    Open(i32),
+    /// `addclosefrom_np(from)`.
+    CloseFrom(i32),
+}
+
+/// File actions recorded per `posix_spawn_file_actions_t` (by address), for the spawn that
+/// uses them.
+static RECORDED: Mutex<Vec<(usize, Vec<FileAction>)>> = Mutex::new(Vec::new());
+
+/// Starts (or restarts) the record of the file actions object at `actions`.
+pub fn actions_init(actions: usize) {
+    let mut recorded = RECORDED.lock();
+    recorded.retain(|(a, _)| *a != actions);
+    recorded.push((actions, Vec::new()));
+}
+
+/// Forgets the file actions object at `actions`.
+pub fn actions_destroy(actions: usize) {
+    RECORDED.lock().retain(|(a, _)| *a != actions);
+}
+
+/// Records one action added to the object at `actions`.
+pub fn actions_add(actions: usize, action: FileAction) {
+    let mut recorded = RECORDED.lock();
+    match recorded.iter_mut().find(|(a, _)| *a == actions) {
+        Some((_, list)) => list.push(action),
+        // An object initialised before the shim was loaded (none in practice): record anyway.
+        None => recorded.push((actions, vec![action])),
+    }
+}
+
+fn recorded_actions(actions: usize) -> Vec<FileAction> {
+    RECORDED
+        .lock()
+        .iter()
+        .find(|(a, _)| *a == actions)
+        .map(|(_, list)| list.clone())
+        .unwrap_or_default()
+}
+
+/// One descriptor as the new program will see it: its number there, the description, and the
+/// placeholder's kernel inode.
+struct Inherited {
+    fd: i32,
+    file: Arc<OpenFile>,
+    placeholder: u64,
+}
+
+/// The noseFS descriptors the new program inherits: those without close-on-exec, after `actions`
+/// (a spawn's file actions, applied in order as the child applies them).
+fn inherited(actions: &[FileAction]) -> Vec<Inherited> {
+    let mut fds: Vec<(Inherited, bool)> = fdtable::all()
+        .into_iter()
+        .filter_map(|(fd, file)| {
+            let placeholder = crate::ffi::kernel_ino(fd)?;
+            let survives = crate::ffi::survives_exec(fd);
+            Some((
+                Inherited {
+                    fd,
+                    file,
+                    placeholder,
+                },
+                survives,
+            ))
+        })
+        .collect();
+    for action in actions {
+        match *action {
+            FileAction::Dup2 { from, to } => {
+                let copy = fds
+                    .iter()
+                    .find(|(i, _)| i.fd == from)
+                    .map(|(i, _)| Inherited {
+                        fd: to,
+                        file: Arc::clone(&i.file),
+                        placeholder: i.placeholder,
+                    });
+                fds.retain(|(i, _)| i.fd != to);
+                // dup2 onto itself clears close-on-exec, as any dup2 target has it clear.
+                fds.extend(copy.map(|c| (c, true)));
+            }
+            FileAction::Close(fd) | FileAction::Open(fd) => fds.retain(|(i, _)| i.fd != fd),
+            FileAction::CloseFrom(from) => fds.retain(|(i, _)| i.fd < from),
+        }
+    }
+    fds.into_iter()
+        .filter(|(_, survives)| *survives)
+        .map(|(i, _)| i)
+        .collect()
+}
+
+/// Who the hand-over is for.
+#[derive(Debug, Clone, Copy)]
+enum Heir {
+    /// The program this process execs: it keeps the pid, so the ticket is tied to it.
+    Exec,
+    /// A child being spawned: its ticket is tied to its pid once known ([`spawned`]).
+    Spawn,
+}
+
 /// Commits and unmounts, writes the descriptor table, and returns the new program's environment
 /// (`env`, or this process's when `None`, with the noseFS variables set).
 pub fn prepare(env: Option<Vec<CString>>) -> Result<Vec<CString>, Errno> {
+    hand_over(env, &[], Heir::Exec).map(|(vars, _)| vars)
+}
+
+/// Before `posix_spawn` with the file actions object at `actions` (0: none), `system` or
+/// `popen`: writes the descriptor table the child adopts (after the file actions) and returns
+/// its environment and the daemon ticket to give [`spawned`].
+pub fn prepare_spawn(
+    env: Option<Vec<CString>>,
+    actions: usize,
+) -> Result<(Vec<CString>, u64), Errno> {
+    hand_over(env, &recorded_actions(actions), Heir::Spawn)
+}
+
+/// After a spawn (`child` its pid, or -1 if it failed or is unknown): the parent closes its
+/// copy of the table and ties the ticket to the child (or takes it back).
+pub fn spawned(ticket: u64, child: i32) {
+    PENDING.lock().clear();
+    state::after_fork_in_parent(ticket, child);
+}
+
+fn hand_over(
+    env: Option<Vec<CString>>,
+    actions: &[FileAction],
+    heir: Heir,
+) -> Result<(Vec<CString>, u64), Errno> {
     let mut table = String::new();
     let mut descriptions: Vec<*const OpenFile> = Vec::new();
     let mut any_slot = false;
     let mut handles: Vec<u64> = Vec::new();
-    for (fd, file) in fdtable::all() {
-        if !crate::ffi::survives_exec(fd) {
-            continue;
-        }
-        let Some(placeholder) = crate::ffi::kernel_ino(fd) else {
-            continue;
-        };
+    for Inherited {
+        fd,
+        file,
+        placeholder,
+    } in inherited(actions)
+    {
         let kind = match file.kind {
             Kind::File => 'f',
             Kind::Dir => 'd',
@@ -93,12 +231,19 @@ pub fn prepare(env: Option<Vec<CString>>) -> Result<Vec<CString>, Errno> {
         ));
     }
     let ticket = state::hold_for_child(&handles);
-    if ticket != 0 {
-        let me = rustix::process::getpid().as_raw_nonzero().get();
-        state::with_remote(|r| r.bind(ticket, me));
+    match heir {
+        Heir::Exec => {
+            if ticket != 0 {
+                let me = rustix::process::getpid().as_raw_nonzero().get();
+                state::with_remote(|r| r.bind(ticket, me));
+            }
+            *PENDING_TICKET.lock() = ticket;
+            state::unmount();
+        }
+        // This process goes on: it keeps its connection (an embedded image is committed and
+        // given up, so the child can mount it).
+        Heir::Spawn => state::before_fork(),
     }
-    *PENDING_TICKET.lock() = ticket;
-    state::unmount();
     let mut vars: Vec<CString> = match env {
         Some(env) => env,
         None => std::env::vars_os()
@@ -153,7 +298,7 @@ pub fn prepare(env: Option<Vec<CString>>) -> Result<Vec<CString>, Errno> {
         vars.extend(CString::new(format!("{ENV_EXEC_TABLE}={}", memfd.as_raw_fd())).ok());
         pending.push(memfd);
     }
-    Ok(vars)
+    Ok((vars, ticket))
 }
 
 /// The exec failed: this program goes on (it mounts again at its next noseFS call).

@@ -4208,24 +4208,181 @@ pub unsafe extern "C" fn fork() -> pid_t {
     pid
 }
 
-macro_rules! before_spawn {
-    ($name:ident ( $($arg:ident : $ty:ty),* ) -> $ret:ty) => {
+/// Before a spawn: the descriptor table and environment the child gets ([`crate::exec`]), or
+/// `None` when the shim has nothing to hand over (not configured, or called from inside it).
+unsafe fn prepare_spawn(
+    actions: *const c_void,
+    envp: *const *mut c_char,
+) -> Option<(Vec<CString>, u64)> {
+    if state::config().is_none() || in_shim() {
+        return None;
+    }
+    let _guard = Guard::enter();
+    crate::offsets::share_all();
+    let env = if envp.is_null() {
+        None
+    } else {
+        Some(unsafe { c_strings(envp.cast()) })
+    };
+    crate::exec::prepare_spawn(env, actions as usize).ok()
+}
+
+macro_rules! spawn_hook {
+    ($name:ident) => {
         #[no_mangle]
-        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
-            if !in_shim() {
-                let _guard = Guard::enter();
-                crate::offsets::share_all();
-                state::before_fork();
-            }
-            unsafe { real!($name: fn($($ty),*) -> $ret)($($arg),*) }
+        pub unsafe extern "C" fn $name(
+            pid: *mut pid_t,
+            path: *const c_char,
+            actions: *const c_void,
+            attr: *const c_void,
+            argv: *const *mut c_char,
+            envp: *const *mut c_char,
+        ) -> c_int {
+            let f = real!($name: fn(*mut pid_t, *const c_char, *const c_void, *const c_void, *const *mut c_char, *const *mut c_char) -> c_int);
+            let Some((env, ticket)) = (unsafe { prepare_spawn(actions, envp) }) else {
+                return unsafe { f(pid, path, actions, attr, argv, envp) };
+            };
+            let env_ptrs = pointers(&env);
+            let mut child: pid_t = -1;
+            let out = if pid.is_null() { &mut child as *mut pid_t } else { pid };
+            let rc = unsafe { f(out, path, actions, attr, argv, env_ptrs.as_ptr().cast()) };
+            let _guard = Guard::enter();
+            // SAFETY: `out` is the caller's pid pointer or our local, written on success.
+            crate::exec::spawned(ticket, if rc == 0 { unsafe { *out } } else { -1 });
+            rc
         }
     };
 }
 
-before_spawn!(posix_spawn(pid: *mut pid_t, path: *const c_char, actions: *const c_void, attr: *const c_void, argv: *const *mut c_char, envp: *const *mut c_char) -> c_int);
-before_spawn!(posix_spawnp(pid: *mut pid_t, path: *const c_char, actions: *const c_void, attr: *const c_void, argv: *const *mut c_char, envp: *const *mut c_char) -> c_int);
-before_spawn!(system(command: *const c_char) -> c_int);
-before_spawn!(popen(command: *const c_char, mode: *const c_char) -> *mut libc::FILE);
+spawn_hook!(posix_spawn);
+spawn_hook!(posix_spawnp);
+
+/// `system` and `popen` spawn through glibc's internal posix_spawn with this process's
+/// environment: the hand-over's variables are set in it for the call, and restored after.
+/// (Changing the environment while another thread reads it is the usual setenv caveat; the
+/// child gets the table either way.)
+unsafe fn with_spawn_environment<T>(call: impl FnOnce() -> T, pid_of_child: bool) -> T {
+    let Some((env, ticket)) = (unsafe { prepare_spawn(std::ptr::null(), std::ptr::null()) }) else {
+        return call();
+    };
+    let saved: Vec<(&str, Option<std::ffi::OsString>)> = [state::ENV_EXEC_TABLE, state::ENV_CWD]
+        .into_iter()
+        .map(|name| (name, std::env::var_os(name)))
+        .collect();
+    for (name, _) in &saved {
+        let prefix = format!("{name}=");
+        match env
+            .iter()
+            .find_map(|kv| kv.to_bytes().strip_prefix(prefix.as_bytes()))
+        {
+            Some(value) => std::env::set_var(
+                name,
+                <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(value),
+            ),
+            None => std::env::remove_var(name),
+        }
+    }
+    let out = call();
+    let _guard = Guard::enter();
+    for (name, value) in saved {
+        match value {
+            Some(v) => std::env::set_var(name, v),
+            None => std::env::remove_var(name),
+        }
+    }
+    // system's child has ended: what it did not claim is released. popen's runs on: its ticket
+    // is tied to this process (released at its end at the latest).
+    let holder = if pid_of_child {
+        rustix::process::getpid().as_raw_nonzero().get()
+    } else {
+        -1
+    };
+    crate::exec::spawned(ticket, holder);
+    out
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn system(command: *const c_char) -> c_int {
+    let f = real!(system: fn(*const c_char) -> c_int);
+    unsafe { with_spawn_environment(|| f(command), false) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn popen(command: *const c_char, mode: *const c_char) -> *mut libc::FILE {
+    let f = real!(popen: fn(*const c_char, *const c_char) -> *mut libc::FILE);
+    unsafe { with_spawn_environment(|| f(command, mode), true) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn posix_spawn_file_actions_init(actions: *mut c_void) -> c_int {
+    let rc = unsafe { real!(posix_spawn_file_actions_init: fn(*mut c_void) -> c_int)(actions) };
+    if rc == 0 && !in_shim() {
+        let _guard = Guard::enter();
+        crate::exec::actions_init(actions as usize);
+    }
+    rc
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn posix_spawn_file_actions_destroy(actions: *mut c_void) -> c_int {
+    if !in_shim() {
+        let _guard = Guard::enter();
+        crate::exec::actions_destroy(actions as usize);
+    }
+    unsafe { real!(posix_spawn_file_actions_destroy: fn(*mut c_void) -> c_int)(actions) }
+}
+
+fn record_action(rc: c_int, actions: *mut c_void, action: crate::exec::FileAction) -> c_int {
+    if rc == 0 && !in_shim() {
+        let _guard = Guard::enter();
+        crate::exec::actions_add(actions as usize, action);
+    }
+    rc
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn posix_spawn_file_actions_adddup2(
+    actions: *mut c_void,
+    from: c_int,
+    to: c_int,
+) -> c_int {
+    let f = real!(posix_spawn_file_actions_adddup2: fn(*mut c_void, c_int, c_int) -> c_int);
+    let rc = unsafe { f(actions, from, to) };
+    record_action(rc, actions, crate::exec::FileAction::Dup2 { from, to })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn posix_spawn_file_actions_addclose(
+    actions: *mut c_void,
+    fd: c_int,
+) -> c_int {
+    let f = real!(posix_spawn_file_actions_addclose: fn(*mut c_void, c_int) -> c_int);
+    let rc = unsafe { f(actions, fd) };
+    record_action(rc, actions, crate::exec::FileAction::Close(fd))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn posix_spawn_file_actions_addopen(
+    actions: *mut c_void,
+    fd: c_int,
+    path: *const c_char,
+    oflag: c_int,
+    mode: libc::mode_t,
+) -> c_int {
+    let f = real!(posix_spawn_file_actions_addopen: fn(*mut c_void, c_int, *const c_char, c_int, libc::mode_t) -> c_int);
+    let rc = unsafe { f(actions, fd, path, oflag, mode) };
+    record_action(rc, actions, crate::exec::FileAction::Open(fd))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn posix_spawn_file_actions_addclosefrom_np(
+    actions: *mut c_void,
+    from: c_int,
+) -> c_int {
+    let f = real!(posix_spawn_file_actions_addclosefrom_np: fn(*mut c_void, c_int) -> c_int);
+    let rc = unsafe { f(actions, from) };
+    record_action(rc, actions, crate::exec::FileAction::CloseFrom(from))
+}
 
 /// Reads a NULL-terminated array of C strings.
 unsafe fn c_strings(list: *const *const c_char) -> Vec<CString> {

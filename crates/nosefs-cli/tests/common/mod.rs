@@ -259,3 +259,38 @@ PY
 /// What [`FIEMAP_SCRIPT`] prints.
 #[allow(dead_code)]
 pub const FIEMAP_OUTPUT: &str = "0 8192 0x0\n65536 4096 0x1\n69532\n";
+
+/// Children started by posix_spawn (with dup2 and close file actions, and without), system and
+/// popen write to the descriptors their parent handed them, and start in its directory.
+#[allow(dead_code)]
+pub const SPAWN_SCRIPT: &str = r#"set -e
+cd "$D"
+mkdir -p sub
+python3 - <<'PY'
+import os
+env = dict(os.environ)
+fd = os.open("spawned", os.O_CREAT | os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+actions = [(os.POSIX_SPAWN_DUP2, fd, 1), (os.POSIX_SPAWN_DUP2, fd, 2)]
+pid = os.posix_spawn("/bin/sh", ["sh", "-c", "echo to-stdout; echo to-stderr >&2"], env,
+                     file_actions=actions)
+assert os.waitpid(pid, 0)[1] == 0
+os.write(fd, b"parent-after-the-child\n")
+kept = os.open("kept", os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+os.set_inheritable(kept, True)
+os.chdir("sub")
+pid = os.posix_spawnp("sh", ["sh", "-c", f"echo inherited >&{kept}; basename $(pwd) >&{kept}"], env)
+assert os.waitpid(pid, 0)[1] == 0
+pid = os.posix_spawn("/bin/sh", ["sh", "-c", f"(echo closed >&{kept}) 2>/dev/null || echo was-closed"],
+                     env, file_actions=[(os.POSIX_SPAWN_CLOSE, kept)])
+assert os.waitpid(pid, 0)[1] == 0
+os.close(kept)
+os.close(fd)
+PY
+python3 -c 'import os; print("parent", flush=True); os.system("echo from-system")' > system.out
+python3 -c 'import os; p = os.popen("cat system.out; echo from-popen"); print(p.read(), end=""); p.close()' > popen.out
+cat spawned kept system.out popen.out
+"#;
+
+/// What [`SPAWN_SCRIPT`] prints.
+#[allow(dead_code)]
+pub const SPAWN_OUTPUT: &str = "was-closed\nto-stdout\nto-stderr\nparent-after-the-child\ninherited\nsub\nparent\nfrom-system\nparent\nfrom-system\nfrom-popen\n";
