@@ -394,6 +394,59 @@ sqlite3 db "PRAGMA integrity_check; SELECT w, count(*) FROM t GROUP BY w;"
 }
 
 #[test]
+fn shared_mappings_serve_sqlite_wal_between_processes_and_reach_the_fuse_mount() {
+    if !usable() {
+        return;
+    }
+    let m = mount_with(&[]);
+    // WAL maps the -shm index shared and writable; two writer processes share it (through the
+    // daemon's FUSE mount, one page cache), then python holds two connections in one process.
+    let script = r#"cd "$D" || exit 9
+sqlite3 db "PRAGMA journal_mode=WAL; CREATE TABLE t(w INTEGER, i INTEGER);"
+w() { for i in $(seq 100); do sqlite3 -cmd ".timeout 20000" db "BEGIN IMMEDIATE; INSERT INTO t VALUES($1, $i); COMMIT;" || echo "failed $1 $i"; done; }
+w 1 & w 2 & wait
+python3 - <<'PY'
+import mmap, os, sqlite3
+a = sqlite3.connect("db", isolation_level=None)
+b = sqlite3.connect("db", isolation_level=None)
+for i in range(50):
+    a.execute("INSERT INTO t VALUES (3, ?)", (i,))
+    assert b.execute("SELECT count(*) FROM t WHERE w = 3 AND i = ?", (i,)).fetchone()[0] == 1
+a.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+a.close(); b.close()
+fd = os.open("mapped", os.O_CREAT | os.O_RDWR | os.O_TRUNC, 0o644)
+os.ftruncate(fd, 8192)
+view = mmap.mmap(fd, 8192)
+view[4096:4101] = b"store"
+print(os.pread(fd, 5, 4096).decode())   # a read sees the store before any msync
+os.pwrite(fd, b"WRITE", 4098)
+print(view[4096:4103].decode())          # the mapping sees the write
+view.flush()
+view.close(); os.close(fd)
+PY
+sqlite3 db "PRAGMA integrity_check; SELECT w, count(*) FROM t GROUP BY w;"
+"#;
+    let out = same_as_kernel(&m, script);
+    assert_eq!(out, "wal\nstore\nstWRITE\nok\n1|100\n2|100\n3|50\n");
+    // The FUSE path (no shim) sees the mapped stores and the write.
+    let mapped = std::fs::read(m.mnt.join("mapped")).unwrap();
+    assert_eq!(&mapped[4096..4103], b"stWRITE");
+    m.unmount_and_fsck();
+}
+
+#[test]
+fn lmdb_with_write_mapped_commits_as_a_client() {
+    if !usable() || !common::has_python_lmdb() {
+        eprintln!("skipped: needs /dev/fuse and /usr/bin/python3 with lmdb");
+        return;
+    }
+    let m = mount_with(&[]);
+    let out = same_as_kernel(&m, common::LMDB_SCRIPT);
+    assert!(out.contains("entries 8000 8000"), "{out}");
+    m.unmount_and_fsck();
+}
+
+#[test]
 fn locks_are_honoured_between_clients_and_the_fuse_mount() {
     if !usable() {
         return;

@@ -251,44 +251,13 @@ sqlite3 "$D/db" "SELECT count(*), sum(v = 'from b') FROM t; PRAGMA integrity_che
 
 #[test]
 fn lmdb_with_write_mapped_commits() {
-    if Command::new("/usr/bin/python3")
-        .args(["-c", "import lmdb"])
-        .output()
-        .map_or(true, |o| !o.status.success())
-    {
+    if !common::has_python_lmdb() {
         eprintln!("skipped: /usr/bin/python3 has no lmdb module (python3-lmdb; scripts/install-deps.sh installs it)");
         return;
     }
     let setup = setup();
     // writemap=True: LMDB commits by storing into its shared writable mapping and msync.
-    let script = r#"set -e
-/usr/bin/python3 - <<'PY'
-import hashlib, lmdb, os
-path = os.path.join(os.environ["D"], "lm")
-env = lmdb.open(path, map_size=64 << 20, writemap=True, metasync=True, sync=True)
-for r in range(5):
-    with env.begin(write=True) as txn:
-        for i in range(2000):
-            k = r * 2000 + i
-            txn.put(b"k%06d" % k, hashlib.sha256(b"%d" % k).digest() * 3)
-with env.begin(write=True) as txn:
-    for k in range(0, 10000, 5):
-        txn.delete(b"k%06d" % k)
-env.close()
-PY
-/usr/bin/python3 - <<'PY'
-import hashlib, lmdb, os
-env = lmdb.open(os.path.join(os.environ["D"], "lm"), map_size=64 << 20, readonly=True)
-with env.begin() as txn:
-    n = 0
-    for key, value in txn.cursor():
-        k = int(key[1:])
-        assert k % 5 != 0 and value == hashlib.sha256(b"%d" % k).digest() * 3, key
-        n += 1
-    print("entries", n, txn.stat()["entries"])
-PY
-"#;
-    let out = same_as_kernel(&setup, script);
+    let out = same_as_kernel(&setup, common::LMDB_SCRIPT);
     assert!(out.contains("entries 8000 8000"), "{out}");
     setup.fsck_clean();
 }

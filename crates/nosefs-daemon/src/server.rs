@@ -66,6 +66,13 @@ pub trait Invalidate: Send + Sync {
     fn entry(&self, parent: u64, name: &[u8]);
     /// The inode's attributes or data changed.
     fn inode(&self, ino: u64);
+    /// The inode's size was set to `size` (truncate, fallocate): besides
+    /// [`Invalidate::inode`], a kernel that maps the file learns a larger size at once, so pages
+    /// its processes mapped past the old end do not fault SIGBUS.
+    fn resized(&self, ino: u64, size: u64) {
+        let _ = size;
+        self.inode(ino);
+    }
 }
 
 /// How the daemon serves clients.
@@ -839,6 +846,9 @@ fn execute(shared: &Shared, conn: &Conn, request: &[u8], room: usize) -> Result<
             let data = d.bytes()?;
             let at = local.write(ino, offset, data, append)?;
             if let Some(i) = inval {
+                // Not `resized`: a second notification on every write costs about a
+                // microsecond; a process that maps the grown part asks the size first (the shim
+                // does, before mmap).
                 i.inode(ino);
             }
             reply.u64(at);
@@ -851,9 +861,10 @@ fn execute(shared: &Shared, conn: &Conn, request: &[u8], room: usize) -> Result<
         }
         op::FTRUNCATE => {
             let ino = writable(&description(shared, conn, d.u64()?)?).map_err(|_| Errno::EINVAL)?;
-            local.ftruncate(ino, d.u64()?)?;
+            let size = d.u64()?;
+            local.ftruncate(ino, size)?;
             if let Some(i) = inval {
-                i.inode(ino);
+                i.resized(ino, size);
             }
         }
         op::FSTAT => {
@@ -923,14 +934,15 @@ fn execute(shared: &Shared, conn: &Conn, request: &[u8], room: usize) -> Result<
             let ino = writable(&desc)?;
             local.fallocate(ino, d.i32()?, d.i64()?, d.i64()?)?;
             if let Some(i) = inval {
-                i.inode(ino);
+                i.resized(ino, local.fstat(ino)?.size);
             }
         }
         op::TRUNCATE => {
             let found = rewalk(&local, &mut d)?;
-            local.truncate(&found, d.i64()?)?;
+            let size = d.i64()?;
+            local.truncate(&found, size)?;
             if let (Some(i), Some(a)) = (inval, found.attr) {
-                i.inode(a.ino);
+                i.resized(a.ino, size as u64);
             }
         }
         op::MKDIR | op::MKNOD | op::SYMLINK | op::LINK => {

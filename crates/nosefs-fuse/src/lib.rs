@@ -158,6 +158,15 @@ impl nosefs_daemon::server::Invalidate for Invalidator {
             let _ = self.notifier.inval_inode(INodeNo(ino), 0, 0);
         }
     }
+
+    fn resized(&self, ino: u64, size: u64) {
+        if self.view.may_hold_inode(ino) {
+            let _ = self.notifier.inval_inode(INodeNo(ino), 0, 0);
+            // An empty store at `size` raises the kernel's size to it (never lowers it; a
+            // shrink is learnt at the next getattr, which the invalidation forces).
+            let _ = self.notifier.store(INodeNo(ino), size, &[]);
+        }
+    }
 }
 
 fn errno(e: nosefs_core::Error) -> Errno {

@@ -4079,7 +4079,79 @@ pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
             };
         }
     }
-    unsafe { real!(munmap: fn(*mut c_void, size_t) -> c_int)(addr, len) }
+    let rc = unsafe { real!(munmap: fn(*mut c_void, size_t) -> c_int)(addr, len) };
+    if rc == 0 && !in_shim() {
+        let _guard = Guard::enter();
+        maps::kernel_unmapped(addr as usize, len);
+    }
+    rc
+}
+
+/// Daemon mode: the kernel descriptor to map noseFS descriptor `fd` through (see `maps`), and
+/// the file's inode. The first one for a file is a duplicate of the description's lock
+/// descriptor (opened on the daemon's FUSE mount): duplicating opens and closes nothing, so the
+/// process's POSIX locks on the file stay.
+fn kernel_file_to_map(fd: c_int, prot: c_int) -> Result<(c_int, u64), Errno> {
+    let ino = maps::mappable(fd, prot)?;
+    if let Some(kernel_fd) = maps::kernel_fd_of(ino) {
+        return Ok((kernel_fd, ino));
+    }
+    let (_, lock_fd, _) = ops::lock_fd(fd)?.ok_or(Errno(libc::ENODEV))?;
+    // SAFETY: F_DUPFD_CLOEXEC duplicates a descriptor the shim owns; the new one is ours alone.
+    let dup = unsafe {
+        real!(fcntl: fn(c_int, c_int, c_int) -> c_int)(
+            lock_fd,
+            libc::F_DUPFD_CLOEXEC,
+            fdtable::internal_fd_floor() / 2,
+        )
+    };
+    if dup < 0 {
+        return Err(Errno(libc::EMFILE));
+    }
+    // SAFETY: `dup` was just made and nothing else owns it.
+    let owned = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(dup) };
+    if kernel_ino(dup) != Some(ino) {
+        state::say("a shared mapping of a noseFS file whose name changed since it was opened is not supported in daemon mode (ENODEV)");
+        return Err(Errno(libc::ENODEV));
+    }
+    Ok((maps::adopt_kernel_fd(ino, owned)?, ino))
+}
+
+/// Daemon mode, before this process reads, writes, truncates or syncs file `ino` through the
+/// daemon: the dirty pages of its mappings through the kernel are written back (FUSE writes,
+/// pending in the daemon, not committed), so the call sees them and they cannot land later over
+/// what it writes. `sync`: fsync instead (the kernel writes back, then the daemon commits).
+pub fn write_back_mapped(ino: u64, sync: bool) {
+    let Some(fd) = maps::kernel_fd_of(ino) else {
+        return;
+    };
+    // SAFETY: plain system calls on a descriptor the shim owns.
+    unsafe {
+        if sync {
+            real!(fsync: fn(c_int) -> c_int)(fd);
+        } else {
+            let how = libc::SYNC_FILE_RANGE_WAIT_BEFORE
+                | libc::SYNC_FILE_RANGE_WRITE
+                | libc::SYNC_FILE_RANGE_WAIT_AFTER;
+            libc::sync_file_range(fd, 0, 0, how);
+        }
+    }
+}
+
+/// Daemon mode, after this process changed the size of file `ino` through the daemon: the
+/// kernel's idea of it (which its mappings fault against) is refreshed.
+pub fn refresh_mapped_size(ino: u64) {
+    if let Some(fd) = maps::kernel_fd_of(ino) {
+        refresh_kernel_size(fd);
+    }
+}
+
+/// The kernel asks the daemon a file's attributes again (the daemon invalidated them when the
+/// file changed), through descriptor `fd` opened on the FUSE mount.
+fn refresh_kernel_size(fd: c_int) {
+    // SAFETY: struct stat is plain data; fstat fills it or fails.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    unsafe { real!(fstat: fn(c_int, *mut libc::stat) -> c_int)(fd, &mut st) };
 }
 
 #[no_mangle]
@@ -4122,8 +4194,8 @@ pub unsafe extern "C" fn mremap(
     }
 }
 
-/// Until atomic mmap lands: a noseFS file maps read-only or private, as a copy of its bytes;
-/// a shared writable mapping is refused.
+/// Daemon mode: a shared mapping goes through the kernel's FUSE mount (`maps`); a private one
+/// is a copy of the file's bytes.
 unsafe fn map_copy(
     addr: *mut c_void,
     len: size_t,
@@ -4135,9 +4207,23 @@ unsafe fn map_copy(
     let file = fdtable::get(fd).ok_or(Errno::EBADF)?;
     let shared = flags & libc::MAP_TYPE == libc::MAP_SHARED
         || flags & libc::MAP_TYPE == libc::MAP_SHARED_VALIDATE;
-    if shared && prot & libc::PROT_WRITE != 0 {
-        state::say("a shared writable mapping of a noseFS file is not supported yet (ENODEV); read-only and MAP_PRIVATE mappings work");
-        return Err(Errno(libc::ENODEV));
+    let f = real!(mmap64: fn(*mut c_void, size_t, c_int, c_int, c_int, off64_t) -> *mut c_void);
+    if shared {
+        // Through the daemon's FUSE mount (see `maps`): one page cache for every process.
+        let (kernel_fd, ino) = kernel_file_to_map(fd, prot)?;
+        // Another process may have grown the file through the daemon since the kernel last
+        // asked its size: pages past a stale size would fault SIGBUS (measured: SQLite's -shm
+        // index, grown by one process and mapped by another).
+        refresh_kernel_size(kernel_fd);
+        let p = unsafe { f(addr, len, prot, flags, kernel_fd, offset) };
+        if p == libc::MAP_FAILED {
+            let e = std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::ENOMEM);
+            return Err(Errno(e));
+        }
+        maps::kernel_mapped(ino, p as usize, len);
+        return Ok(p);
     }
     if !file.readable() || file.kind != Kind::File {
         return Err(Errno(libc::EACCES));
@@ -4148,7 +4234,6 @@ unsafe fn map_copy(
     let keep = flags
         & (libc::MAP_FIXED | libc::MAP_FIXED_NOREPLACE | libc::MAP_NORESERVE | libc::MAP_POPULATE);
     let anon = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | keep;
-    let f = real!(mmap64: fn(*mut c_void, size_t, c_int, c_int, c_int, off64_t) -> *mut c_void);
     let p = unsafe { f(addr, len, libc::PROT_READ | libc::PROT_WRITE, anon, -1, 0) };
     if p == libc::MAP_FAILED {
         return Err(Errno(

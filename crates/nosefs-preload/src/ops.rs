@@ -100,6 +100,7 @@ fn file_of(fd: i32) -> Result<Arc<OpenFile>, Errno> {
 pub fn read(fd: i32, buf: &mut [u8]) -> Result<usize, Errno> {
     let file = file_of(fd)?;
     readable_file(&file)?;
+    crate::ffi::write_back_mapped(file.ino, false);
     let mut offset = file.offset.lock();
     let n = with_service(|s| s.read(file.handle, *offset, buf))?;
     *offset += n as u64;
@@ -128,6 +129,7 @@ pub fn pread(fd: i32, buf: &mut [u8], offset: i64) -> Result<usize, Errno> {
     let file = file_of(fd)?;
     readable_file(&file)?;
     let offset = u64::try_from(offset).map_err(|_| Errno::EINVAL)?;
+    crate::ffi::write_back_mapped(file.ino, false);
     with_service(|s| s.read(file.handle, offset, buf))
 }
 
@@ -135,6 +137,7 @@ pub fn pread(fd: i32, buf: &mut [u8], offset: i64) -> Result<usize, Errno> {
 pub fn write(fd: i32, data: &[u8]) -> Result<usize, Errno> {
     let file = file_of(fd)?;
     writable_file(&file)?;
+    crate::ffi::write_back_mapped(file.ino, false);
     let mut offset = file.offset.lock();
     let append = file.flags.load(Ordering::Relaxed) & libc::O_APPEND != 0;
     let end = with_service(|s| {
@@ -143,6 +146,7 @@ pub fn write(fd: i32, data: &[u8]) -> Result<usize, Errno> {
         Ok(at + data.len() as u64)
     })?;
     *offset = end;
+    crate::ffi::refresh_mapped_size(file.ino);
     Ok(data.len())
 }
 
@@ -160,11 +164,14 @@ pub fn pwrite(fd: i32, data: &[u8], offset: i64) -> Result<usize, Errno> {
     writable_file(&file)?;
     let offset = u64::try_from(offset).map_err(|_| Errno::EINVAL)?;
     let append = file.flags.load(Ordering::Relaxed) & libc::O_APPEND != 0;
-    with_service(|s| {
+    crate::ffi::write_back_mapped(file.ino, false);
+    let n = with_service(|s| {
         s.write(file.handle, offset, data, append)?;
         sync_if_asked(s, &file)?;
         Ok(data.len())
-    })
+    })?;
+    crate::ffi::refresh_mapped_size(file.ino);
+    Ok(n)
 }
 
 /// `lseek`, including SEEK_DATA and SEEK_HOLE (from the file's map of pieces).
@@ -211,6 +218,7 @@ pub fn lseek(fd: i32, offset: i64, whence: i32) -> Result<i64, Errno> {
 pub fn fsync(fd: i32) -> Result<(), Errno> {
     let file = file_of(fd)?;
     if file.kind == Kind::File {
+        crate::ffi::write_back_mapped(file.ino, true);
         with_service(|s| s.fsync(file.handle))?;
     }
     Ok(())
@@ -233,7 +241,10 @@ pub fn ftruncate(fd: i32, size: i64) -> Result<(), Errno> {
         return Err(Errno::EINVAL);
     }
     let size = u64::try_from(size).map_err(|_| Errno::EINVAL)?;
-    with_service(|s| s.ftruncate(file.handle, size))
+    crate::ffi::write_back_mapped(file.ino, false);
+    with_service(|s| s.ftruncate(file.handle, size))?;
+    crate::ffi::refresh_mapped_size(file.ino);
+    Ok(())
 }
 
 /// `truncate` of a path.
@@ -248,7 +259,10 @@ pub fn fallocate(fd: i32, mode: i32, offset: i64, len: i64) -> Result<(), Errno>
         return Err(Errno(libc::ENODEV));
     }
     writable_file(&file)?;
-    with_service(|s| s.fallocate(file.handle, mode, offset, len))
+    crate::ffi::write_back_mapped(file.ino, false);
+    with_service(|s| s.fallocate(file.handle, mode, offset, len))?;
+    crate::ffi::refresh_mapped_size(file.ino);
+    Ok(())
 }
 
 /// Attributes of an open description.

@@ -294,3 +294,43 @@ cat spawned kept system.out popen.out
 /// What [`SPAWN_SCRIPT`] prints.
 #[allow(dead_code)]
 pub const SPAWN_OUTPUT: &str = "was-closed\nto-stdout\nto-stderr\nparent-after-the-child\ninherited\nsub\nparent\nfrom-system\nparent\nfrom-system\nfrom-popen\n";
+
+/// LMDB with `writemap`: commits are stores into its shared writable mapping and msync.
+#[allow(dead_code)]
+pub const LMDB_SCRIPT: &str = r#"set -e
+/usr/bin/python3 - <<'PY'
+import hashlib, lmdb, os
+path = os.path.join(os.environ["D"], "lm")
+env = lmdb.open(path, map_size=64 << 20, writemap=True, metasync=True, sync=True)
+for r in range(5):
+    with env.begin(write=True) as txn:
+        for i in range(2000):
+            k = r * 2000 + i
+            txn.put(b"k%06d" % k, hashlib.sha256(b"%d" % k).digest() * 3)
+with env.begin(write=True) as txn:
+    for k in range(0, 10000, 5):
+        txn.delete(b"k%06d" % k)
+env.close()
+PY
+/usr/bin/python3 - <<'PY'
+import hashlib, lmdb, os
+env = lmdb.open(os.path.join(os.environ["D"], "lm"), map_size=64 << 20, readonly=True)
+with env.begin() as txn:
+    n = 0
+    for key, value in txn.cursor():
+        k = int(key[1:])
+        assert k % 5 != 0 and value == hashlib.sha256(b"%d" % k).digest() * 3, key
+        n += 1
+    print("entries", n, txn.stat()["entries"])
+PY
+"#;
+
+/// Whether /usr/bin/python3 has the lmdb module (python3-lmdb; scripts/install-deps.sh installs
+/// it).
+#[allow(dead_code)]
+pub fn has_python_lmdb() -> bool {
+    std::process::Command::new("/usr/bin/python3")
+        .args(["-c", "import lmdb"])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
