@@ -506,14 +506,11 @@ fn serve_client(shared: &Arc<Shared>, conn: &Arc<Conn>) {
         if idle.pause(SERVER_SPIN, || client_here(area, last_slot)) {
             continue;
         }
-        let bell = area.doorbell().load(Ordering::SeqCst);
-        area.server_sleeping().store(1, Ordering::SeqCst);
-        let pending = (0..area.slots())
-            .any(|s| !own_thread[s / 2] && area.state(s).load(Ordering::SeqCst) == state::REQUEST);
-        if !pending && !conn.dead.load(Ordering::SeqCst) {
-            let _ = futex::wait(area.doorbell(), futex::Flags::empty(), bell, None);
-        }
-        area.server_sleeping().store(0, Ordering::SeqCst);
+        sleep_until_rung(conn, area.server_sleeping(), area.doorbell(), || {
+            (0..area.slots()).any(|s| {
+                !own_thread[s / 2] && area.state(s).load(Ordering::SeqCst) == state::REQUEST
+            })
+        });
         idle = Spinner::new();
     }
     for helper in helpers {
@@ -577,22 +574,34 @@ fn serve_own_pair(shared: &Shared, conn: &Conn, slots: [usize; 2]) {
         if idle.pause(SERVER_SPIN, || client_here(area, last_slot)) {
             continue;
         }
-        let bell = area.helper_doorbell(slots[0]).load(Ordering::SeqCst);
-        area.helper_sleeping(slots[0]).store(1, Ordering::SeqCst);
-        let pending = slots
-            .iter()
-            .any(|&s| area.state(s).load(Ordering::SeqCst) == state::REQUEST);
-        if !pending && !conn.dead.load(Ordering::SeqCst) {
-            let _ = futex::wait(
-                area.helper_doorbell(slots[0]),
-                futex::Flags::empty(),
-                bell,
-                None,
-            );
-        }
-        area.helper_sleeping(slots[0]).store(0, Ordering::SeqCst);
+        let (sleeping, bell) = (
+            area.helper_sleeping(slots[0]),
+            area.helper_doorbell(slots[0]),
+        );
+        sleep_until_rung(conn, sleeping, bell, || {
+            slots
+                .iter()
+                .any(|&s| area.state(s).load(Ordering::SeqCst) == state::REQUEST)
+        });
         idle = Spinner::new();
     }
+}
+
+/// Sleeps on the futex `bell` until a client rings it, unless `pending()` finds a request or the
+/// client is gone. `sleeping` is set first, and a client reads it after storing its request, so
+/// either the client rings or `pending()` sees the request (both sides SeqCst).
+fn sleep_until_rung(
+    conn: &Conn,
+    sleeping: &std::sync::atomic::AtomicU32,
+    bell: &std::sync::atomic::AtomicU32,
+    pending: impl Fn() -> bool,
+) {
+    let rung = bell.load(Ordering::SeqCst);
+    sleeping.store(1, Ordering::SeqCst);
+    if !pending() && !conn.dead.load(Ordering::SeqCst) {
+        let _ = futex::wait(bell, futex::Flags::empty(), rung, None);
+    }
+    sleeping.store(0, Ordering::SeqCst);
 }
 
 /// `slots`, those holding a posted request first. A client thread posts its close before its

@@ -4346,7 +4346,7 @@ spawn_hook!(posix_spawnp);
 /// environment: the hand-over's variables are set in it for the call, and restored after.
 /// (Changing the environment while another thread reads it is the usual setenv caveat; the
 /// child gets the table either way.)
-unsafe fn with_spawn_environment<T>(call: impl FnOnce() -> T, pid_of_child: bool) -> T {
+unsafe fn with_spawn_environment<T>(call: impl FnOnce() -> T, child_outlives_call: bool) -> T {
     let Some((env, ticket)) = (unsafe { prepare_spawn(std::ptr::null(), std::ptr::null()) }) else {
         return call();
     };
@@ -4377,7 +4377,7 @@ unsafe fn with_spawn_environment<T>(call: impl FnOnce() -> T, pid_of_child: bool
     }
     // system's child has ended: what it did not claim is released. popen's runs on: its ticket
     // is tied to this process (released at its end at the latest).
-    let holder = if pid_of_child {
+    let holder = if child_outlives_call {
         rustix::process::getpid().as_raw_nonzero().get()
     } else {
         -1

@@ -212,8 +212,11 @@ pub fn kernel_unmapped(addr: usize, len: usize) {
     for k in all.iter_mut() {
         k.ranges.retain(|&(a, l)| !(addr <= a && a + l <= end));
     }
-    let open: Vec<u64> = fdtable::all().iter().map(|(_, f)| f.ino).collect();
-    all.retain(|k| !k.ranges.is_empty() || open.contains(&k.ino));
+    if all.iter().any(|k| k.ranges.is_empty()) {
+        // Only then the open descriptions are listed (munmap of malloc's memory lands here too).
+        let open: Vec<u64> = fdtable::all().iter().map(|(_, f)| f.ino).collect();
+        all.retain(|k| !k.ranges.is_empty() || open.contains(&k.ino));
+    }
     KERNEL_LIVE.store(all.len(), Ordering::Release);
 }
 
