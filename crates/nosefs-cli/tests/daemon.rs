@@ -496,6 +496,68 @@ PY
 }
 
 #[test]
+fn record_locks_belong_to_the_process_and_go_with_any_close_as_on_the_kernel() {
+    if !usable() {
+        return;
+    }
+    let m = mount_with(&[]);
+    // POSIX record locks are the process's, per file: a second description of the file (as
+    // SQLite's second connection opens) locks and queries beside the first without dropping its
+    // locks, and closing any descriptor of the file drops them all. Another process probes.
+    let script = r#"cd "$D" || exit 9
+python3 - <<'PY'
+import fcntl, os, struct, subprocess, sys
+probe = """
+import fcntl, sys
+f = open("db", "r+")
+try:
+    fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
+    print(sys.argv[1], "granted")
+except OSError:
+    print(sys.argv[1], "refused")
+"""
+def other(when):
+    r = subprocess.run([sys.executable, "-c", probe, when], capture_output=True, text=True)
+    print(r.stdout.strip() or r.stderr.strip())
+with open("db", "w") as f:
+    f.write("x" * 100)
+a = open("db", "r+")
+fcntl.lockf(a, fcntl.LOCK_EX, 1, 0)
+other("held:")
+b = open("db", "r")
+got = fcntl.fcntl(b, fcntl.F_GETLK, struct.pack("hhqqi", fcntl.F_WRLCK, 0, 0, 0, 0))
+print("own locks never conflict:", struct.unpack("hhqqi", got)[0] == fcntl.F_UNLCK)
+fcntl.lockf(b, fcntl.LOCK_SH, 1, 50)
+try:
+    fcntl.lockf(b, fcntl.LOCK_EX, 1, 60)
+except OSError as e:
+    print("write lock through a read-only description:", os.strerror(e.errno))
+other("after a second description locked:")
+b.close()
+other("after the second closed:")
+fcntl.lockf(a, fcntl.LOCK_EX, 1, 0)
+other("locked again:")
+os.close(os.dup(a.fileno()))
+other("after a duplicate closed:")
+fcntl.lockf(a, fcntl.LOCK_EX, 1, 0)
+with open("db", "rb") as c:
+    c.read()
+other("after another description closed:")
+PY
+"#;
+    let out = same_as_kernel(&m, script);
+    assert_eq!(
+        out,
+        "held: refused\nown locks never conflict: True\n\
+         write lock through a read-only description: Bad file descriptor\n\
+         after a second description locked: refused\nafter the second closed: granted\n\
+         locked again: refused\nafter a duplicate closed: granted\n\
+         after another description closed: granted\n"
+    );
+    m.unmount_and_fsck();
+}
+
+#[test]
 fn python_multiprocessing_writes_files_from_a_pool() {
     if !usable() {
         return;

@@ -96,8 +96,9 @@ pub fn internal() -> Vec<RawFd> {
 static LOCK_FDS: [AtomicBool; MAX_FDS] = [const { AtomicBool::new(false) }; MAX_FDS];
 static LOCK_FD_COUNT: AtomicUsize = AtomicUsize::new(0);
 
-/// A kernel descriptor on which a description's locks are taken; closed (dropping them) when
-/// the description goes.
+/// A kernel descriptor through the FUSE mount (daemon mode: a file's, for record locks and shared
+/// mappings, `kernel`; or a description's, for flock and OFD locks), kept high and marked as the
+/// shim's own.
 #[derive(Debug)]
 pub struct LockFd(OwnedFd);
 
@@ -115,6 +116,12 @@ impl LockFd {
     pub fn raw(&self) -> RawFd {
         use std::os::fd::AsRawFd;
         self.0.as_raw_fd()
+    }
+}
+
+impl AsFd for LockFd {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.0.as_fd()
     }
 }
 

@@ -27,6 +27,7 @@ use std::ffi::{c_char, c_int, c_uint, c_ulong, c_void, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr::null_mut;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use libc::{dirent64, gid_t, mode_t, off64_t, off_t, pid_t, size_t, ssize_t, uid_t};
 use nosefs_core::namespace::{Attr, SetAttr};
@@ -35,6 +36,7 @@ use nosefs_core::Errno;
 use parking_lot::Mutex;
 
 use crate::fdtable::{self, Kind};
+use crate::kernel;
 use crate::maps;
 use crate::ops;
 use crate::route::{self, Found, Route};
@@ -423,7 +425,7 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
         let file = serve(|| Ok(fdtable::remove(fd)));
         let rc = unsafe { real!(close: fn(c_int) -> c_int)(fd) };
         let _ = serve(|| {
-            drop(file);
+            ops::descriptor_closed(file.ok().flatten());
             Ok(())
         });
         return rc;
@@ -452,7 +454,7 @@ pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) 
         let _ = serve(|| {
             for (fd, _) in fdtable::all() {
                 if (first..=last).contains(&(fd as c_uint)) {
-                    fdtable::remove(fd);
+                    ops::descriptor_closed(fdtable::remove(fd));
                 }
             }
             Ok(())
@@ -2251,7 +2253,7 @@ fn adopt_dup(old: c_int, new: c_int) {
             Some(file) if (new as usize) < fdtable::MAX_FDS => fdtable::insert(new, file),
             _ => fdtable::remove(new),
         };
-        drop(dropped);
+        ops::descriptor_closed(dropped);
         Ok(())
     });
 }
@@ -2316,46 +2318,36 @@ pub unsafe extern "C" fn nosefs_hook_fcntl(fd: c_int, cmd: c_int, arg: *mut c_vo
             }
             None => fail(Errno::EBADF),
         },
-        libc::F_SETLK
-        | libc::F_SETLKW
-        | libc::F_OFD_SETLK
-        | libc::F_OFD_SETLKW
-        | libc::F_GETLK
-        | libc::F_OFD_GETLK => match serve(|| ops::lock_fd(fd)) {
-            // Embedded mode serves one process, and POSIX record locks never conflict within a
-            // process: they are granted, and F_GETLK finds no conflicting lock.
-            Ok(None) => {
-                if cmd == libc::F_GETLK || cmd == libc::F_OFD_GETLK {
-                    if arg.is_null() {
-                        return fail(Errno(libc::EFAULT));
+        libc::F_SETLK | libc::F_SETLKW | libc::F_GETLK => {
+            if arg.is_null() {
+                return fail(Errno(libc::EFAULT));
+            }
+            // SAFETY: the lock commands take a struct flock, which the caller passed.
+            let lock = unsafe { &mut *arg.cast::<libc::flock>() };
+            record_lock(fd, cmd, lock)
+        }
+        libc::F_OFD_SETLK | libc::F_OFD_SETLKW | libc::F_OFD_GETLK => {
+            if arg.is_null() {
+                return fail(Errno(libc::EFAULT));
+            }
+            // SAFETY: as above.
+            let lock = unsafe { &mut *arg.cast::<libc::flock>() };
+            match serve(|| ops::lock_fd(fd)) {
+                // Embedded mode serves one process: granted, and no conflicting lock found.
+                Ok(None) => {
+                    if cmd == libc::F_OFD_GETLK {
+                        lock.l_type = libc::F_UNLCK as i16;
                     }
-                    // SAFETY: F_GETLK takes a struct flock.
-                    unsafe { (*arg.cast::<libc::flock>()).l_type = libc::F_UNLCK as i16 };
+                    0
                 }
-                0
+                // Daemon mode: on the description's kernel descriptor through the FUSE mount.
+                Ok(Some((file, kernel_fd))) => {
+                    let offset = *file.offset.lock();
+                    unsafe { kernel_lock(kernel_fd, cmd, lock, offset) }
+                }
+                Err(e) => fail(e),
             }
-            // Daemon mode: on the file's kernel descriptor through the FUSE mount, where the
-            // kernel arbitrates between processes (ops::lock_fd).
-            Ok(Some((_file, kernel_fd, offset))) => {
-                if arg.is_null() {
-                    return fail(Errno(libc::EFAULT));
-                }
-                // SAFETY: the lock commands take a struct flock, which the caller passed.
-                let mut lock = unsafe { *arg.cast::<libc::flock>() };
-                if lock.l_whence == libc::SEEK_CUR as i16 {
-                    // The kernel descriptor's offset is not the description's: make it absolute.
-                    lock.l_start += offset as i64;
-                    lock.l_whence = libc::SEEK_SET as i16;
-                }
-                let rc = unsafe { f(kernel_fd, cmd, (&raw mut lock).cast()) };
-                if rc == 0 && (cmd == libc::F_GETLK || cmd == libc::F_OFD_GETLK) {
-                    // SAFETY: as above; F_GETLK answers in the caller's struct.
-                    unsafe { *arg.cast::<libc::flock>() = lock };
-                }
-                rc
-            }
-            Err(e) => fail(e),
-        },
+        }
         // Descriptor flags (FD_CLOEXEC) live on the placeholder, in the kernel.
         libc::F_GETFD | libc::F_SETFD => unsafe { f(fd, cmd, arg) },
         libc::F_ADD_SEALS | libc::F_GET_SEALS => fail(Errno::EINVAL),
@@ -2456,32 +2448,83 @@ pub unsafe extern "C" fn flock(fd: c_int, op: c_int) -> c_int {
         return match serve(|| ops::lock_fd(fd)) {
             // As record locks: one process, granted (see nosefs_hook_fcntl).
             Ok(None) => 0,
-            Ok(Some((_file, kernel_fd, _))) => unsafe { real_flock(kernel_fd, op) },
+            Ok(Some((_file, kernel_fd))) => unsafe { real_flock(kernel_fd, op) },
             Err(e) => fail(e),
         };
     }
     unsafe { real_flock(fd, op) }
 }
 
+/// POSIX record locks of noseFS descriptor `fd`: embedded mode serves one process, where they
+/// never conflict (granted; F_GETLK finds no conflicting lock); daemon mode takes them on the
+/// file's kernel descriptor through the FUSE mount, where the kernel arbitrates between processes
+/// (`kernel`, `ops::record_lock_file`).
+fn record_lock(fd: c_int, cmd: c_int, lock: &mut libc::flock) -> c_int {
+    match serve(|| ops::record_lock_file(fd, lock.l_type as c_int, cmd != libc::F_GETLK)) {
+        Ok(None) => {
+            if cmd == libc::F_GETLK {
+                lock.l_type = libc::F_UNLCK as i16;
+            }
+            0
+        }
+        Ok(Some((kernel, offset))) => {
+            let rc = unsafe { kernel_lock(kernel.raw(), cmd, lock, offset) };
+            if rc == 0 && cmd != libc::F_GETLK && lock.l_type != libc::F_UNLCK as i16 {
+                kernel.note_locked();
+            }
+            rc
+        }
+        Err(e) => fail(e),
+    }
+}
+
+/// A lock command on kernel descriptor `kernel_fd`, for a description at `offset` (whose offset
+/// the kernel descriptor does not share: SEEK_CUR is made absolute).
+///
+/// # Safety
+/// `kernel_fd` is one of the shim's kernel descriptors.
+unsafe fn kernel_lock(kernel_fd: c_int, cmd: c_int, lock: &mut libc::flock, offset: u64) -> c_int {
+    let mut asked = *lock;
+    if asked.l_whence == libc::SEEK_CUR as i16 {
+        asked.l_start = asked.l_start.saturating_add(offset as i64);
+        asked.l_whence = libc::SEEK_SET as i16;
+    }
+    let f = real!(fcntl: fn(c_int, c_int, *mut c_void) -> c_int);
+    // SAFETY: the lock commands take a struct flock; `asked` is one.
+    let rc = unsafe { f(kernel_fd, cmd, (&raw mut asked).cast()) };
+    if rc == 0 && (cmd == libc::F_GETLK || cmd == libc::F_OFD_GETLK) {
+        *lock = asked;
+    }
+    rc
+}
+
+/// lockf, as glibc makes it of fcntl (its own fcntl call does not reach the shim's).
 #[no_mangle]
 pub unsafe extern "C" fn lockf(fd: c_int, cmd: c_int, len: off_t) -> c_int {
-    let real_lockf = real!(lockf: fn(c_int, c_int, off_t) -> c_int);
-    if fdtable::is_ours(fd) && !in_shim() {
-        return match serve(|| ops::lock_fd(fd)) {
-            Ok(None) => 0,
-            Ok(Some((file, kernel_fd, offset))) => {
-                // lockf locks from the descriptor's offset: give the kernel descriptor ours.
-                let _serialised = file.lock_fd.lock();
-                let seek = real!(lseek: fn(c_int, off_t, c_int) -> off_t);
-                if unsafe { seek(kernel_fd, offset as off_t, libc::SEEK_SET) } < 0 {
-                    return -1;
-                }
-                unsafe { real_lockf(kernel_fd, cmd, len) }
-            }
-            Err(e) => fail(e),
-        };
+    if !fdtable::is_ours(fd) || in_shim() {
+        return unsafe { real!(lockf: fn(c_int, c_int, off_t) -> c_int)(fd, cmd, len) };
     }
-    unsafe { real_lockf(fd, cmd, len) }
+    // SAFETY: struct flock is plain data.
+    let mut lock: libc::flock = unsafe { std::mem::zeroed() };
+    lock.l_whence = libc::SEEK_CUR as i16;
+    lock.l_len = len;
+    let (command, l_type) = match cmd {
+        libc::F_TEST => (libc::F_GETLK, libc::F_RDLCK),
+        libc::F_ULOCK => (libc::F_SETLK, libc::F_UNLCK),
+        libc::F_LOCK => (libc::F_SETLKW, libc::F_WRLCK),
+        libc::F_TLOCK => (libc::F_SETLK, libc::F_WRLCK),
+        _ => return fail(Errno::EINVAL),
+    };
+    lock.l_type = l_type as i16;
+    let rc = record_lock(fd, command, &mut lock);
+    if rc != 0 || cmd != libc::F_TEST {
+        return rc;
+    }
+    if lock.l_type == libc::F_UNLCK as i16 || lock.l_pid == std::process::id() as i32 {
+        0
+    } else {
+        fail(Errno(libc::EACCES))
+    }
 }
 
 #[no_mangle]
@@ -4082,39 +4125,20 @@ pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
     let rc = unsafe { real!(munmap: fn(*mut c_void, size_t) -> c_int)(addr, len) };
     if rc == 0 && !in_shim() {
         let _guard = Guard::enter();
-        maps::kernel_unmapped(addr as usize, len);
+        kernel::unmapped(addr as usize, len);
     }
     rc
 }
 
-/// Daemon mode: the kernel descriptor to map noseFS descriptor `fd` through (see `maps`), and
-/// the file's inode. The first one for a file is a duplicate of the description's lock
-/// descriptor (opened on the daemon's FUSE mount): duplicating opens and closes nothing, so the
-/// process's POSIX locks on the file stay.
-fn kernel_file_to_map(fd: c_int, prot: c_int) -> Result<(c_int, u64), Errno> {
-    let ino = maps::mappable(fd, prot)?;
-    if let Some(kernel_fd) = maps::kernel_fd_of(ino) {
-        return Ok((kernel_fd, ino));
+/// Daemon mode: the kernel descriptor to map noseFS descriptor `fd` through (see `kernel`):
+/// the description must allow what `prot` asks, as the kernel's mmap checks.
+fn kernel_file_to_map(fd: c_int, prot: c_int) -> Result<Arc<kernel::KernelFile>, Errno> {
+    let file = fdtable::get(fd).ok_or(Errno::EBADF)?;
+    let write = prot & libc::PROT_WRITE != 0;
+    if file.kind != Kind::File || !file.readable() || (write && !file.writable()) {
+        return Err(Errno(libc::EACCES));
     }
-    let (_, lock_fd, _) = ops::lock_fd(fd)?.ok_or(Errno(libc::ENODEV))?;
-    // SAFETY: F_DUPFD_CLOEXEC duplicates a descriptor the shim owns; the new one is ours alone.
-    let dup = unsafe {
-        real!(fcntl: fn(c_int, c_int, c_int) -> c_int)(
-            lock_fd,
-            libc::F_DUPFD_CLOEXEC,
-            fdtable::internal_fd_floor() / 2,
-        )
-    };
-    if dup < 0 {
-        return Err(Errno(libc::EMFILE));
-    }
-    // SAFETY: `dup` was just made and nothing else owns it.
-    let owned = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(dup) };
-    if kernel_ino(dup) != Some(ino) {
-        state::say("a shared mapping of a noseFS file whose name changed since it was opened is not supported in daemon mode (ENODEV)");
-        return Err(Errno(libc::ENODEV));
-    }
-    Ok((maps::adopt_kernel_fd(ino, owned)?, ino))
+    kernel::for_file(&file, true, write)
 }
 
 /// Daemon mode, before this process reads, writes, truncates or syncs file `ino` through the
@@ -4122,9 +4146,14 @@ fn kernel_file_to_map(fd: c_int, prot: c_int) -> Result<(c_int, u64), Errno> {
 /// pending in the daemon, not committed), so the call sees them and they cannot land later over
 /// what it writes. `sync`: fsync instead (the kernel writes back, then the daemon commits).
 pub fn write_back_mapped(ino: u64, sync: bool) {
-    let Some(fd) = maps::kernel_fd_of(ino) else {
-        return;
-    };
+    if let Some(file) = kernel::mapped_file(ino) {
+        write_back_fd(file.raw(), sync);
+    }
+}
+
+/// Writes back the dirty pages of the file of kernel descriptor `fd` and waits for them (FUSE
+/// writes, pending in the daemon); `sync`: fsync instead (the daemon commits them too).
+pub fn write_back_fd(fd: c_int, sync: bool) {
     // SAFETY: plain system calls on a descriptor the shim owns.
     unsafe {
         if sync {
@@ -4141,17 +4170,9 @@ pub fn write_back_mapped(ino: u64, sync: bool) {
 /// Daemon mode, after this process changed the size of file `ino` through the daemon: the
 /// kernel's idea of it (which its mappings fault against) is refreshed.
 pub fn refresh_mapped_size(ino: u64) {
-    if let Some(fd) = maps::kernel_fd_of(ino) {
-        refresh_kernel_size(fd);
+    if let Some(file) = kernel::mapped_file(ino) {
+        kernel::refresh_size(&file);
     }
-}
-
-/// The kernel asks the daemon a file's attributes again (the daemon invalidated them when the
-/// file changed), through descriptor `fd` opened on the FUSE mount.
-fn refresh_kernel_size(fd: c_int) {
-    // SAFETY: struct stat is plain data; fstat fills it or fails.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    unsafe { real!(fstat: fn(c_int, *mut libc::stat) -> c_int)(fd, &mut st) };
 }
 
 #[no_mangle]
@@ -4210,11 +4231,12 @@ unsafe fn map_copy(
     let f = real!(mmap64: fn(*mut c_void, size_t, c_int, c_int, c_int, off64_t) -> *mut c_void);
     if shared {
         // Through the daemon's FUSE mount (see `maps`): one page cache for every process.
-        let (kernel_fd, ino) = kernel_file_to_map(fd, prot)?;
+        let kernel_file = kernel_file_to_map(fd, prot)?;
+        let kernel_fd = kernel_file.raw();
         // Another process may have grown the file through the daemon since the kernel last
         // asked its size: pages past a stale size would fault SIGBUS (measured: SQLite's -shm
         // index, grown by one process and mapped by another).
-        refresh_kernel_size(kernel_fd);
+        kernel::refresh_size(&kernel_file);
         let p = unsafe { f(addr, len, prot, flags, kernel_fd, offset) };
         if p == libc::MAP_FAILED {
             let e = std::io::Error::last_os_error()
@@ -4222,7 +4244,7 @@ unsafe fn map_copy(
                 .unwrap_or(libc::ENOMEM);
             return Err(Errno(e));
         }
-        maps::kernel_mapped(ino, p as usize, len);
+        kernel::mapped(&kernel_file, p as usize, len);
         return Ok(p);
     }
     if !file.readable() || file.kind != Kind::File {

@@ -7,12 +7,15 @@
 //! covered and what is not, and ARCHITECTURE.md for how.
 //!
 //! Modules: [`ffi`] the exported libc entry points (the only `unsafe`), [`route`] paths,
-//! [`fdtable`] descriptors, [`offsets`] offsets shared across fork and exec, [`ops`] the operations, [`state`] the mounted image, credentials
-//! and fork, [`exec`] the hand-over across exec.
+//! [`fdtable`] descriptors, [`offsets`] offsets shared across fork and exec, [`ops`] the
+//! operations, [`maps`] embedded mode's mappings, [`kernel`] daemon mode's descriptors on the
+//! FUSE mount (record locks, shared mappings), [`state`] the mounted image, credentials and fork,
+//! [`exec`] the hand-over across exec.
 
 pub mod exec;
 pub mod fdtable;
 pub mod ffi;
+pub mod kernel;
 pub mod maps;
 pub mod offsets;
 pub mod ops;

@@ -1,7 +1,7 @@
 //! Mappings of noseFS files in embedded mode: the core's [`Mapping`]s, kept by address so that
 //! `munmap`, `msync` and `mremap` find them. Every mapping of a file in the process shares the
 //! file's shadow, and msync, fsync and fdatasync commit the pages stored to, atomically
-//! (`nosefs_core::file::mmap`). Daemon mode maps shared through the kernel's FUSE mount (below)
+//! (`nosefs_core::file::mmap`). Daemon mode maps shared through the kernel's FUSE mount (`kernel`)
 //! and private mappings as copies (`ffi::map_copy`).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -137,97 +137,4 @@ pub fn forget_in_child() {
         std::mem::forget(mapping);
     }
     LIVE.store(0, Ordering::Release);
-}
-
-// ---------------------------------------------------------------------------------------------
-// Daemon mode: shared mappings through the kernel.
-//
-// The shadow of a mapped file would live in the daemon, and a client must never get write
-// access to anything the daemon maps. But in daemon mode the prefix *is* the daemon's FUSE
-// mount: a shared mapping is made on the same file opened through the kernel there, so every
-// process mapping it (clients and programs the shim does not serve) shares the kernel's page
-// cache, the kernel writes dirty pages back as FUSE writes (pending in the daemon, not durable),
-// and msync reaches the daemon as a FUSE fsync, which commits them as one unit. This process's
-// own read, write, truncate and fsync of a file it maps here first write the dirty pages back
-// (without committing), so they see the stores and are not overwritten by them later; after a
-// size change through the daemon the kernel is asked the size again.
-
-/// A file mapped shared through the kernel: its kernel descriptor (a duplicate of a
-/// description's lock descriptor, kept high and marked as the shim's own) and the address ranges
-/// mapped.
-struct KernelMapped {
-    ino: u64,
-    fd: fdtable::LockFd,
-    ranges: Vec<(usize, usize)>,
-}
-
-static KERNEL: Mutex<Vec<KernelMapped>> = Mutex::new(Vec::new());
-static KERNEL_LIVE: AtomicUsize = AtomicUsize::new(0);
-
-/// Daemon mode: whether noseFS descriptor `fd` may be mapped with `prot`; its inode.
-pub fn mappable(fd: i32, prot: i32) -> Result<u64, Errno> {
-    let file = fdtable::get(fd).ok_or(Errno::EBADF)?;
-    if file.kind != Kind::File || !file.readable() {
-        return Err(Errno(libc::EACCES));
-    }
-    if prot & libc::PROT_WRITE != 0 && !file.writable() {
-        return Err(Errno(libc::EACCES));
-    }
-    Ok(file.ino)
-}
-
-/// Keeps `fd` (opened on the FUSE mount, checked to be file `ino`) as the descriptor this
-/// process maps `ino` through; returns its number. It is closed only once nothing maps the
-/// file and no description of it is open: closing any descriptor of a file drops the process's
-/// POSIX locks on it (measured: SQLite's -shm lock dropped that way let another process
-/// truncate the index under this one's mapping, SIGBUS).
-pub fn adopt_kernel_fd(ino: u64, fd: std::os::fd::OwnedFd) -> Result<i32, Errno> {
-    let fd = fdtable::LockFd::new(fd).ok_or(Errno(libc::EMFILE))?;
-    let raw = fd.raw();
-    let mut all = KERNEL.lock();
-    all.push(KernelMapped {
-        ino,
-        fd,
-        ranges: Vec::new(),
-    });
-    KERNEL_LIVE.store(all.len(), Ordering::Release);
-    Ok(raw)
-}
-
-/// Records that `addr..addr+len` maps file `ino` through the kernel.
-pub fn kernel_mapped(ino: u64, addr: usize, len: usize) {
-    let mut all = KERNEL.lock();
-    if let Some(k) = all.iter_mut().find(|k| k.ino == ino) {
-        k.ranges.push((addr, len.next_multiple_of(4096)));
-    }
-}
-
-/// munmap (which the kernel serves too): forgets the ranges it covers.
-pub fn kernel_unmapped(addr: usize, len: usize) {
-    if KERNEL_LIVE.load(Ordering::Acquire) == 0 {
-        return;
-    }
-    let end = addr.saturating_add(len.next_multiple_of(4096));
-    let mut all = KERNEL.lock();
-    for k in all.iter_mut() {
-        k.ranges.retain(|&(a, l)| !(addr <= a && a + l <= end));
-    }
-    if all.iter().any(|k| k.ranges.is_empty()) {
-        // Only then the open descriptions are listed (munmap of malloc's memory lands here too).
-        let open: Vec<u64> = fdtable::all().iter().map(|(_, f)| f.ino).collect();
-        all.retain(|k| !k.ranges.is_empty() || open.contains(&k.ino));
-    }
-    KERNEL_LIVE.store(all.len(), Ordering::Release);
-}
-
-/// The kernel descriptor of file `ino` if this process maps it through the kernel.
-pub fn kernel_fd_of(ino: u64) -> Option<i32> {
-    if KERNEL_LIVE.load(Ordering::Acquire) == 0 {
-        return None;
-    }
-    KERNEL
-        .lock()
-        .iter()
-        .find(|k| k.ino == ino)
-        .map(|k| k.fd.raw())
 }

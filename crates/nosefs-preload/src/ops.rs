@@ -14,6 +14,7 @@ use nosefs_core::Errno;
 use nosefs_daemon::service::{Opened, OpenedPath, Service, XattrTarget};
 
 use crate::fdtable::{self, Kind, OpenFile};
+use crate::kernel::{self, KernelFile};
 use crate::route::Found;
 use crate::state::{self, with_service};
 
@@ -426,18 +427,45 @@ pub fn fsetattr(fd: i32, change: &SetAttr, times_now: bool) -> Result<(), Errno>
     with_service(|s| s.fsetattr(file.handle, change, times_now))
 }
 
-/// Daemon mode: the kernel descriptor on which the locks of `fd`'s description are taken (see
-/// `OpenFile::lock_fd`), with the description's current offset (for SEEK_CUR and lockf), and
-/// the description, which keeps the descriptor open. `None` in embedded mode, where one process
-/// holds the image and locks cannot conflict.
+/// Daemon mode: the kernel descriptor of `fd`'s file on which the process's POSIX record locks
+/// are taken (`kernel`), checked against the description's access mode as the kernel checks a
+/// lock of type `l_type`, with the description's current offset (for SEEK_CUR and lockf). `None`
+/// in embedded mode, where one process holds the image and locks cannot conflict.
 ///
-/// The kernel keeps POSIX locks per process and inode, and flock and OFD locks per open file
-/// description, on the FUSE mount's inode, where every process of the machine meets: so locks
-/// are honoured between daemon clients, and between a client and a program using the FUSE mount.
-/// Closing the description drops its descriptor, and with it the process's POSIX locks on the
-/// file (as closing any descriptor of a file does). Not followed: a lock fd is opened by path, so
-/// a file renamed or removed since it was opened gets ENOLCK.
-pub fn lock_fd(fd: i32) -> Result<Option<(Arc<OpenFile>, i32, u64)>, Errno> {
+/// The kernel keeps POSIX locks per process and inode on the FUSE mount's inode, where every
+/// process of the machine meets: so locks are honoured between daemon clients, and between a
+/// client and a program using the FUSE mount. Not followed: the kernel descriptor is opened by
+/// path, so a file renamed or removed since it was opened gets ENODEV.
+/// `set`: a lock is set (F_GETLK only tests, and needs no access).
+pub fn record_lock_file(
+    fd: i32,
+    l_type: i32,
+    set: bool,
+) -> Result<Option<(Arc<KernelFile>, u64)>, Errno> {
+    if !state::daemon_mode() {
+        return Ok(None);
+    }
+    let file = file_of(fd)?;
+    let (read, write) = match l_type {
+        libc::F_RDLCK if set => (true, false),
+        libc::F_WRLCK if set => (false, true),
+        _ => (false, false),
+    };
+    if file.kind == Kind::Path || (read && !file.readable()) || (write && !file.writable()) {
+        return Err(Errno::EBADF);
+    }
+    let kernel = kernel::for_file(&file, read, write)?;
+    let offset = *file.offset.lock();
+    Ok(Some((kernel, offset)))
+}
+
+/// Daemon mode: the kernel descriptor on which the flock and OFD locks of `fd`'s description are
+/// taken (see `OpenFile::lock_fd`), with the description, which keeps the descriptor open.
+/// `None` in embedded mode, where one process holds the image and locks cannot conflict.
+/// Closing the description's last descriptor closes it, dropping its locks. Refused (ENOLCK)
+/// while the process holds POSIX record locks on the file: opening it closes a descriptor of the
+/// file, which would drop them (`kernel`).
+pub fn lock_fd(fd: i32) -> Result<Option<(Arc<OpenFile>, i32)>, Errno> {
     if !state::daemon_mode() {
         return Ok(None);
     }
@@ -448,6 +476,10 @@ pub fn lock_fd(fd: i32) -> Result<Option<(Arc<OpenFile>, i32, u64)>, Errno> {
     let raw = {
         let mut slot = file.lock_fd.lock();
         if slot.is_none() {
+            if kernel::locked(file.ino) {
+                state::say("an flock or OFD lock on a noseFS file this process holds record locks on, through a description that never locked before, would drop those locks in daemon mode (ENOLCK)");
+                return Err(Errno(libc::ENOLCK));
+            }
             let access = match file.flags.load(Ordering::Relaxed) & libc::O_ACCMODE {
                 libc::O_WRONLY => rustix::fs::OFlags::WRONLY,
                 libc::O_RDWR => rustix::fs::OFlags::RDWR,
@@ -459,13 +491,23 @@ pub fn lock_fd(fd: i32) -> Result<Option<(Arc<OpenFile>, i32, u64)>, Errno> {
             // Out of the way of the numbers programs pick for dup2 (shells keep to 10-255), and
             // marked as the shim's own (close, close_range and dup2 step around it).
             let high = rustix::io::fcntl_dupfd_cloexec(&opened, fdtable::internal_fd_floor() / 2)
-                .unwrap_or(opened);
+                .map_err(|_| Errno(libc::ENOLCK))?;
+            drop(opened);
             *slot = Some(fdtable::LockFd::new(high).ok_or(Errno(libc::ENOLCK))?);
         }
         slot.as_ref().map(|f| f.raw()).expect("just set")
     };
-    let offset = *file.offset.lock();
-    Ok(Some((file, raw, offset)))
+    Ok(Some((file, raw)))
+}
+
+/// A program's descriptor of noseFS description `file` is gone (close, close_range, dup2 over
+/// it): daemon mode drops the process's record locks on the file, as POSIX says.
+pub fn descriptor_closed(file: Option<Arc<OpenFile>>) {
+    if let Some(file) = file {
+        let ino = file.ino;
+        drop(file);
+        kernel::closed(ino);
+    }
 }
 
 /// `None` for ENOENT: the open directory was removed.
