@@ -9,6 +9,7 @@ use std::sync::{Arc, OnceLock};
 use parking_lot::{Mutex, RwLock};
 
 use crate::format::pinode::{S_IFDIR, S_IFREG};
+use crate::padded::CachePadded;
 
 /// Cookies 1 and 2 are "." and ".."; entries start after them.
 pub const FIRST_ENTRY_SEQ: u64 = 3;
@@ -360,17 +361,20 @@ impl Eq for ByIno {}
 
 type InoMap = HashSet<ByIno, std::hash::BuildHasherDefault<InoHasher>>;
 
-/// Inodes by number, sharded so that no lookup takes a global lock.
+/// Inodes by number, sharded so that no lookup takes a global lock. Each shard (its lock word
+/// and table header, 40 bytes) is alone on its cache lines: every lookup takes its shard's lock
+/// with a locked instruction, and packed, two threads working on different shards would still
+/// pass one line between them.
 #[derive(Debug)]
 pub struct InodeTable {
-    shards: Vec<RwLock<InoMap>>,
+    shards: Vec<CachePadded<RwLock<InoMap>>>,
 }
 
 impl Default for InodeTable {
     fn default() -> Self {
         InodeTable {
             shards: (0..SHARDS)
-                .map(|_| RwLock::new(InoMap::default()))
+                .map(|_| CachePadded(RwLock::new(InoMap::default())))
                 .collect(),
         }
     }
