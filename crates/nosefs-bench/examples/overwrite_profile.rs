@@ -1,40 +1,58 @@
 //! Profiling aid: random 1 KiB or 4 KiB overwrites with fsync on the native library, long enough
-//! for `perf record` to see the steady state. `cargo run --release --example overwrite_profile -- 1024`.
+//! for `perf record` to see the steady state; with a second argument, that many threads on one
+//! image, each on a file of its own (what the fileops workload's thread sweep does), to find
+//! what they share; with a third, that many overwrites per thread from the freshly written file
+//! (the fileops phase's regime) instead of six seconds.
+//! `cargo run --release --example overwrite_profile -- 1024 [threads] [overwrites]`.
 
 use nosefs_bench::target::{cname, Native, Needs, Target};
 
+const FILE_BYTES: u64 = 80 << 20;
+
 fn main() -> std::io::Result<()> {
-    let io: usize = std::env::args()
-        .nth(1)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(4096);
-    let file_bytes = 80u64 << 20;
+    let mut args = std::env::args().skip(1);
+    let io: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(4096);
+    let threads: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(1);
+    let count: Option<u64> = args.next().and_then(|a| a.parse().ok());
     let needs = Needs {
-        names: 1,
-        data_bytes: file_bytes * 2,
+        names: threads,
+        data_bytes: FILE_BYTES * 2 * threads,
     };
     let target =
         Native::new(std::path::Path::new("/dev/shm"), needs, Default::default()).expect("image");
-    let file = target.open(target.root(), &cname("bench"), true)?;
+    std::thread::scope(|s| {
+        let runs: Vec<_> = (0..threads)
+            .map(|t| {
+                let target = &target;
+                s.spawn(move || overwrite(target, t, io, count))
+            })
+            .collect();
+        runs.into_iter()
+            .try_for_each(|r| r.join().expect("no panic"))
+    })
+}
+
+fn overwrite(target: &Native, thread: u64, io: usize, count: Option<u64>) -> std::io::Result<()> {
+    let file = target.open(target.root(), &cname(&format!("bench{thread}")), true)?;
     let chunk = vec![1u8; 1 << 20];
-    for offset in (0..file_bytes).step_by(1 << 20) {
+    for offset in (0..FILE_BYTES).step_by(1 << 20) {
         target.pwrite(&file, offset, &chunk)?;
     }
     target.fsync(&file)?;
     let data = vec![2u8; io];
-    let mut x = 88172645463325252u64;
+    let mut x = 88172645463325252u64 + thread;
     let start = std::time::Instant::now();
     let mut n = 0u64;
-    while start.elapsed().as_secs() < 6 {
+    while count.map_or(start.elapsed().as_secs() < 6, |c| n < c) {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
-        target.pwrite(&file, x % (file_bytes - io as u64), &data)?;
+        target.pwrite(&file, x % (FILE_BYTES - io as u64), &data)?;
         target.fsync(&file)?;
         n += 1;
     }
     println!(
-        "{n} overwrites, {:.2} us each, {} pieces",
+        "thread {thread}: {n} overwrites, {:.2} us each, {} pieces",
         start.elapsed().as_secs_f64() * 1e6 / n as f64,
         target.pieces(&file)
     );
