@@ -231,14 +231,18 @@ impl Remote {
     /// Puts a request in slot `slot` (taken) and rings the doorbell of the thread serving it if
     /// that thread sleeps.
     fn send(&self, slot: usize, request: &Enc) {
-        assert!(
-            request.buf.len() <= self.area.payload_bytes(),
-            "requests are chunked"
-        );
+        self.send_with(slot, request, &[]);
+    }
+
+    /// [`Remote::send`] with `data` after the request's bytes, copied straight from the
+    /// caller's buffer (a write's data: the request ends with its length).
+    fn send_with(&self, slot: usize, request: &Enc, data: &[u8]) {
+        let len = request.buf.len() + data.len();
+        assert!(len <= self.area.payload_bytes(), "requests are chunked");
         let area = &self.area;
         area.put(slot, 0, &request.buf);
-        area.len(slot)
-            .store(request.buf.len() as u32, Ordering::Relaxed);
+        area.put(slot, request.buf.len(), data);
+        area.len(slot).store(len as u32, Ordering::Relaxed);
         area.client_cpu(slot)
             .store(current_cpu(), Ordering::Relaxed);
         area.state(slot).store(state::REQUEST, Ordering::SeqCst);
@@ -269,17 +273,38 @@ impl Remote {
 
     /// Sends one request and returns the reply's bytes after its errno.
     pub fn call(&self, request: &Enc) -> Result<Vec<u8>, Errno> {
+        self.call_with(request, &[], |area, slot, len| {
+            let mut reply = vec![0u8; len];
+            area.get(slot, 4, &mut reply);
+            Ok(reply)
+        })
+    }
+
+    /// Sends `request` followed by `data`, then hands the reply in the area (its slot and the
+    /// length after the errno, a successful one) to `take`, which copies out what it needs: a
+    /// write's data and a read's go between the caller's buffer and the area with no copy in
+    /// between.
+    fn call_with<T>(
+        &self,
+        request: &Enc,
+        data: &[u8],
+        take: impl FnOnce(&Area, usize, usize) -> Result<T, Errno>,
+    ) -> Result<T, Errno> {
         if self.dead.load(Ordering::Relaxed) {
             return Err(Errno::EIO);
         }
         let slot = self.take_slot().ok_or(Errno::EIO)?;
-        self.send(slot, request);
-        let result = self.wait_reply(slot);
+        self.send_with(slot, request, data);
+        let result = self
+            .wait_reply(slot)
+            .and_then(|len| take(&self.area, slot, len));
+        self.area.state(slot).store(state::IDLE, Ordering::Release);
         self.area.owner(slot).store(owner::FREE, Ordering::Release);
         result
     }
 
-    fn wait_reply(&self, slot: usize) -> Result<Vec<u8>, Errno> {
+    /// Waits for slot `slot`'s reply; its length after the errno, or the errno.
+    fn wait_reply(&self, slot: usize) -> Result<usize, Errno> {
         let area = &self.area;
         let mut spinner = Spinner::new();
         loop {
@@ -309,16 +334,15 @@ impl Remote {
             area.client_waiting(slot).store(0, Ordering::Relaxed);
         }
         let len = (area.len(slot).load(Ordering::Acquire) as usize).min(area.payload_bytes());
-        let mut reply = vec![0u8; len];
-        area.get(slot, 0, &mut reply);
-        area.state(slot).store(state::IDLE, Ordering::Release);
-        let mut d = Dec::new(&reply);
-        let errno = d.i32().map_err(|_| Errno::EIO)?;
-        if errno != 0 {
-            return Err(Errno(errno));
+        if len < 4 {
+            return Err(Errno::EIO);
         }
-        reply.drain(..4);
-        Ok(reply)
+        let mut head = [0u8; 4];
+        area.get(slot, 0, &mut head);
+        match i32::from_le_bytes(head) {
+            0 => Ok(len - 4),
+            errno => Err(Errno(errno)),
+        }
     }
 
     fn path_request(opcode: u32, found: &Found) -> Enc {
@@ -492,10 +516,19 @@ impl Service for Remote {
             let want = (buf.len() - done).min(self.chunk_bytes());
             let mut e = Enc::new(op::READ);
             e.u64(handle).u64(offset + done as u64).u32(want as u32);
-            let reply = self.call(&e)?;
-            let data = Dec::new(&reply).bytes().map_err(|_| Errno::EIO)?;
-            let n = data.len().min(want);
-            buf[done..done + n].copy_from_slice(&data[..n]);
+            let out = &mut buf[done..done + want];
+            // The reply is the data's length, then the data: copied from the area straight
+            // into the caller's buffer.
+            let n = self.call_with(&e, &[], |area, slot, len| {
+                let mut head = [0u8; 4];
+                if len < 4 {
+                    return Err(Errno::EIO);
+                }
+                area.get(slot, 4, &mut head);
+                let n = (u32::from_le_bytes(head) as usize).min(len - 4).min(want);
+                area.get(slot, 8, &mut out[..n]);
+                Ok(n)
+            })?;
             done += n;
             if n < want {
                 break;
@@ -510,11 +543,20 @@ impl Service for Remote {
         loop {
             let n = (data.len() - done).min(self.chunk_bytes());
             let mut e = Enc::new(op::WRITE);
+            // The data's length ends the request; the data follows it in the area, copied
+            // straight from the caller's buffer (the same bytes `Enc::bytes` would make).
             e.u64(handle)
                 .u64(offset + done as u64)
                 .bool(append)
-                .bytes(&data[done..done + n]);
-            let at = decode(&self.call(&e)?, |d| d.u64())?;
+                .u32(n as u32);
+            let at = self.call_with(&e, &data[done..done + n], |area, slot, len| {
+                let mut reply = [0u8; 8];
+                if len < 8 {
+                    return Err(Errno::EIO);
+                }
+                area.get(slot, 4, &mut reply);
+                Ok(u64::from_le_bytes(reply))
+            })?;
             first.get_or_insert(at);
             done += n;
             if done >= data.len() {

@@ -490,7 +490,7 @@ fn admit(
 /// threads of one process are served side by side, as separate processes are.
 fn serve_client(shared: &Arc<Shared>, conn: &Arc<Conn>) {
     let area = &conn.area;
-    let mut request = vec![0u8; area.payload_bytes()];
+    let mut buffers = Buffers::new(area.payload_bytes());
     // By pair: own_thread[p] for slots 2p and 2p + 1.
     let mut own_thread = vec![false; area.slots() / 2];
     let mut helpers = Vec::new();
@@ -503,7 +503,7 @@ fn serve_client(shared: &Arc<Shared>, conn: &Arc<Conn>) {
                 continue;
             }
             let call = area.owner(slot).load(Ordering::Acquire) == owner::CALL;
-            serve_slot(shared, conn, slot, &mut request);
+            serve_slot(shared, conn, slot, &mut buffers);
             served = true;
             last_slot = slot;
             if !call {
@@ -578,14 +578,14 @@ fn give_own_thread(
 /// The server thread of one slot pair: as [`serve_client`], for those two slots alone.
 fn serve_own_pair(shared: &Shared, conn: &Conn, slots: [usize; 2]) {
     let area = &conn.area;
-    let mut request = vec![0u8; area.payload_bytes()];
+    let mut buffers = Buffers::new(area.payload_bytes());
     let mut idle = Spinner::new();
     let mut last_slot = slots[0];
     loop {
         let mut served = false;
         for s in posted_first(area, slots.into_iter()) {
             if take_request(area, s) {
-                serve_slot(shared, conn, s, &mut request);
+                serve_slot(shared, conn, s, &mut buffers);
                 served = true;
                 last_slot = s;
             }
@@ -672,25 +672,40 @@ fn client_here(area: &Area, slot: usize) -> bool {
     area.client_cpu(slot).load(Ordering::Relaxed) == current_cpu()
 }
 
-fn serve_slot(shared: &Shared, conn: &Conn, slot: usize, request: &mut [u8]) {
+/// A server thread's buffers, made once: the request copied out of the area, and the data a
+/// read puts in its reply (read into here, then copied into the area behind the reply's head:
+/// no allocation, zeroing or intermediate copy per read).
+struct Buffers {
+    request: Vec<u8>,
+    data: Vec<u8>,
+}
+
+impl Buffers {
+    fn new(payload_bytes: usize) -> Buffers {
+        Buffers {
+            request: vec![0u8; payload_bytes],
+            data: vec![0u8; payload_bytes],
+        }
+    }
+}
+
+fn serve_slot(shared: &Shared, conn: &Conn, slot: usize, buffers: &mut Buffers) {
     let area = &conn.area;
     let len = (area.len(slot).load(Ordering::Acquire) as usize).min(area.payload_bytes());
+    let Buffers { request, data } = buffers;
     area.get(slot, 0, &mut request[..len]);
-    let reply = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        execute(shared, conn, &request[..len], area.payload_bytes())
+    let mut tail = 0;
+    let (reply, tail) = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        execute(shared, conn, &request[..len], data, &mut tail)
     })) {
-        Ok(Ok(reply)) => reply,
-        Ok(Err(errno)) => Enc::new(errno.0 as u32),
-        Err(_) => Enc::new(libc::EIO as u32),
-    };
-    let reply = if reply.buf.len() <= area.payload_bytes() {
-        reply
-    } else {
-        Enc::new(libc::EIO as u32)
+        Ok(Ok(reply)) if reply.buf.len() + tail <= area.payload_bytes() => (reply, tail),
+        Ok(Ok(_)) | Err(_) => (Enc::new(libc::EIO as u32), 0),
+        Ok(Err(errno)) => (Enc::new(errno.0 as u32), 0),
     };
     area.put(slot, 0, &reply.buf);
+    area.put(slot, reply.buf.len(), &data[..tail]);
     area.len(slot)
-        .store(reply.buf.len() as u32, Ordering::Release);
+        .store((reply.buf.len() + tail) as u32, Ordering::Release);
     area.state(slot).store(state::REPLY, Ordering::SeqCst);
     if area.client_waiting(slot).load(Ordering::SeqCst) != 0 {
         let _ = futex::wake(area.state(slot), futex::Flags::empty(), 1);
@@ -747,8 +762,16 @@ fn ok() -> Enc {
     Enc::new(0)
 }
 
-/// Decodes and runs one request.
-fn execute(shared: &Shared, conn: &Conn, request: &[u8], room: usize) -> Result<Enc, Errno> {
+/// Decodes and runs one request. A read leaves its data in `data[..*tail]`, to follow the
+/// reply's bytes.
+fn execute(
+    shared: &Shared,
+    conn: &Conn,
+    request: &[u8],
+    data: &mut [u8],
+    tail: &mut usize,
+) -> Result<Enc, Errno> {
+    let room = data.len();
     let cred = || conn.cred.read().clone();
     let local = Local {
         fs: &shared.fs,
@@ -870,9 +893,10 @@ fn execute(shared: &Shared, conn: &Conn, request: &[u8], room: usize) -> Result<
             let ino = readable(&description(shared, conn, d.u64()?)?)?;
             let offset = d.u64()?;
             let len = (d.u32()? as usize).min(room - 16);
-            let mut buf = vec![0u8; len];
-            let n = local.read(ino, offset, &mut buf)?;
-            reply.bytes(&buf[..n]);
+            let n = local.read(ino, offset, &mut data[..len])?;
+            // As `Enc::bytes` would put it: the length, then (by `serve_slot`) the bytes.
+            reply.u32(n as u32);
+            *tail = n;
         }
         op::WRITE => {
             let ino = writable(&description(shared, conn, d.u64()?)?)?;
