@@ -490,7 +490,7 @@ fn admit(
 /// threads of one process are served side by side, as separate processes are.
 fn serve_client(shared: &Arc<Shared>, conn: &Arc<Conn>) {
     let area = &conn.area;
-    let mut buffers = Buffers::new(area.payload_bytes());
+    let mut request = vec![0u8; area.payload_bytes()];
     // By pair: own_thread[p] for slots 2p and 2p + 1.
     let mut own_thread = vec![false; area.slots() / 2];
     let mut helpers = Vec::new();
@@ -503,7 +503,7 @@ fn serve_client(shared: &Arc<Shared>, conn: &Arc<Conn>) {
                 continue;
             }
             let call = area.owner(slot).load(Ordering::Acquire) == owner::CALL;
-            serve_slot(shared, conn, slot, &mut buffers);
+            serve_slot(shared, conn, slot, &mut request);
             served = true;
             last_slot = slot;
             if !call {
@@ -578,14 +578,14 @@ fn give_own_thread(
 /// The server thread of one slot pair: as [`serve_client`], for those two slots alone.
 fn serve_own_pair(shared: &Shared, conn: &Conn, slots: [usize; 2]) {
     let area = &conn.area;
-    let mut buffers = Buffers::new(area.payload_bytes());
+    let mut request = vec![0u8; area.payload_bytes()];
     let mut idle = Spinner::new();
     let mut last_slot = slots[0];
     loop {
         let mut served = false;
         for s in posted_first(area, slots.into_iter()) {
             if take_request(area, s) {
-                serve_slot(shared, conn, s, &mut buffers);
+                serve_slot(shared, conn, s, &mut request);
                 served = true;
                 last_slot = s;
             }
@@ -672,38 +672,55 @@ fn client_here(area: &Area, slot: usize) -> bool {
     area.client_cpu(slot).load(Ordering::Relaxed) == current_cpu()
 }
 
-/// A server thread's buffers, made once: the request copied out of the area, and the data a
-/// read puts in its reply (read into here, then copied into the area behind the reply's head:
-/// no allocation, zeroing or intermediate copy per read).
-struct Buffers {
-    request: Vec<u8>,
-    data: Vec<u8>,
+/// Where a read's data goes: into the reply in the slot's payload, in place, behind the reply's
+/// head (its errno and the data's length), so the data is copied once on this side.
+struct ReplyData<'a> {
+    area: &'a Area,
+    slot: usize,
+    /// Bytes put there.
+    len: usize,
 }
 
-impl Buffers {
-    fn new(payload_bytes: usize) -> Buffers {
-        Buffers {
-            request: vec![0u8; payload_bytes],
-            data: vec![0u8; payload_bytes],
-        }
+/// The head of a reply that carries data: errno, then the data's length.
+const DATA_REPLY_HEAD_BYTES: usize = 8;
+
+impl ReplyData<'_> {
+    /// Room for data behind the head.
+    fn room(&self) -> usize {
+        self.area.payload_bytes() - DATA_REPLY_HEAD_BYTES
+    }
+
+    /// Lets `fill` put up to `max` bytes in place; it returns how many it put.
+    fn fill(
+        &mut self,
+        max: usize,
+        fill: impl FnOnce(&mut [u8]) -> Result<usize, Errno>,
+    ) -> Result<usize, Errno> {
+        let max = max.min(self.room());
+        let n = self
+            .area
+            .fill(self.slot, DATA_REPLY_HEAD_BYTES, max, fill)?
+            .min(max);
+        self.len = n;
+        Ok(n)
     }
 }
 
-fn serve_slot(shared: &Shared, conn: &Conn, slot: usize, buffers: &mut Buffers) {
+fn serve_slot(shared: &Shared, conn: &Conn, slot: usize, request: &mut [u8]) {
     let area = &conn.area;
     let len = (area.len(slot).load(Ordering::Acquire) as usize).min(area.payload_bytes());
-    let Buffers { request, data } = buffers;
     area.get(slot, 0, &mut request[..len]);
-    let mut tail = 0;
+    let mut data = ReplyData { area, slot, len: 0 };
     let (reply, tail) = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        execute(shared, conn, &request[..len], data, &mut tail)
+        execute(shared, conn, &request[..len], &mut data)
     })) {
-        Ok(Ok(reply)) if reply.buf.len() + tail <= area.payload_bytes() => (reply, tail),
+        Ok(Ok(reply)) if data.len == 0 && reply.buf.len() <= area.payload_bytes() => (reply, 0),
+        Ok(Ok(reply)) if reply.buf.len() == DATA_REPLY_HEAD_BYTES => (reply, data.len),
         Ok(Ok(_)) | Err(_) => (Enc::new(libc::EIO as u32), 0),
         Ok(Err(errno)) => (Enc::new(errno.0 as u32), 0),
     };
+    // A reply with data: its head goes before the data `execute` put in place.
     area.put(slot, 0, &reply.buf);
-    area.put(slot, reply.buf.len(), &data[..tail]);
     area.len(slot)
         .store((reply.buf.len() + tail) as u32, Ordering::Release);
     area.state(slot).store(state::REPLY, Ordering::SeqCst);
@@ -762,16 +779,15 @@ fn ok() -> Enc {
     Enc::new(0)
 }
 
-/// Decodes and runs one request. A read leaves its data in `data[..*tail]`, to follow the
-/// reply's bytes.
+/// Decodes and runs one request. A read puts its data in the reply in place (`data`), behind
+/// the head it returns.
 fn execute(
     shared: &Shared,
     conn: &Conn,
     request: &[u8],
-    data: &mut [u8],
-    tail: &mut usize,
+    data: &mut ReplyData<'_>,
 ) -> Result<Enc, Errno> {
-    let room = data.len();
+    let room = data.area.payload_bytes();
     let cred = || conn.cred.read().clone();
     let local = Local {
         fs: &shared.fs,
@@ -892,11 +908,10 @@ fn execute(
         op::READ => {
             let ino = readable(&description(shared, conn, d.u64()?)?)?;
             let offset = d.u64()?;
-            let len = (d.u32()? as usize).min(room - 16);
-            let n = local.read(ino, offset, &mut data[..len])?;
-            // As `Enc::bytes` would put it: the length, then (by `serve_slot`) the bytes.
+            let len = d.u32()? as usize;
+            let n = data.fill(len, |buf| local.read(ino, offset, buf))?;
+            // As `Enc::bytes` would put it: the length, then the bytes (already in place).
             reply.u32(n as u32);
-            *tail = n;
         }
         op::WRITE => {
             let ino = writable(&description(shared, conn, d.u64()?)?)?;

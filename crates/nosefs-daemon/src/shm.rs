@@ -22,7 +22,8 @@
 //! rings that thread's doorbell instead. Payload bytes are handed over by the Release store and Acquire load of
 //! `state`. The daemon never trusts the area: it copies a request out before decoding it (so a
 //! client changing it meanwhile changes only what is decoded, which is validated), and bounds
-//! every length by the slot's size.
+//! every length by the slot's size. A read's data is stored straight into the reply
+//! ([`Area::fill`]), never read back.
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::ptr::NonNull;
@@ -282,6 +283,28 @@ impl Area {
         unsafe {
             std::ptr::copy_nonoverlapping(data.as_ptr(), self.base.as_ptr().add(offset), data.len())
         };
+    }
+
+    /// Lets `fill` store into `len` bytes of slot `slot`'s payload at `at`, in place: a read's
+    /// data goes from the image straight into the reply.
+    pub fn fill<R>(
+        &self,
+        slot: usize,
+        at: usize,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]) -> R,
+    ) -> R {
+        let end = at.checked_add(len).expect("no overflow");
+        assert!(end <= self.payload_bytes(), "payload overrun");
+        let offset = self.slot_offset(slot) + SLOT_HEADER_BYTES + at;
+        // SAFETY: the bytes are inside the mapping (bounds checked above), which outlives the
+        // call, and the slot is the serving thread's until it stores the reply state, so no
+        // other thread of this process touches them. The client may store into them meanwhile
+        // (only a hostile one: it waits for the reply); `fill` (a read of the image) only stores
+        // into the slice and never reads it back, so that changes nothing but the bytes that
+        // client gets.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(self.base.as_ptr().add(offset), len) };
+        fill(bytes)
     }
 
     /// Copies `out.len()` bytes of slot `slot`'s payload from `at` into `out`.
