@@ -558,6 +558,62 @@ PY
 }
 
 #[test]
+fn large_reads_and_writes_span_many_requests_and_agree_with_the_fuse_mount() {
+    if !usable() {
+        return;
+    }
+    let m = mount_with(&[]);
+    // Reads and writes larger than a request slot (256 KiB) go as several requests; reads at
+    // odd offsets and past the end come back exact, and the FUSE mount sees the same bytes.
+    let script = r#"cd "$D" || exit 9
+python3 - <<'PY'
+import hashlib, os, random
+r = random.Random(7)
+data = bytes(r.getrandbits(8) for _ in range(1_500_007))
+with open("big", "wb") as f:
+    f.write(data[:1_000_000])
+    f.write(data[1_000_000:])
+fd = os.open("big", os.O_RDONLY)
+whole = os.pread(fd, 2_000_000, 0)
+print("whole", whole == data)
+for off, n in [(1, 700_001), (262_100, 300_000), (1_499_000, 4096), (0, 1)]:
+    print(off, n, os.pread(fd, n, off) == data[off:off + n])
+print("past the end", os.pread(fd, 10, 1_600_000) == b"")
+os.close(fd)
+print(hashlib.sha256(data).hexdigest())
+PY
+"#;
+    let out = m.run(script);
+    let text_out = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out));
+    let lines: Vec<&str> = text_out.lines().collect();
+    assert_eq!(
+        &lines[..6],
+        &[
+            "whole True",
+            "1 700001 True",
+            "262100 300000 True",
+            "1499000 4096 True",
+            "0 1 True",
+            "past the end True"
+        ],
+        "{text_out}"
+    );
+    let through_fuse = std::fs::read(m.mnt.join("big")).unwrap();
+    let digest = Command::new("sha256sum")
+        .arg(m.mnt.join("big"))
+        .output()
+        .unwrap();
+    assert_eq!(through_fuse.len(), 1_500_007);
+    assert!(
+        String::from_utf8_lossy(&digest.stdout).starts_with(lines[6]),
+        "{}",
+        text(&digest)
+    );
+    m.unmount_and_fsck();
+}
+
+#[test]
 fn python_multiprocessing_writes_files_from_a_pool() {
     if !usable() {
         return;
