@@ -614,6 +614,20 @@ PY
 }
 
 #[test]
+fn programs_stored_on_nosefs_run_as_on_the_kernel() {
+    if !usable() {
+        return;
+    }
+    let m = mount_with(&[]);
+    let out = same_as_kernel(&m, common::EXEC_SCRIPT);
+    assert!(
+        out.contains("nested [./s3.sh]\nnot executable, exit 126\nsubprocess 7\n"),
+        "{out}"
+    );
+    m.unmount_and_fsck();
+}
+
+#[test]
 fn python_multiprocessing_writes_files_from_a_pool() {
     if !usable() {
         return;

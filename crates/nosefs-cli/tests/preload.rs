@@ -405,6 +405,22 @@ PY
 }
 
 #[test]
+fn programs_stored_on_nosefs_run_as_on_the_kernel() {
+    let setup = setup();
+    let out = same_as_kernel(&setup, common::EXEC_SCRIPT);
+    assert!(
+        out.contains("script [./s.sh] [arg]\npython ['a', 'b']\nexit 7\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "found on PATH, exit 7\nnested [./s3.sh]\nnot executable, exit 126\nsubprocess 7\n"
+        ),
+        "{out}"
+    );
+}
+
+#[test]
 fn an_exec_adopts_inherited_descriptors_and_the_working_directory() {
     let setup = setup();
     // fd 3 is opened by the first shell, written, and inherited by the program it execs.

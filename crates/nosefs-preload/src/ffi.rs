@@ -4532,6 +4532,130 @@ fn pointers(list: &[CString]) -> Vec<*const c_char> {
         .collect()
 }
 
+/// Largest program embedded mode runs from noseFS (it is copied into memory first).
+const STORED_PROGRAM_MAX_BYTES: u64 = 1 << 30;
+/// How many `#!` interpreters may lead to one another (the kernel allows four).
+const INTERPRETER_DEPTH_MAX: usize = 4;
+
+thread_local! {
+    static INTERPRETER_DEPTH: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Embedded mode: the noseFS path `path` (found as `found`) to execute, which the kernel cannot
+/// see (the prefix is an empty directory to it). A `#!` script runs its interpreter with the
+/// script's path, which the interpreter, under the shim, opens; any other program is copied into
+/// a sealed memfd and run from there (fexecve). Daemon mode needs none of this: there the
+/// prefix is the FUSE mount, where the kernel finds the program itself.
+unsafe fn exec_stored(
+    found: &Found,
+    path: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    let image = match serve(|| ops::program_image(found, STORED_PROGRAM_MAX_BYTES)) {
+        Ok(image) => image,
+        Err(e) => return fail(e),
+    };
+    if let Some(line) = image.strip_prefix(b"#!") {
+        return unsafe { exec_interpreter(line, path, argv, envp) };
+    }
+    let memfd = match stored_program_memfd(&image) {
+        Ok(fd) => fd,
+        Err(e) => return fail(e),
+    };
+    drop(image);
+    let f = real!(fexecve: fn(c_int, *const *const c_char, *const *const c_char) -> c_int);
+    let rc = match unsafe { prepare_exec(envp) } {
+        Some(env) => {
+            let env_ptrs = pointers(&env);
+            let rc = unsafe {
+                f(
+                    std::os::fd::AsRawFd::as_raw_fd(&memfd),
+                    argv,
+                    env_ptrs.as_ptr(),
+                )
+            };
+            crate::exec::failed();
+            rc
+        }
+        None => unsafe { f(std::os::fd::AsRawFd::as_raw_fd(&memfd), argv, envp) },
+    };
+    let errno = std::io::Error::last_os_error();
+    drop(memfd);
+    set_errno(Errno(errno.raw_os_error().unwrap_or(libc::ENOEXEC)));
+    rc
+}
+
+/// A sealed, close-on-exec memfd holding `image`.
+fn stored_program_memfd(image: &[u8]) -> Result<std::os::fd::OwnedFd, Errno> {
+    use rustix::fs::{MemfdFlags, SealFlags};
+    let io = |e: rustix::io::Errno| Errno(e.raw_os_error());
+    let _guard = Guard::enter();
+    let fd = rustix::fs::memfd_create(
+        "nosefs-exec",
+        MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING,
+    )
+    .map_err(io)?;
+    let mut at = 0;
+    while at < image.len() {
+        at += rustix::io::write(&fd, &image[at..]).map_err(io)?;
+    }
+    rustix::fs::fcntl_add_seals(
+        &fd,
+        SealFlags::WRITE | SealFlags::GROW | SealFlags::SHRINK | SealFlags::SEAL,
+    )
+    .map_err(io)?;
+    Ok(fd)
+}
+
+/// Runs the interpreter a `#!` line names (`line`: what follows `#!`), as the kernel does: its
+/// optional argument (the rest of the line, one word), the script's path, then the script's
+/// arguments after `argv[0]`.
+unsafe fn exec_interpreter(
+    line: &[u8],
+    path: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    let line = &line[..line.iter().position(|&b| b == b'\n').unwrap_or(line.len())];
+    let line = line.get(..255).unwrap_or(line);
+    let blank = |b: &u8| *b == b' ' || *b == b'\t';
+    let start = line.iter().position(|b| !blank(b)).unwrap_or(line.len());
+    let line = &line[start..];
+    let end = line.iter().rposition(|b| !blank(b)).map_or(0, |i| i + 1);
+    let line = &line[..end];
+    let split = line.iter().position(blank).unwrap_or(line.len());
+    let (interpreter, rest) = line.split_at(split);
+    let arg = &rest[rest.iter().position(|b| !blank(b)).unwrap_or(rest.len())..];
+    if interpreter.is_empty() {
+        return fail(Errno(libc::ENOEXEC));
+    }
+    if INTERPRETER_DEPTH.with(Cell::get) >= INTERPRETER_DEPTH_MAX {
+        return fail(Errno(libc::ELOOP));
+    }
+    let (Ok(interpreter), Ok(arg)) = (CString::new(interpreter), CString::new(arg)) else {
+        return fail(Errno(libc::ENOEXEC));
+    };
+    // SAFETY: execve's contract: `path` is a C string and `argv` a NULL-terminated array.
+    let script = unsafe { CStr::from_ptr(path) }.to_owned();
+    let given = if argv.is_null() {
+        Vec::new()
+    } else {
+        unsafe { c_strings(argv) }
+    };
+    let mut args = vec![interpreter.clone()];
+    if !arg.as_bytes().is_empty() {
+        args.push(arg);
+    }
+    args.push(script);
+    args.extend(given.into_iter().skip(1));
+    let arg_ptrs = pointers(&args);
+    INTERPRETER_DEPTH.with(|d| d.set(d.get() + 1));
+    let rc = unsafe { execve(interpreter.as_ptr(), arg_ptrs.as_ptr(), envp) };
+    INTERPRETER_DEPTH.with(|d| d.set(d.get() - 1));
+    rc
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn execve(
     path: *const c_char,
@@ -4539,6 +4663,11 @@ pub unsafe extern "C" fn execve(
     envp: *const *const c_char,
 ) -> c_int {
     let f = real!(execve: fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int);
+    if !in_shim() && state::config().is_some() && !state::daemon_mode() {
+        if let Routed::Ours(found) = unsafe { routed(libc::AT_FDCWD, path, true) } {
+            return unsafe { exec_stored(&found, path, argv, envp) };
+        }
+    }
     let Some(env) = (unsafe { prepare_exec(envp) }) else {
         return unsafe { f(path, argv, envp) };
     };
@@ -4555,6 +4684,10 @@ pub unsafe extern "C" fn execvpe(
     envp: *const *const c_char,
 ) -> c_int {
     let f = real!(execvpe: fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int);
+    // A name with a slash is not searched for: a path, which may be noseFS's (see `execve`).
+    if !file.is_null() && unsafe { CStr::from_ptr(file) }.to_bytes().contains(&b'/') {
+        return unsafe { execve(file, argv, if envp.is_null() { environ } else { envp }) };
+    }
     let Some(env) = (unsafe { prepare_exec(envp) }) else {
         return unsafe { f(file, argv, envp) };
     };

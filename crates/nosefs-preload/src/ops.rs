@@ -25,6 +25,38 @@ pub fn open(found: &Found, flags: i32, mode: u32) -> Result<i32, Errno> {
     opened_descriptor(found, &opened, flags)
 }
 
+/// The whole content of the regular file at `found`, for exec in embedded mode, which the
+/// caller may execute (EACCES otherwise, as the kernel's execve answers). At most `max` bytes
+/// (E2BIG past it).
+pub fn program_image(found: &Found, max: u64) -> Result<Vec<u8>, Errno> {
+    access(found, libc::X_OK)?;
+    let opened = with_service(|s| s.open(found, libc::O_RDONLY, 0, 0))?;
+    let result = (|| {
+        if opened.kind != Kind::File {
+            return Err(Errno(libc::EACCES));
+        }
+        if opened.attr.size > max {
+            return Err(Errno(libc::E2BIG));
+        }
+        let mut bytes = vec![0u8; opened.attr.size as usize];
+        let mut at = 0;
+        while at < bytes.len() {
+            let n = with_service(|s| s.read(opened.handle, at as u64, &mut bytes[at..]))?;
+            if n == 0 {
+                break;
+            }
+            at += n;
+        }
+        bytes.truncate(at);
+        Ok(bytes)
+    })();
+    with_service(|s| {
+        s.close(opened.handle);
+        Ok(())
+    })?;
+    result
+}
+
 /// `open` of an absolute logical path noseFS walks itself (one round trip to a daemon): the new
 /// descriptor, or the kernel's path when the walk left noseFS.
 pub fn open_path(

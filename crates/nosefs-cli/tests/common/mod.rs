@@ -334,3 +334,22 @@ pub fn has_python_lmdb() -> bool {
         .output()
         .is_ok_and(|o| o.status.success())
 }
+
+/// Programs stored on the file system run: a `#!` script (also through `env`, and one whose
+/// interpreter is itself a script there), a compiled program (found by path and on PATH, and
+/// from python's subprocess), and a script without execute permission is refused. Prints the
+/// same on a kernel directory.
+#[allow(dead_code)]
+pub const EXEC_SCRIPT: &str = r##"set -e
+cd "$D"
+printf '#!/bin/sh\necho "script [$0] [$1]"\n' > s.sh && chmod +x s.sh && ./s.sh arg
+printf '#!/usr/bin/env python3\nimport sys\nprint("python", sys.argv[1:])\n' > p.py
+chmod +x p.py && ./p.py a b
+printf 'int main(int c, char **v) { return c == 2 ? 7 : 1; }\n' > p.c && cc -o p p.c
+./p x || echo "exit $?"
+mkdir -p bin && cp p bin/q && { PATH="$PWD/bin:$PATH" q y || echo "found on PATH, exit $?"; }
+printf '#!/bin/sh\necho "nested [$1]"\n' > s2.sh && chmod +x s2.sh
+printf '#!%s/s2.sh\n' "$PWD" > s3.sh && chmod +x s3.sh && ./s3.sh
+chmod -x s.sh && { ./s.sh 2>/dev/null || echo "not executable, exit $?"; }
+python3 -c 'import subprocess; print("subprocess", subprocess.run(["./p", "z"]).returncode)'
+"##;
