@@ -621,7 +621,9 @@ fn programs_stored_on_nosefs_run_as_on_the_kernel() {
     let m = mount_with(&[]);
     let out = same_as_kernel(&m, common::EXEC_SCRIPT);
     assert!(
-        out.contains("nested [./s3.sh]\nnot executable, exit 126\nsubprocess 7\n"),
+        out.contains(
+            "nested [./s3.sh]\nnot executable, exit 126\nsubprocess 7\n./p spawned, exit 7\n"
+        ),
         "{out}"
     );
     m.unmount_and_fsck();

@@ -409,6 +409,10 @@ fn programs_stored_on_nosefs_run_as_on_the_kernel() {
     let setup = setup();
     let out = same_as_kernel(&setup, common::EXEC_SCRIPT);
     assert!(
+        out.ends_with("./s3.sh spawned, exit 0\nmade, exit 7\nscript [./s.sh] [make]\n"),
+        "{out}"
+    );
+    assert!(
         out.contains("script [./s.sh] [arg]\npython ['a', 'b']\nexit 7\n"),
         "{out}"
     );

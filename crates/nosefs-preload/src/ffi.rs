@@ -4334,6 +4334,62 @@ unsafe fn prepare_spawn(
     crate::exec::prepare_spawn(env, actions as usize).ok()
 }
 
+/// Embedded mode: what posix_spawn runs instead of `path` when that is a program stored in
+/// noseFS (see [`exec_stored`]): a `#!` script's interpreter with the script's path among its
+/// arguments, or the program's sealed memfd copy by its /proc path (the kernel opens it before
+/// the exec closes the close-on-exec descriptor; kept open until the spawn returns).
+struct StoredSpawn {
+    path: CString,
+    args: Vec<CString>,
+    _memfd: Option<std::os::fd::OwnedFd>,
+}
+
+/// [`StoredSpawn`] for `path` with arguments `argv`, `None` when `path` is not noseFS's (or in
+/// daemon mode, where the kernel finds it on the FUSE mount).
+unsafe fn stored_spawn(
+    path: *const c_char,
+    argv: *const *const c_char,
+) -> Result<Option<StoredSpawn>, Errno> {
+    if in_shim() || state::config().is_none() || state::daemon_mode() {
+        return Ok(None);
+    }
+    let mut path = unsafe { CStr::from_ptr(path) }.to_owned();
+    let mut args = if argv.is_null() {
+        Vec::new()
+    } else {
+        unsafe { c_strings(argv) }
+    };
+    for depth in 0..=INTERPRETER_DEPTH_MAX {
+        let Routed::Ours(found) = (unsafe { routed(libc::AT_FDCWD, path.as_ptr(), true) }) else {
+            if depth == 0 {
+                return Ok(None);
+            }
+            return Ok(Some(StoredSpawn {
+                path,
+                args,
+                _memfd: None,
+            }));
+        };
+        let image = serve(|| ops::program_image(&found, STORED_PROGRAM_MAX_BYTES))?;
+        let Some(line) = image.strip_prefix(b"#!") else {
+            let memfd = stored_program_memfd(&image)?;
+            let fd = std::os::fd::AsRawFd::as_raw_fd(&memfd);
+            return Ok(Some(StoredSpawn {
+                path: CString::new(format!("/proc/self/fd/{fd}")).expect("no NUL"),
+                args,
+                _memfd: Some(memfd),
+            }));
+        };
+        let (interpreter, arg) = interpreter_line(line).ok_or(Errno(libc::ENOEXEC))?;
+        let mut with = vec![interpreter.clone()];
+        with.extend(arg);
+        with.push(path);
+        with.extend(args.into_iter().skip(1));
+        (path, args) = (interpreter, with);
+    }
+    Err(Errno(libc::ELOOP))
+}
+
 macro_rules! spawn_hook {
     ($name:ident) => {
         #[no_mangle]
@@ -4346,6 +4402,21 @@ macro_rules! spawn_hook {
             envp: *const *mut c_char,
         ) -> c_int {
             let f = real!($name: fn(*mut pid_t, *const c_char, *const c_void, *const c_void, *const *mut c_char, *const *mut c_char) -> c_int);
+            // A name with a slash is a path (posix_spawnp searches PATH only for the others).
+            let named = !path.is_null() && unsafe { CStr::from_ptr(path) }.to_bytes().contains(&b'/');
+            let stored = if named {
+                match unsafe { stored_spawn(path, argv.cast()) } {
+                    Ok(stored) => stored,
+                    Err(e) => return e.0,
+                }
+            } else {
+                None
+            };
+            let stored_args = stored.as_ref().map(|s| pointers(&s.args));
+            let (path, argv) = match (&stored, &stored_args) {
+                (Some(s), Some(a)) => (s.path.as_ptr(), a.as_ptr().cast()),
+                _ => (path, argv),
+            };
             let Some((env, ticket)) = (unsafe { prepare_spawn(actions, envp) }) else {
                 return unsafe { f(pid, path, actions, attr, argv, envp) };
             };
@@ -4608,15 +4679,10 @@ fn stored_program_memfd(image: &[u8]) -> Result<std::os::fd::OwnedFd, Errno> {
     Ok(fd)
 }
 
-/// Runs the interpreter a `#!` line names (`line`: what follows `#!`), as the kernel does: its
-/// optional argument (the rest of the line, one word), the script's path, then the script's
-/// arguments after `argv[0]`.
-unsafe fn exec_interpreter(
-    line: &[u8],
-    path: *const c_char,
-    argv: *const *const c_char,
-    envp: *const *const c_char,
-) -> c_int {
+/// The interpreter a `#!` line names (`line`: what follows `#!`) and its optional argument, as
+/// the kernel reads them: the first line (at most 255 bytes), blanks trimmed, the interpreter
+/// up to the first blank and the rest as one argument.
+fn interpreter_line(line: &[u8]) -> Option<(CString, Option<CString>)> {
     let line = &line[..line.iter().position(|&b| b == b'\n').unwrap_or(line.len())];
     let line = line.get(..255).unwrap_or(line);
     let blank = |b: &u8| *b == b' ' || *b == b'\t';
@@ -4628,14 +4694,31 @@ unsafe fn exec_interpreter(
     let (interpreter, rest) = line.split_at(split);
     let arg = &rest[rest.iter().position(|b| !blank(b)).unwrap_or(rest.len())..];
     if interpreter.is_empty() {
-        return fail(Errno(libc::ENOEXEC));
+        return None;
     }
+    let arg = if arg.is_empty() {
+        None
+    } else {
+        Some(CString::new(arg).ok()?)
+    };
+    Some((CString::new(interpreter).ok()?, arg))
+}
+
+/// Runs the interpreter a `#!` line names (`line`: what follows `#!`), as the kernel does: its
+/// optional argument (the rest of the line, one word), the script's path, then the script's
+/// arguments after `argv[0]`.
+unsafe fn exec_interpreter(
+    line: &[u8],
+    path: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    let Some((interpreter, arg)) = interpreter_line(line) else {
+        return fail(Errno(libc::ENOEXEC));
+    };
     if INTERPRETER_DEPTH.with(Cell::get) >= INTERPRETER_DEPTH_MAX {
         return fail(Errno(libc::ELOOP));
     }
-    let (Ok(interpreter), Ok(arg)) = (CString::new(interpreter), CString::new(arg)) else {
-        return fail(Errno(libc::ENOEXEC));
-    };
     // SAFETY: execve's contract: `path` is a C string and `argv` a NULL-terminated array.
     let script = unsafe { CStr::from_ptr(path) }.to_owned();
     let given = if argv.is_null() {
@@ -4644,9 +4727,7 @@ unsafe fn exec_interpreter(
         unsafe { c_strings(argv) }
     };
     let mut args = vec![interpreter.clone()];
-    if !arg.as_bytes().is_empty() {
-        args.push(arg);
-    }
+    args.extend(arg);
     args.push(script);
     args.extend(given.into_iter().skip(1));
     let arg_ptrs = pointers(&args);

@@ -337,8 +337,8 @@ pub fn has_python_lmdb() -> bool {
 
 /// Programs stored on the file system run: a `#!` script (also through `env`, and one whose
 /// interpreter is itself a script there), a compiled program (found by path and on PATH, and
-/// from python's subprocess), and a script without execute permission is refused. Prints the
-/// same on a kernel directory.
+/// from python's subprocess, posix_spawn and make), and a script without execute permission is
+/// refused. Prints the same on a kernel directory.
 #[allow(dead_code)]
 pub const EXEC_SCRIPT: &str = r##"set -e
 cd "$D"
@@ -352,4 +352,12 @@ printf '#!/bin/sh\necho "nested [$1]"\n' > s2.sh && chmod +x s2.sh
 printf '#!%s/s2.sh\n' "$PWD" > s3.sh && chmod +x s3.sh && ./s3.sh
 chmod -x s.sh && { ./s.sh 2>/dev/null || echo "not executable, exit $?"; }
 python3 -c 'import subprocess; print("subprocess", subprocess.run(["./p", "z"]).returncode)'
+chmod +x s.sh
+python3 -c '
+import os
+for p in ["./p", "./s.sh", "./s3.sh"]:
+    pid = os.posix_spawn(p, [p, "spawned"], os.environ)
+    print(p, "spawned, exit", os.waitpid(pid, 0)[1] >> 8)
+'
+printf 'all:\n\t./p make || echo "made, exit $$?"\n\t./s.sh make\n' > Makefile && make -s
 "##;
