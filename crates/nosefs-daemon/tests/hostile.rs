@@ -137,6 +137,19 @@ fn garbage_gets_errors_and_the_daemon_serves_on() {
         .write(opened.handle, 0, b"still here", false)
         .unwrap();
     client.fsync(opened.handle).unwrap();
+    // A read asking more than a slot holds gets what the file has (the daemon bounds it by the
+    // slot), at any offset; a write whose length runs past its request is refused.
+    let mut read = Enc::new(op::READ);
+    read.u64(opened.handle).u64(0).u32(u32::MAX);
+    let reply = client.call(&read).unwrap();
+    assert_eq!(&reply[..4], &10u32.to_le_bytes());
+    assert_eq!(&reply[4..], b"still here");
+    let mut far = Enc::new(op::READ);
+    far.u64(opened.handle).u64(u64::MAX - 1).u32(u32::MAX);
+    assert_eq!(client.call(&far), Err(Errno::EINVAL));
+    let mut write = Enc::new(op::WRITE);
+    write.u64(opened.handle).u64(0).bool(false).u32(u32::MAX);
+    assert!(client.call(&write).is_err());
     client.close(opened.handle);
     drop(client);
     daemon.stop_and_fsck();
