@@ -112,6 +112,16 @@ impl LockFd {
         Some(LockFd(fd))
     }
 
+    /// Takes `opened` (just opened through the FUSE mount, so at the lowest free number) as a
+    /// lock descriptor moved out of the way of the numbers programs pick for dup2 (shells keep
+    /// to 10-255); the low one is closed. Marked as the shim's own, so close, close_range and
+    /// dup2 step around it.
+    pub fn moved_high(opened: OwnedFd) -> Option<LockFd> {
+        let high = rustix::io::fcntl_dupfd_cloexec(&opened, internal_fd_floor() / 2).ok()?;
+        drop(opened);
+        LockFd::new(high)
+    }
+
     /// The descriptor number.
     pub fn raw(&self) -> RawFd {
         use std::os::fd::AsRawFd;

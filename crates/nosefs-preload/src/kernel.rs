@@ -144,14 +144,9 @@ fn open(file: &OpenFile, read: bool, write: bool) -> Result<KernelFile, Errno> {
         state::say("a noseFS file whose name changed since it was opened cannot be locked or mapped shared in daemon mode");
         return Err(Errno(libc::ENODEV));
     }
-    // Out of the way of the numbers programs pick for dup2 (shells keep to 10-255), and marked
-    // as the shim's own (close, close_range and dup2 step around it).
-    let high = rustix::io::fcntl_dupfd_cloexec(&opened, fdtable::internal_fd_floor() / 2)
-        .map_err(|_| Errno(libc::EMFILE))?;
-    drop(opened);
     Ok(KernelFile {
         ino: file.ino,
-        fd: fdtable::LockFd::new(high).ok_or(Errno(libc::EMFILE))?,
+        fd: fdtable::LockFd::moved_high(opened).ok_or(Errno(libc::EMFILE))?,
         readable,
         writable,
         locked: AtomicBool::new(false),

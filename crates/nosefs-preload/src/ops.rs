@@ -520,12 +520,7 @@ pub fn lock_fd(fd: i32) -> Result<Option<(Arc<OpenFile>, i32)>, Errno> {
             let flags = access | rustix::fs::OFlags::CLOEXEC | rustix::fs::OFlags::NOCTTY;
             let opened = rustix::fs::open(file.path.as_slice(), flags, rustix::fs::Mode::empty())
                 .map_err(|_| Errno(libc::ENOLCK))?;
-            // Out of the way of the numbers programs pick for dup2 (shells keep to 10-255), and
-            // marked as the shim's own (close, close_range and dup2 step around it).
-            let high = rustix::io::fcntl_dupfd_cloexec(&opened, fdtable::internal_fd_floor() / 2)
-                .map_err(|_| Errno(libc::ENOLCK))?;
-            drop(opened);
-            *slot = Some(fdtable::LockFd::new(high).ok_or(Errno(libc::ENOLCK))?);
+            *slot = Some(fdtable::LockFd::moved_high(opened).ok_or(Errno(libc::ENOLCK))?);
         }
         slot.as_ref().map(|f| f.raw()).expect("just set")
     };
