@@ -4334,10 +4334,13 @@ unsafe fn prepare_spawn(
     crate::exec::prepare_spawn(env, actions as usize).ok()
 }
 
-/// Embedded mode: what posix_spawn runs instead of `path` when that is a program stored in
-/// noseFS (see [`exec_stored`]): a `#!` script's interpreter with the script's path among its
-/// arguments, or the program's sealed memfd copy by its /proc path (the kernel opens it before
-/// the exec closes the close-on-exec descriptor; kept open until the spawn returns).
+/// Embedded mode: what exec and posix_spawn run instead of `path` when that is a program stored
+/// in noseFS, which the kernel cannot see (the prefix is an empty directory to it): a `#!`
+/// script's interpreter with the script's path among its arguments (the interpreter, under the
+/// shim, opens it), or the program's sealed memfd copy by its /proc path (the kernel opens it
+/// before the exec closes the close-on-exec descriptor; kept open until the call returns).
+/// Daemon mode needs none of this: there the prefix is the FUSE mount, where the kernel finds
+/// the program itself.
 struct StoredSpawn {
     path: CString,
     args: Vec<CString>,
@@ -4350,7 +4353,7 @@ unsafe fn stored_spawn(
     path: *const c_char,
     argv: *const *const c_char,
 ) -> Result<Option<StoredSpawn>, Errno> {
-    if in_shim() || state::config().is_none() || state::daemon_mode() {
+    if path.is_null() || in_shim() || state::config().is_none() || state::daemon_mode() {
         return Ok(None);
     }
     let mut path = unsafe { CStr::from_ptr(path) }.to_owned();
@@ -4608,55 +4611,6 @@ const STORED_PROGRAM_MAX_BYTES: u64 = 1 << 30;
 /// How many `#!` interpreters may lead to one another (the kernel allows four).
 const INTERPRETER_DEPTH_MAX: usize = 4;
 
-thread_local! {
-    static INTERPRETER_DEPTH: Cell<usize> = const { Cell::new(0) };
-}
-
-/// Embedded mode: the noseFS path `path` (found as `found`) to execute, which the kernel cannot
-/// see (the prefix is an empty directory to it). A `#!` script runs its interpreter with the
-/// script's path, which the interpreter, under the shim, opens; any other program is copied into
-/// a sealed memfd and run from there (fexecve). Daemon mode needs none of this: there the
-/// prefix is the FUSE mount, where the kernel finds the program itself.
-unsafe fn exec_stored(
-    found: &Found,
-    path: *const c_char,
-    argv: *const *const c_char,
-    envp: *const *const c_char,
-) -> c_int {
-    let image = match serve(|| ops::program_image(found, STORED_PROGRAM_MAX_BYTES)) {
-        Ok(image) => image,
-        Err(e) => return fail(e),
-    };
-    if let Some(line) = image.strip_prefix(b"#!") {
-        return unsafe { exec_interpreter(line, path, argv, envp) };
-    }
-    let memfd = match stored_program_memfd(&image) {
-        Ok(fd) => fd,
-        Err(e) => return fail(e),
-    };
-    drop(image);
-    let f = real!(fexecve: fn(c_int, *const *const c_char, *const *const c_char) -> c_int);
-    let rc = match unsafe { prepare_exec(envp) } {
-        Some(env) => {
-            let env_ptrs = pointers(&env);
-            let rc = unsafe {
-                f(
-                    std::os::fd::AsRawFd::as_raw_fd(&memfd),
-                    argv,
-                    env_ptrs.as_ptr(),
-                )
-            };
-            crate::exec::failed();
-            rc
-        }
-        None => unsafe { f(std::os::fd::AsRawFd::as_raw_fd(&memfd), argv, envp) },
-    };
-    let errno = std::io::Error::last_os_error();
-    drop(memfd);
-    set_errno(Errno(errno.raw_os_error().unwrap_or(libc::ENOEXEC)));
-    rc
-}
-
 /// A sealed, close-on-exec memfd holding `image`.
 fn stored_program_memfd(image: &[u8]) -> Result<std::os::fd::OwnedFd, Errno> {
     use rustix::fs::{MemfdFlags, SealFlags};
@@ -4704,39 +4658,6 @@ fn interpreter_line(line: &[u8]) -> Option<(CString, Option<CString>)> {
     Some((CString::new(interpreter).ok()?, arg))
 }
 
-/// Runs the interpreter a `#!` line names (`line`: what follows `#!`), as the kernel does: its
-/// optional argument (the rest of the line, one word), the script's path, then the script's
-/// arguments after `argv[0]`.
-unsafe fn exec_interpreter(
-    line: &[u8],
-    path: *const c_char,
-    argv: *const *const c_char,
-    envp: *const *const c_char,
-) -> c_int {
-    let Some((interpreter, arg)) = interpreter_line(line) else {
-        return fail(Errno(libc::ENOEXEC));
-    };
-    if INTERPRETER_DEPTH.with(Cell::get) >= INTERPRETER_DEPTH_MAX {
-        return fail(Errno(libc::ELOOP));
-    }
-    // SAFETY: execve's contract: `path` is a C string and `argv` a NULL-terminated array.
-    let script = unsafe { CStr::from_ptr(path) }.to_owned();
-    let given = if argv.is_null() {
-        Vec::new()
-    } else {
-        unsafe { c_strings(argv) }
-    };
-    let mut args = vec![interpreter.clone()];
-    args.extend(arg);
-    args.push(script);
-    args.extend(given.into_iter().skip(1));
-    let arg_ptrs = pointers(&args);
-    INTERPRETER_DEPTH.with(|d| d.set(d.get() + 1));
-    let rc = unsafe { execve(interpreter.as_ptr(), arg_ptrs.as_ptr(), envp) };
-    INTERPRETER_DEPTH.with(|d| d.set(d.get() - 1));
-    rc
-}
-
 #[no_mangle]
 pub unsafe extern "C" fn execve(
     path: *const c_char,
@@ -4744,11 +4665,16 @@ pub unsafe extern "C" fn execve(
     envp: *const *const c_char,
 ) -> c_int {
     let f = real!(execve: fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int);
-    if !in_shim() && state::config().is_some() && !state::daemon_mode() {
-        if let Routed::Ours(found) = unsafe { routed(libc::AT_FDCWD, path, true) } {
-            return unsafe { exec_stored(&found, path, argv, envp) };
-        }
-    }
+    // A program stored in noseFS (embedded mode): what to run instead ([`StoredSpawn`]).
+    let stored = match unsafe { stored_spawn(path, argv) } {
+        Ok(stored) => stored,
+        Err(e) => return fail(e),
+    };
+    let stored_args = stored.as_ref().map(|s| pointers(&s.args));
+    let (path, argv) = match (&stored, &stored_args) {
+        (Some(s), Some(a)) => (s.path.as_ptr(), a.as_ptr()),
+        _ => (path, argv),
+    };
     let Some(env) = (unsafe { prepare_exec(envp) }) else {
         return unsafe { f(path, argv, envp) };
     };
