@@ -3,7 +3,8 @@
 //! image, each on a file of its own (what the fileops workload's thread sweep does), to find
 //! what they share; with a third, that many overwrites per thread from the freshly written file
 //! (the fileops phase's regime) instead of six seconds.
-//! `cargo run --release --example overwrite_profile -- 1024 [threads] [overwrites]`.
+//! With `append` instead of a size, 4 KiB appends with fsync (the fileops append phase) instead.
+//! `cargo run --release --example overwrite_profile -- 1024|append [threads] [overwrites]`.
 
 use nosefs_bench::target::{cname, Native, Needs, Target};
 
@@ -11,12 +12,19 @@ const FILE_BYTES: u64 = 80 << 20;
 
 fn main() -> std::io::Result<()> {
     let mut args = std::env::args().skip(1);
-    let io: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(4096);
+    let first = args.next();
+    let append = first.as_deref() == Some("append");
+    let io: usize = first.and_then(|a| a.parse().ok()).unwrap_or(4096);
     let threads: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(1);
     let count: Option<u64> = args.next().and_then(|a| a.parse().ok());
     let needs = Needs {
         names: threads,
-        data_bytes: FILE_BYTES * 2 * threads,
+        data_bytes: threads
+            * if append {
+                (count.unwrap_or(0) * 4096).max(FILE_BYTES) * 5 / 4
+            } else {
+                FILE_BYTES * 2
+            },
     };
     let target =
         Native::new(std::path::Path::new("/dev/shm"), needs, Default::default()).expect("image");
@@ -24,7 +32,13 @@ fn main() -> std::io::Result<()> {
         let runs: Vec<_> = (0..threads)
             .map(|t| {
                 let target = &target;
-                s.spawn(move || overwrite(target, t, io, count))
+                s.spawn(move || {
+                    if append {
+                        append_all(target, t, count)
+                    } else {
+                        overwrite(target, t, io, count)
+                    }
+                })
             })
             .collect();
         runs.into_iter()
@@ -54,6 +68,23 @@ fn overwrite(target: &Native, thread: u64, io: usize, count: Option<u64>) -> std
     println!(
         "thread {thread}: {n} overwrites, {:.2} us each, {} pieces",
         start.elapsed().as_secs_f64() * 1e6 / n as f64,
+        target.pieces(&file)
+    );
+    Ok(())
+}
+
+fn append_all(target: &Native, thread: u64, count: Option<u64>) -> std::io::Result<()> {
+    let file = target.open(target.root(), &cname(&format!("bench{thread}")), true)?;
+    let block = vec![1u8; 4096];
+    let count = count.unwrap_or(FILE_BYTES / 4096);
+    let start = std::time::Instant::now();
+    for k in 0..count {
+        target.pwrite(&file, k * 4096, &block)?;
+        target.fsync(&file)?;
+    }
+    println!(
+        "thread {thread}: {count} appends, {:.2} us each, {} pieces",
+        start.elapsed().as_secs_f64() * 1e6 / count as f64,
         target.pieces(&file)
     );
     Ok(())

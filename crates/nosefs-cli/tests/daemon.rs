@@ -626,6 +626,16 @@ fn programs_stored_on_nosefs_run_as_on_the_kernel() {
         ),
         "{out}"
     );
+    assert!(
+        out.ends_with(
+            "./p close-on-exec by descriptor, exit 7\n./p inheritable by descriptor, exit 7\n\
+             ./f.sh fexecve: No such file or directory\n./f.sh close-on-exec by descriptor, exit 99\n\
+             by descriptor [fexecve]\n./f.sh inheritable by descriptor, exit 0\n\
+             execveat in a directory, exit 7\nexecveat of a descriptor, exit 7\n\
+             execveat of a program not executable, exit 2\n"
+        ),
+        "{out}"
+    );
     m.unmount_and_fsck();
 }
 

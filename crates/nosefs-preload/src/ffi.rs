@@ -4375,7 +4375,7 @@ unsafe fn stored_spawn(
         };
         let image = serve(|| ops::program_image(&found, STORED_PROGRAM_MAX_BYTES))?;
         let Some(line) = image.strip_prefix(b"#!") else {
-            let memfd = stored_program_memfd(&image)?;
+            let memfd = stored_program_memfd(&image, true)?;
             let fd = std::os::fd::AsRawFd::as_raw_fd(&memfd);
             return Ok(Some(StoredSpawn {
                 path: CString::new(format!("/proc/self/fd/{fd}")).expect("no NUL"),
@@ -4611,16 +4611,18 @@ const STORED_PROGRAM_MAX_BYTES: u64 = 1 << 30;
 /// How many `#!` interpreters may lead to one another (the kernel allows four).
 const INTERPRETER_DEPTH_MAX: usize = 4;
 
-/// A sealed, close-on-exec memfd holding `image`.
-fn stored_program_memfd(image: &[u8]) -> Result<std::os::fd::OwnedFd, Errno> {
+/// A sealed memfd holding `image`, close-on-exec unless the program exec runs must read it.
+fn stored_program_memfd(image: &[u8], close_on_exec: bool) -> Result<std::os::fd::OwnedFd, Errno> {
     use rustix::fs::{MemfdFlags, SealFlags};
     let io = |e: rustix::io::Errno| Errno(e.raw_os_error());
     let _guard = Guard::enter();
-    let fd = rustix::fs::memfd_create(
-        "nosefs-exec",
-        MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING,
-    )
-    .map_err(io)?;
+    let cloexec = if close_on_exec {
+        MemfdFlags::CLOEXEC
+    } else {
+        MemfdFlags::empty()
+    };
+    let fd =
+        rustix::fs::memfd_create("nosefs-exec", cloexec | MemfdFlags::ALLOW_SEALING).map_err(io)?;
     let mut at = 0;
     while at < image.len() {
         at += rustix::io::write(&fd, &image[at..]).map_err(io)?;
@@ -4726,7 +4728,7 @@ pub unsafe extern "C" fn fexecve(
 ) -> c_int {
     let f = real!(fexecve: fn(c_int, *const *const c_char, *const *const c_char) -> c_int);
     if fdtable::is_ours(fd) {
-        return fail(Errno(libc::ENOEXEC));
+        return unsafe { exec_descriptor(fd, argv, envp) };
     }
     let Some(env) = (unsafe { prepare_exec(envp) }) else {
         return unsafe { f(fd, argv, envp) };
@@ -4734,6 +4736,119 @@ pub unsafe extern "C" fn fexecve(
     let env_ptrs = pointers(&env);
     let rc = unsafe { f(fd, argv, env_ptrs.as_ptr()) };
     crate::exec::failed();
+    rc
+}
+
+/// `execveat`: a descriptor alone (`AT_EMPTY_PATH`) is [`fexecve`]; a path is [`execve`]'s when
+/// it is absolute or relative to the working directory, and is opened first when it is relative
+/// to a noseFS directory.
+#[no_mangle]
+pub unsafe extern "C" fn execveat(
+    dirfd: c_int,
+    path: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+    flags: c_int,
+) -> c_int {
+    let f = real!(execveat: fn(c_int, *const c_char, *const *const c_char, *const *const c_char, c_int) -> c_int);
+    match unsafe { bytes(path) } {
+        Some([]) if flags & libc::AT_EMPTY_PATH != 0 => {
+            return unsafe { fexecve(dirfd, argv, envp) };
+        }
+        Some(p)
+            if flags & !libc::AT_EMPTY_PATH == 0 && (p[0] == b'/' || dirfd == libc::AT_FDCWD) =>
+        {
+            return unsafe { execve(path, argv, envp) };
+        }
+        Some(_) if fdtable::is_ours(dirfd) => {
+            let nofollow = if flags & libc::AT_SYMLINK_NOFOLLOW != 0 {
+                libc::O_NOFOLLOW
+            } else {
+                0
+            };
+            let fd = unsafe {
+                nosefs_hook_openat(dirfd, path, libc::O_RDONLY | libc::O_CLOEXEC | nofollow, 0)
+            };
+            if fd < 0 {
+                return -1;
+            }
+            let rc = unsafe { fexecve(fd, argv, envp) };
+            let errno = std::io::Error::last_os_error();
+            unsafe { close(fd) };
+            set_errno(Errno(errno.raw_os_error().unwrap_or(libc::ENOEXEC)));
+            return rc;
+        }
+        _ => {}
+    }
+    let Some(env) = (unsafe { prepare_exec(envp) }) else {
+        return unsafe { f(dirfd, path, argv, envp, flags) };
+    };
+    let env_ptrs = pointers(&env);
+    let rc = unsafe { f(dirfd, path, argv, env_ptrs.as_ptr(), flags) };
+    crate::exec::failed();
+    rc
+}
+
+/// `fexecve` of a noseFS descriptor, in either mode: the kernel cannot open the file, so the
+/// program runs from a sealed memfd copy of it, as a program stored in noseFS does in embedded
+/// mode ([`stored_spawn`]). A `#!` script runs through its interpreter with the copy as
+/// `/dev/fd/N`, as the kernel names a script run by descriptor, and left open for the
+/// interpreter to read (the kernel leaves the script's descriptor open too, and refuses a
+/// close-on-exec one). Returns only on failure, with errno set.
+unsafe fn exec_descriptor(
+    fd: c_int,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    let image = match serve(|| ops::program_image_of(fd, STORED_PROGRAM_MAX_BYTES)) {
+        Ok(image) => image,
+        Err(e) => return fail(e),
+    };
+    let args = if argv.is_null() {
+        Vec::new()
+    } else {
+        unsafe { c_strings(argv) }
+    };
+    let script = image.strip_prefix(b"#!");
+    // The kernel refuses a script whose descriptor goes with the exec: the interpreter could
+    // not open it.
+    if script.is_some() && !survives_exec(fd) {
+        return fail(Errno(libc::ENOENT));
+    }
+    let interpreter = match script.map(interpreter_line) {
+        Some(None) => return fail(Errno(libc::ENOEXEC)),
+        Some(Some(found)) => Some(found),
+        None => None,
+    };
+    let memfd = match stored_program_memfd(&image, interpreter.is_none()) {
+        Ok(memfd) => memfd,
+        Err(e) => return fail(e),
+    };
+    let copy = std::os::fd::AsRawFd::as_raw_fd(&memfd);
+    let (path, args) = match interpreter {
+        Some((interpreter, arg)) => {
+            let mut with = vec![interpreter.clone()];
+            with.extend(arg);
+            with.push(CString::new(format!("/dev/fd/{copy}")).expect("no NUL"));
+            with.extend(args.into_iter().skip(1));
+            (interpreter, with)
+        }
+        None => (
+            CString::new(format!("/proc/self/fd/{copy}")).expect("no NUL"),
+            args,
+        ),
+    };
+    let arg_ptrs = pointers(&args);
+    let env = if envp.is_null() {
+        unsafe { environ }
+    } else {
+        envp
+    };
+    // An interpreter stored in noseFS is `execve`'s to find.
+    let rc = unsafe { execve(path.as_ptr(), arg_ptrs.as_ptr(), env) };
+    let errno = std::io::Error::last_os_error();
+    drop(memfd);
+    set_errno(Errno(errno.raw_os_error().unwrap_or(libc::ENOEXEC)));
     rc
 }
 

@@ -228,6 +228,7 @@ pub const HOOKED: &[&str] = &[
     "execv",
     "execvp",
     "fexecve",
+    "execveat",
     "execl",
     "execlp",
     "execle",

@@ -31,30 +31,55 @@ pub fn open(found: &Found, flags: i32, mode: u32) -> Result<i32, Errno> {
 pub fn program_image(found: &Found, max: u64) -> Result<Vec<u8>, Errno> {
     access(found, libc::X_OK)?;
     let opened = with_service(|s| s.open(found, libc::O_RDONLY, 0, 0))?;
-    let result = (|| {
-        if opened.kind != Kind::File {
-            return Err(Errno(libc::EACCES));
-        }
-        if opened.attr.size > max {
-            return Err(Errno(libc::E2BIG));
-        }
-        let mut bytes = vec![0u8; opened.attr.size as usize];
-        let mut at = 0;
-        while at < bytes.len() {
-            let n = with_service(|s| s.read(opened.handle, at as u64, &mut bytes[at..]))?;
-            if n == 0 {
-                break;
-            }
-            at += n;
-        }
-        bytes.truncate(at);
-        Ok(bytes)
-    })();
+    let result = if opened.kind == Kind::File {
+        read_whole(opened.handle, opened.attr.size, max)
+    } else {
+        Err(Errno(libc::EACCES))
+    };
     with_service(|s| {
         s.close(opened.handle);
         Ok(())
     })?;
     result
+}
+
+/// [`program_image`] of the open file `fd` (`fexecve`, in either mode): the permission is
+/// checked against the file as it is now, whatever the descriptor was opened for.
+pub fn program_image_of(fd: i32, max: u64) -> Result<Vec<u8>, Errno> {
+    let file = file_of(fd)?;
+    let attr = with_service(|s| s.fstat(file.handle))?;
+    let acl = if attr.acl {
+        match fxattr(fd, XattrCall::Get(acl::ACCESS)) {
+            Ok(value) => Some(Acl::parse(&value).map_err(|e| e.errno())?),
+            Err(e) if e == Errno(libc::ENODATA) => None,
+            Err(e) => return Err(e),
+        }
+    } else {
+        None
+    };
+    vfs::access_attr(&state::cred(), &attr, libc::X_OK, acl.as_ref())?;
+    if attr.mode & pinode::S_IFMT != pinode::S_IFREG {
+        return Err(Errno(libc::EACCES));
+    }
+    read_whole(file.handle, attr.size, max)
+}
+
+/// The first `size` bytes of open file `handle` (fewer if it is shorter now), at most `max`.
+fn read_whole(handle: u64, size: u64, max: u64) -> Result<Vec<u8>, Errno> {
+    if size > max {
+        return Err(Errno(libc::E2BIG));
+    }
+    let mut bytes = vec![0u8; size as usize];
+    let mut at = 0;
+    while at < bytes.len() {
+        let n = with_service(|s| s.read(handle, at as u64, &mut bytes[at..]))?;
+        if n == 0 {
+            break;
+        }
+        at += n;
+    }
+    bytes.truncate(at);
+    Ok(bytes)
 }
 
 /// `open` of an absolute logical path noseFS walks itself (one round trip to a daemon): the new

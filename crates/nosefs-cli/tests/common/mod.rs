@@ -337,8 +337,9 @@ pub fn has_python_lmdb() -> bool {
 
 /// Programs stored on the file system run: a `#!` script (also through `env`, and one whose
 /// interpreter is itself a script there), a compiled program (found by path and on PATH, and
-/// from python's subprocess, posix_spawn and make), and a script without execute permission is
-/// refused. Prints the same on a kernel directory.
+/// from python's subprocess, posix_spawn and make, and by descriptor: fexecve and execveat),
+/// and a script without execute permission is refused (and a script whose descriptor is
+/// close-on-exec, by fexecve). Prints the same on a kernel directory.
 #[allow(dead_code)]
 pub const EXEC_SCRIPT: &str = r##"set -e
 cd "$D"
@@ -360,4 +361,41 @@ for p in ["./p", "./s.sh", "./s3.sh"]:
     print(p, "spawned, exit", os.waitpid(pid, 0)[1] >> 8)
 '
 printf 'all:\n\t./p make || echo "made, exit $$?"\n\t./s.sh make\n' > Makefile && make -s
+printf '#!/bin/sh\necho "by descriptor [$1]"\n' > f.sh && chmod +x f.sh
+python3 -c '
+import os
+for p in ["./p", "./f.sh"]:
+    for inherit in [False, True]:
+        pid = os.fork()
+        if pid == 0:
+            fd = os.open(p, os.O_RDONLY)
+            os.set_inheritable(fd, inherit)
+            try:
+                os.execve(fd, [p, "fexecve"], os.environ)
+            except OSError as e:
+                print(p, "fexecve:", e.strerror)
+                os._exit(99)
+        how = "inheritable" if inherit else "close-on-exec"
+        print(p, how, "by descriptor, exit", os.waitpid(pid, 0)[1] >> 8)
+'
+cat > e.c <<'EOF'
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <stdio.h>
+#include <unistd.h>
+extern char **environ;
+int main(int c, char **v) {
+    char *args[] = {"p", "execveat", 0};
+    if (v[1][0] == 'd')
+        execveat(open(".", O_RDONLY | O_DIRECTORY), "p", args, environ, 0);
+    else
+        execveat(open("p", O_RDONLY), "", args, environ, AT_EMPTY_PATH);
+    perror("execveat");
+    return 2;
+}
+EOF
+cc -o e e.c
+./e dir || echo "execveat in a directory, exit $?"
+./e empty || echo "execveat of a descriptor, exit $?"
+chmod -x p && { ./e empty 2>/dev/null || echo "execveat of a program not executable, exit $?"; }
 "##;

@@ -160,7 +160,12 @@ pub fn stat(found: &Found) -> Result<Attr, Errno> {
 /// `access` / `faccessat`: existence, then the mode bits (or `acl`, the object's access ACL
 /// when `attr.acl` says it has one) against the credentials.
 pub fn access(cred: &Cred, found: &Found, mask: i32, acl: Option<&Acl>) -> Result<(), Errno> {
-    let attr = stat(found)?;
+    access_attr(cred, &stat(found)?, mask, acl)
+}
+
+/// [`access`] of an object whose attributes are in hand (an open file: `fexecve` asks whether
+/// its caller may execute it).
+pub fn access_attr(cred: &Cred, attr: &Attr, mask: i32, acl: Option<&Acl>) -> Result<(), Errno> {
     if mask == libc::F_OK {
         return Ok(());
     }
@@ -174,7 +179,7 @@ pub fn access(cred: &Cred, found: &Found, mask: i32, acl: Option<&Acl>) -> Resul
     if mask & libc::X_OK != 0 {
         want |= MAY_EXEC;
     }
-    core(perm::check_acl(&attr, acl, cred, want))
+    core(perm::check_acl(attr, acl, cred, want))
 }
 
 /// `truncate` of a path.
