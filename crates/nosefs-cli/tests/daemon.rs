@@ -959,3 +959,19 @@ fn a_killed_daemon_gives_its_clients_eio_and_the_next_mount_recovers() {
     assert_eq!(std::fs::read(m.mnt.join("kept")).unwrap(), b"kept\n");
     m.unmount_and_fsck();
 }
+
+#[test]
+fn posix_spawn_children_start_in_the_directory_their_actions_name() {
+    if !usable() {
+        return;
+    }
+    let m = mount_with(&[]);
+    let out = same_as_kernel(&m, common::SPAWN_CHDIR_SCRIPT);
+    assert_eq!(
+        out,
+        "sub\nin sub\nexit 0\ninner\nin inner\nexit 0\ninner\nin inner\nexit 0\n\
+         sub\nin sub\nexit 0\ntmp\nexit 1\n\
+         spawn: No such file or directory\nspawn: Not a directory\n"
+    );
+    m.unmount_and_fsck();
+}

@@ -755,3 +755,15 @@ echo data > "$D/g/sub/f"; ln -s ../a.txt "$D/g/sub/link"
     assert!(out.contains("nftw 5 1 /g/sub sub -1\n"), "{out}");
     setup.fsck_clean();
 }
+
+#[test]
+fn posix_spawn_children_start_in_the_directory_their_actions_name() {
+    let setup = setup();
+    let out = same_as_kernel(&setup, common::SPAWN_CHDIR_SCRIPT);
+    assert_eq!(
+        out,
+        "sub\nin sub\nexit 0\ninner\nin inner\nexit 0\ninner\nin inner\nexit 0\n\
+         sub\nin sub\nexit 0\ntmp\nexit 1\n\
+         spawn: No such file or directory\nspawn: Not a directory\n"
+    );
+}

@@ -73,9 +73,23 @@ pub enum FileAction {
     CloseFrom(i32),
 }
 
+/// A `posix_spawn` action that changes the child's working directory (`addchdir_np`,
+/// `addfchdir_np`): the absolute logical path of a noseFS directory, or `None` for one of the
+/// kernel's (which glibc's own action enters).
+pub type ChdirAction = Option<Vec<u8>>;
+
+/// What one recorded action does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Recorded {
+    /// Moves descriptors.
+    Files(FileAction),
+    /// Changes directory.
+    Chdir(ChdirAction),
+}
+
 /// File actions recorded per `posix_spawn_file_actions_t` (by address), for the spawn that
 /// uses them.
-static RECORDED: Mutex<Vec<(usize, Vec<FileAction>)>> = Mutex::new(Vec::new());
+static RECORDED: Mutex<Vec<(usize, Vec<Recorded>)>> = Mutex::new(Vec::new());
 
 /// Starts (or restarts) the record of the file actions object at `actions`.
 pub fn actions_init(actions: usize) {
@@ -90,7 +104,7 @@ pub fn actions_destroy(actions: usize) {
 }
 
 /// Records one action added to the object at `actions`.
-pub fn actions_add(actions: usize, action: FileAction) {
+pub fn actions_add(actions: usize, action: Recorded) {
     let mut recorded = RECORDED.lock();
     match recorded.iter_mut().find(|(a, _)| *a == actions) {
         Some((_, list)) => list.push(action),
@@ -99,13 +113,31 @@ pub fn actions_add(actions: usize, action: FileAction) {
     }
 }
 
-fn recorded_actions(actions: usize) -> Vec<FileAction> {
+fn recorded_actions(actions: usize) -> Vec<Recorded> {
     RECORDED
         .lock()
         .iter()
         .find(|(a, _)| *a == actions)
         .map(|(_, list)| list.clone())
         .unwrap_or_default()
+}
+
+/// The noseFS directory the last directory change recorded for the object at `actions` enters,
+/// if the last one does (a relative `addchdir_np` after it is relative to it).
+pub fn recorded_chdir(actions: usize) -> Option<ChdirAction> {
+    recorded_actions(actions)
+        .into_iter()
+        .rev()
+        .find_map(|a| match a {
+            Recorded::Chdir(dir) => Some(dir),
+            Recorded::Files(_) => None,
+        })
+}
+
+/// The working directory a child spawned with the actions at `actions` starts in, inside
+/// noseFS (`None`: a kernel directory): this process's, or the last directory change's.
+pub fn spawn_cwd(actions: usize) -> Option<Vec<u8>> {
+    recorded_chdir(actions).unwrap_or_else(route::cwd)
 }
 
 /// One descriptor as the new program will see it: its number there, the description, and the
@@ -171,7 +203,7 @@ enum Heir {
 /// Commits and unmounts, writes the descriptor table, and returns the new program's environment
 /// (`env`, or this process's when `None`, with the noseFS variables set).
 pub fn prepare(env: Option<Vec<CString>>) -> Result<Vec<CString>, Errno> {
-    hand_over(env, &[], Heir::Exec).map(|(vars, _)| vars)
+    hand_over(env, &[], route::cwd(), Heir::Exec).map(|(vars, _)| vars)
 }
 
 /// Before `posix_spawn` with the file actions object at `actions` (0: none), `system` or
@@ -181,7 +213,14 @@ pub fn prepare_spawn(
     env: Option<Vec<CString>>,
     actions: usize,
 ) -> Result<(Vec<CString>, u64), Errno> {
-    hand_over(env, &recorded_actions(actions), Heir::Spawn)
+    let files: Vec<FileAction> = recorded_actions(actions)
+        .into_iter()
+        .filter_map(|a| match a {
+            Recorded::Files(f) => Some(f),
+            Recorded::Chdir(_) => None,
+        })
+        .collect();
+    hand_over(env, &files, spawn_cwd(actions), Heir::Spawn)
 }
 
 /// After a spawn (`child` its pid, or -1 if it failed or is unknown): the parent closes its
@@ -191,9 +230,12 @@ pub fn spawned(ticket: u64, child: i32) {
     state::after_fork_in_parent(ticket, child);
 }
 
+/// Writes the descriptor table for the new program and returns its environment; `cwd` is its
+/// working directory inside noseFS (`None`: the kernel's).
 fn hand_over(
     env: Option<Vec<CString>>,
     actions: &[FileAction],
+    cwd: Option<Vec<u8>>,
     heir: Heir,
 ) -> Result<(Vec<CString>, u64), Errno> {
     let mut table = String::new();
@@ -275,7 +317,7 @@ fn hand_over(
             vars.extend(CString::new(kv).ok());
         }
     }
-    if let Some(cwd) = route::cwd() {
+    if let Some(cwd) = cwd {
         let mut kv = format!("{ENV_CWD}=").into_bytes();
         kv.extend_from_slice(&cwd);
         vars.extend(CString::new(kv).ok());

@@ -4420,6 +4420,11 @@ macro_rules! spawn_hook {
                 (Some(s), Some(a)) => (s.path.as_ptr(), a.as_ptr().cast()),
                 _ => (path, argv),
             };
+            if !actions.is_null() && !in_shim() {
+                if let Err(e) = spawn_chdir_allowed(actions) {
+                    return e.0;
+                }
+            }
             let Some((env, ticket)) = (unsafe { prepare_spawn(actions, envp) }) else {
                 return unsafe { f(pid, path, actions, attr, argv, envp) };
             };
@@ -4514,6 +4519,10 @@ pub unsafe extern "C" fn posix_spawn_file_actions_destroy(actions: *mut c_void) 
 }
 
 fn record_action(rc: c_int, actions: *mut c_void, action: crate::exec::FileAction) -> c_int {
+    record(rc, actions, crate::exec::Recorded::Files(action))
+}
+
+fn record(rc: c_int, actions: *mut c_void, action: crate::exec::Recorded) -> c_int {
     if rc == 0 && !in_shim() {
         let _guard = Guard::enter();
         crate::exec::actions_add(actions as usize, action);
@@ -4563,6 +4572,106 @@ pub unsafe extern "C" fn posix_spawn_file_actions_addclosefrom_np(
     let f = real!(posix_spawn_file_actions_addclosefrom_np: fn(*mut c_void, c_int) -> c_int);
     let rc = unsafe { f(actions, from) };
     record_action(rc, actions, crate::exec::FileAction::CloseFrom(from))
+}
+
+/// `addchdir_np`: a child that starts in a noseFS directory gets it from the hand-over (glibc's
+/// own action would ask the kernel, which does not see it); glibc's action enters the kernel's
+/// side of it instead (the FUSE mount's same directory in daemon mode, the prefix in embedded
+/// mode, as `chdir` does). The directory is checked when the child is spawned.
+#[no_mangle]
+pub unsafe extern "C" fn posix_spawn_file_actions_addchdir_np(
+    actions: *mut c_void,
+    path: *const c_char,
+) -> c_int {
+    let f = real!(posix_spawn_file_actions_addchdir_np: fn(*mut c_void, *const c_char) -> c_int);
+    if in_shim() || state::config().is_none() {
+        return unsafe { f(actions, path) };
+    }
+    let Some(p) = (unsafe { bytes(path) }) else {
+        return unsafe { f(actions, path) };
+    };
+    // Relative to the directory an earlier action entered, when that is noseFS's.
+    let earlier = {
+        let _guard = Guard::enter();
+        crate::exec::recorded_chdir(actions as usize)
+    };
+    let absolute = match earlier {
+        Some(Some(dir)) if p.first() != Some(&b'/') => {
+            let mut joined = dir;
+            joined.push(b'/');
+            joined.extend_from_slice(p);
+            CString::new(joined).ok()
+        }
+        Some(None) if p.first() != Some(&b'/') => None, // relative to a kernel directory
+        _ => Some(unsafe { CStr::from_ptr(path) }.to_owned()),
+    };
+    let ours = absolute.and_then(
+        |a| match unsafe { routed(libc::AT_FDCWD, a.as_ptr(), true) } {
+            Routed::Ours(found) => Some(found.path),
+            Routed::Kernel(_) | Routed::Err(_) => None,
+        },
+    );
+    match ours {
+        Some(dir) => unsafe { add_kernel_side_chdir(actions, dir) },
+        None => {
+            let rc = unsafe { f(actions, path) };
+            record(rc, actions, crate::exec::Recorded::Chdir(None))
+        }
+    }
+}
+
+/// `addfchdir_np`: as [`posix_spawn_file_actions_addchdir_np`] for a noseFS directory
+/// descriptor, whose placeholder the kernel could not enter.
+#[no_mangle]
+pub unsafe extern "C" fn posix_spawn_file_actions_addfchdir_np(
+    actions: *mut c_void,
+    fd: c_int,
+) -> c_int {
+    let f = real!(posix_spawn_file_actions_addfchdir_np: fn(*mut c_void, c_int) -> c_int);
+    if in_shim() || !fdtable::is_ours(fd) {
+        let rc = unsafe { f(actions, fd) };
+        return if in_shim() {
+            rc
+        } else {
+            record(rc, actions, crate::exec::Recorded::Chdir(None))
+        };
+    }
+    let Some(file) = fdtable::get(fd) else {
+        return libc::EBADF;
+    };
+    unsafe { add_kernel_side_chdir(actions, file.path.clone()) }
+}
+
+/// Records a change into noseFS directory `dir` and adds glibc's action for the kernel's side.
+unsafe fn add_kernel_side_chdir(actions: *mut c_void, dir: Vec<u8>) -> c_int {
+    let f = real!(posix_spawn_file_actions_addchdir_np: fn(*mut c_void, *const c_char) -> c_int);
+    let Some(config) = state::config() else {
+        return libc::EINVAL;
+    };
+    let kernel_side = if state::daemon_mode() {
+        dir.clone()
+    } else {
+        config.prefix.clone()
+    };
+    let Ok(kernel_side) = CString::new(kernel_side) else {
+        return libc::EINVAL;
+    };
+    let rc = unsafe { f(actions, kernel_side.as_ptr()) };
+    record(rc, actions, crate::exec::Recorded::Chdir(Some(dir)))
+}
+
+/// Whether the noseFS directory a spawn's actions enter (if one does) may be entered: the
+/// error the child's chdir would have given, which posix_spawn returns.
+fn spawn_chdir_allowed(actions: *const c_void) -> Result<(), Errno> {
+    let Some(Some(dir)) = crate::exec::recorded_chdir(actions as usize) else {
+        return Ok(());
+    };
+    let dir = CString::new(dir).map_err(|_| Errno(libc::EINVAL))?;
+    match unsafe { routed(libc::AT_FDCWD, dir.as_ptr(), true) } {
+        Routed::Ours(found) => serve(|| ops::may_chdir(&found)),
+        Routed::Kernel(_) => Err(Errno(libc::ENOENT)),
+        Routed::Err(e) => Err(e),
+    }
 }
 
 /// Reads a NULL-terminated array of C strings.

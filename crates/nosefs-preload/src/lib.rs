@@ -223,6 +223,8 @@ pub const HOOKED: &[&str] = &[
     "posix_spawn_file_actions_addclose",
     "posix_spawn_file_actions_addopen",
     "posix_spawn_file_actions_addclosefrom_np",
+    "posix_spawn_file_actions_addchdir_np",
+    "posix_spawn_file_actions_addfchdir_np",
     "execve",
     "execvpe",
     "execv",

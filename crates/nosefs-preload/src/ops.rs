@@ -617,10 +617,15 @@ pub fn statfs() -> Result<(u64, u64, u64, u64), Errno> {
 
 /// `chdir` into a noseFS directory.
 pub fn chdir(found: &Found) -> Result<(), Errno> {
-    let acl = access_acl(found)?;
-    vfs::chdir(&state::cred(), found, acl.as_ref())?;
+    may_chdir(found)?;
     crate::route::set_cwd(Some(found.path.clone()));
     Ok(())
+}
+
+/// Whether `chdir` into what `found` names would succeed (a directory the caller may search).
+pub fn may_chdir(found: &Found) -> Result<(), Errno> {
+    let acl = access_acl(found)?;
+    vfs::chdir(&state::cred(), found, acl.as_ref())
 }
 
 /// The abstract Unix-domain address that stands for socket inode `ino` of this image:

@@ -399,3 +399,50 @@ cc -o e e.c
 ./e empty || echo "execveat of a descriptor, exit $?"
 chmod -x p && { ./e empty 2>/dev/null || echo "execveat of a program not executable, exit $?"; }
 "##;
+
+/// posix_spawn file actions that change the child's directory (`addchdir_np`, relative, nested
+/// and absolute, `addfchdir_np`, into a kernel directory, a missing one, a file), as Rust's
+/// `Command::current_dir` uses them. Prints the same on a kernel directory.
+#[allow(dead_code)]
+pub const SPAWN_CHDIR_SCRIPT: &str = r##"set -e
+cd "$D"
+mkdir -p sub/inner && echo "in sub" > sub/here.txt && echo "in inner" > sub/inner/here.txt
+cat > sp.c <<'EOF'
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+extern char **environ;
+int main(int c, char **v) {
+    posix_spawn_file_actions_t a;
+    posix_spawn_file_actions_init(&a);
+    for (int i = 2; i < c; i++) {
+        if (v[1][0] == 'f')
+            posix_spawn_file_actions_addfchdir_np(&a, open(v[i], O_RDONLY | O_DIRECTORY));
+        else
+            posix_spawn_file_actions_addchdir_np(&a, v[i]);
+    }
+    char *args[] = {"/bin/sh", "-c", "basename \"$(pwd)\"; cat here.txt 2>/dev/null", 0};
+    pid_t pid;
+    int rc = posix_spawn(&pid, "/bin/sh", &a, 0, args, environ);
+    if (rc) {
+        printf("spawn: %s\n", strerror(rc));
+        return 1;
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    printf("exit %d\n", WEXITSTATUS(st));
+    return 0;
+}
+EOF
+cc -o sp sp.c
+./sp p sub
+./sp p sub inner
+./sp p "$PWD/sub/inner"
+./sp f sub
+./sp p /tmp
+./sp p missing || true
+./sp p sub/here.txt || true
+"##;
