@@ -975,3 +975,39 @@ fn posix_spawn_children_start_in_the_directory_their_actions_name() {
     );
     m.unmount_and_fsck();
 }
+
+/// A FIFO on noseFS joins clients (and FUSE users): the kernel opens it through the daemon's
+/// FUSE mount, with its blocking and ENXIO rules (the core serves no pipe).
+#[test]
+fn fifos_connect_clients_through_the_fuse_mount() {
+    if !usable() {
+        return;
+    }
+    let m = mount_with(&[]);
+    let out = same_as_kernel(&m, FIFO_SCRIPT);
+    assert_eq!(
+        out,
+        "p\nthrough the fifo\nno reader: ENXIO\nboth ends in one process\n3\n2\n1\n"
+    );
+    m.unmount_and_fsck();
+}
+
+const FIFO_SCRIPT: &str = r#"set -e
+cd "$D"
+mkfifo p && ls -l p | cut -c1
+( echo "through the fifo" > p ) &
+cat p
+wait
+python3 -c '
+import os, errno
+try:
+    os.open("p", os.O_WRONLY | os.O_NONBLOCK)
+except OSError as e:
+    print("no reader:", errno.errorcode[e.errno])
+r = os.open("p", os.O_RDONLY | os.O_NONBLOCK)
+w = os.open("p", os.O_WRONLY)
+os.write(w, b"both ends in one process\n")
+print(os.read(r, 100).decode(), end="")
+'
+seq 1 3 > p & sort -r < p; wait
+"#;

@@ -15,13 +15,16 @@ use nosefs_daemon::service::{Opened, OpenedPath, Service, XattrTarget};
 
 use crate::fdtable::{self, Kind, OpenFile};
 use crate::kernel::{self, KernelFile};
-use crate::route::Found;
+use crate::route::{Found, Route};
 use crate::state::{self, with_service};
 
 /// `open` / `openat` of a noseFS path: returns the new descriptor.
 pub fn open(found: &Found, flags: i32, mode: u32) -> Result<i32, Errno> {
     let umask = state::umask();
-    let opened = with_service(|s| s.open(found, flags, mode, umask))?;
+    let opened = match with_service(|s| s.open(found, flags, mode, umask)) {
+        Err(e) if e == Errno(libc::ENXIO) => return special_open(&found.path, true, flags),
+        opened => opened?,
+    };
     opened_descriptor(found, &opened, flags)
 }
 
@@ -91,10 +94,40 @@ pub fn open_path(
     mode: u32,
 ) -> Result<Result<i32, Vec<u8>>, Errno> {
     let umask = state::umask();
-    match with_service(|s| s.open_path(path, follow, flags, mode, umask))? {
-        OpenedPath::Outside(path) => Ok(Err(path)),
-        OpenedPath::Opened(found, opened) => opened_descriptor(&found, &opened, flags).map(Ok),
+    match with_service(|s| s.open_path(path.clone(), follow, flags, mode, umask)) {
+        Ok(OpenedPath::Outside(path)) => Ok(Err(path)),
+        Ok(OpenedPath::Opened(found, opened)) => opened_descriptor(&found, &opened, flags).map(Ok),
+        Err(e) if e == Errno(libc::ENXIO) => special_open(&path, follow, flags).map(Ok),
+        Err(e) => Err(e),
     }
+}
+
+/// Daemon mode: `open` of a FIFO or device node on noseFS, which the core does not serve (it
+/// answers ENXIO): the kernel opens it through the daemon's FUSE mount, where the logical path
+/// names it too, so a FIFO connects every process that opens it, clients and FUSE users alike,
+/// with the kernel's blocking and ENXIO rules. The descriptor is the kernel's. In embedded mode
+/// (and for sockets, which no open serves) the ENXIO stands: processes there use the image one
+/// at a time, so a FIFO's two ends could never meet.
+fn special_open(path: &[u8], follow: bool, flags: i32) -> Result<i32, Errno> {
+    let enxio = Err(Errno(libc::ENXIO));
+    if !state::daemon_mode() {
+        return enxio;
+    }
+    let Route::Ours(found) = crate::route::route(libc::AT_FDCWD, path, follow)? else {
+        return enxio;
+    };
+    let special = found
+        .attr
+        .map(|a| a.mode & pinode::S_IFMT)
+        .is_some_and(|t| matches!(t, pinode::S_IFIFO | pinode::S_IFCHR | pinode::S_IFBLK));
+    if !special {
+        return enxio;
+    }
+    let flags = rustix::fs::OFlags::from_bits_retain(flags as u32)
+        - (rustix::fs::OFlags::CREATE | rustix::fs::OFlags::EXCL);
+    let fd = rustix::fs::open(found.path.as_slice(), flags, rustix::fs::Mode::empty())
+        .map_err(|e| Errno(e.raw_os_error()))?;
+    Ok(std::os::fd::IntoRawFd::into_raw_fd(fd))
 }
 
 /// `openat` of one plain name in the open noseFS directory `dir` (one round trip to a daemon):
@@ -107,8 +140,15 @@ pub fn open_in(
     mode: u32,
 ) -> Result<Result<i32, Vec<u8>>, Errno> {
     let umask = state::umask();
-    let opened =
-        with_service(|s| s.open_in(dir.handle, &dir.path, name, follow, flags, mode, umask))?;
+    let opened = match with_service(|s| {
+        s.open_in(dir.handle, &dir.path, name, follow, flags, mode, umask)
+    }) {
+        Err(e) if e == Errno(libc::ENXIO) => {
+            let path = nosefs_core::vfs::walk::join(&dir.path, name);
+            return special_open(&path, follow, flags).map(Ok);
+        }
+        opened => opened?,
+    };
     match opened {
         Some((found, opened)) => opened_descriptor(&found, &opened, flags).map(Ok),
         None => {
