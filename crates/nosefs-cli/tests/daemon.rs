@@ -1011,3 +1011,47 @@ print(os.read(r, 100).decode(), end="")
 '
 seq 1 3 > p & sort -r < p; wait
 "#;
+
+/// flock locks belong to the open file description, which a fork or exec shares: a lock
+/// flock(1) takes through a shell's descriptor stays after flock exits (`exec 9>f; flock 9`),
+/// and one a forked child takes holds off other descriptions until the last close.
+#[test]
+fn flock_through_a_shared_description_stays_with_it_as_on_the_kernel() {
+    if !usable() {
+        return;
+    }
+    let m = mount_with(&[]);
+    let out = same_as_kernel(&m, SHARED_FLOCK_SCRIPT);
+    assert_eq!(
+        out,
+        "locked through 9\nheld by the shell's description\nfree after close\n\
+         a forked child locked the shared description\nfree after the last close\n"
+    );
+    m.unmount_and_fsck();
+}
+
+const SHARED_FLOCK_SCRIPT: &str = r#"cd "$D"
+exec 9> lockfile
+flock 9 && echo "locked through 9"
+flock -n lockfile -c 'echo "got it (wrong)"' || echo "held by the shell's description"
+exec 9>&-
+flock -n lockfile -c 'echo "free after close"'
+python3 -c '
+import fcntl, os
+fd = os.open("lockfile2", os.O_WRONLY | os.O_CREAT, 0o644)
+pid = os.fork()
+if pid == 0:
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    os._exit(0)
+os.waitpid(pid, 0)
+other = os.open("lockfile2", os.O_WRONLY)
+try:
+    fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    print("got it (wrong)")
+except BlockingIOError:
+    print("a forked child locked the shared description")
+os.close(fd)
+fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+print("free after the last close")
+'
+"#;

@@ -21,11 +21,14 @@
 //!
 //! In daemon mode the descriptions that survive are handed over in a ticket (their references
 //! held by the daemon until the new program claims them at its first call, or this process
-//! ends), and each line carries the daemon's handle.
+//! ends), and each line carries the daemon's handle, and the number of an inherited copy of the
+//! description's kernel descriptor through the FUSE mount, so flock and OFD locks stay with the
+//! description across exec as on the kernel (a fork shares it too: it is made before the fork).
 //!
-//! Table format, one line each: `nosefs-exec 4 <area descriptor or -> <ticket, 0 for none>`,
+//! Table format, one line each: `nosefs-exec 5 <area descriptor or -> <ticket, 0 for none>`,
 //! then per descriptor `<fd> <placeholder's kernel inode> <description number> <ino> <handle>
-//! <kind f|d|p> <status flags> <offset> <offset slot, 0 if private> <path as hex>`.
+//! <kind f|d|p> <status flags> <offset> <offset slot, 0 if private> <path as hex> <kernel lock
+//! descriptor or ->`.
 
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -242,6 +245,8 @@ fn hand_over(
     let mut descriptions: Vec<*const OpenFile> = Vec::new();
     let mut any_slot = false;
     let mut handles: Vec<u64> = Vec::new();
+    // Per description: the copy of its kernel lock descriptor the new program inherits.
+    let mut lock_fds: Vec<Option<OwnedFd>> = Vec::new();
     for Inherited {
         fd,
         file,
@@ -258,15 +263,19 @@ fn hand_over(
             None => {
                 descriptions.push(Arc::as_ptr(&file));
                 handles.push(file.handle);
+                lock_fds.push(crate::ops::lock_fd_to_hand_over(&file));
                 descriptions.len() - 1
             }
         };
+        let lock_fd = lock_fds[number]
+            .as_ref()
+            .map_or_else(|| "-".to_string(), |fd| fd.as_raw_fd().to_string());
         let flags = file.flags.load(std::sync::atomic::Ordering::Relaxed);
         let offset = *file.offset.lock();
         let slot = file.offset.slot();
         any_slot |= slot != 0;
         table.push_str(&format!(
-            "{fd} {placeholder} {number} {} {} {kind} {flags} {offset} {slot} {}\n",
+            "{fd} {placeholder} {number} {} {} {kind} {flags} {offset} {slot} {} {lock_fd}\n",
             file.ino,
             file.handle,
             hex(&file.path)
@@ -333,9 +342,10 @@ fn hand_over(
             .as_ref()
             .map_or_else(|| "-".to_string(), |a| a.as_raw_fd().to_string());
         pending.extend(area);
+        pending.extend(lock_fds.into_iter().flatten());
         let memfd =
             rustix::fs::memfd_create("nosefs-exec", rustix::fs::MemfdFlags::empty()).map_err(io)?;
-        let text = format!("nosefs-exec 4 {area_fd} {ticket}\n{table}");
+        let text = format!("nosefs-exec 5 {area_fd} {ticket}\n{table}");
         rustix::io::write(&memfd, text.as_bytes()).map_err(io)?;
         vars.extend(CString::new(format!("{ENV_EXEC_TABLE}={}", memfd.as_raw_fd())).ok());
         pending.push(memfd);
@@ -374,6 +384,8 @@ struct Entry {
     offset: u64,
     slot: u32,
     path: Vec<u8>,
+    /// The copy of the description's kernel lock descriptor this program inherited.
+    lock_fd: Option<i32>,
 }
 
 fn parse_entry(line: &str) -> Option<Entry> {
@@ -393,6 +405,7 @@ fn parse_entry(line: &str) -> Option<Entry> {
         offset: f.get(7)?.parse().ok()?,
         slot: f.get(8)?.parse().ok()?,
         path: unhex(f.get(9)?)?,
+        lock_fd: f.get(10)?.parse().ok(),
     })
 }
 
@@ -414,7 +427,7 @@ pub fn adopt() {
     let mut lines = table.lines();
     let Some((area, ticket)) = lines
         .next()
-        .and_then(|h| h.strip_prefix("nosefs-exec 4 "))
+        .and_then(|h| h.strip_prefix("nosefs-exec 5 "))
         .and_then(|h| h.split_once(' '))
     else {
         state::say("the noseFS descriptor table handed over by exec is malformed; inherited noseFS descriptors are not usable");
@@ -439,6 +452,11 @@ pub fn adopt() {
             None => {
                 let mut file = OpenFile::new(e.ino, e.handle, e.kind, e.flags, e.path);
                 file.offset = Offset::in_slot(e.slot, e.offset);
+                // The kernel description the previous program shared its locks through.
+                *file.lock_fd.get_mut() = e
+                    .lock_fd
+                    .and_then(crate::ffi::take_descriptor)
+                    .and_then(fdtable::LockFd::moved_high);
                 let file = Arc::new(file);
                 descriptions.push((e.number, file.clone()));
                 file

@@ -4300,7 +4300,12 @@ pub unsafe extern "C" fn fork() -> pid_t {
     let ticket = {
         let _guard = Guard::enter();
         let mut handles = Vec::new();
-        fdtable::for_each(|file| handles.push(file.handle));
+        fdtable::for_each(|file| {
+            handles.push(file.handle);
+            // The child shares every description, and with it the flock and OFD locks taken
+            // through it: both must lock one kernel description.
+            ops::share_locks(file);
+        });
         handles.sort_unstable();
         handles.dedup();
         state::hold_for_child(&handles)
