@@ -852,12 +852,24 @@ impl Fs {
         let Some((from, to)) = window_span(state, window) else {
             return true; // nothing to rewrite
         };
-        let mut bytes = vec![0u8; (to - from) as usize];
-        self.read_locked(state, from, &mut bytes);
-        let Ok(placement) = self.place(state, to - from, 0) else {
+        thread_local! {
+            /// The window's bytes on their way to the new blocks. Kept: a fresh zeroed 64 KiB
+            /// vector costs a memset per rewrite, and `read_locked` writes every byte anyway
+            /// (holes as zeros).
+            static WINDOW: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+        }
+        let placed = WINDOW.with_borrow_mut(|bytes| {
+            bytes.resize(WINDOW_BYTES as usize, 0);
+            let bytes = &mut bytes[..(to - from) as usize];
+            let read = self.read_locked(state, from, bytes);
+            assert_eq!(read, bytes.len(), "a window's span ends within the file");
+            let placement = self.place(state, to - from, 0).ok()?;
+            self.store_data(&placement, bytes);
+            Some(placement)
+        });
+        let Some(placement) = placed else {
             return false;
         };
-        self.store_data(&placement, &bytes);
         self.put_pieces(state, from, &placement);
         state.dirty_bytes += to - from;
         true
