@@ -64,6 +64,8 @@ pub const MAX_FILE_BYTES: u64 = 1 << 46;
 pub const WINDOW_BYTES: u64 = 64 << 10;
 /// See [`WINDOW_BYTES`]: 32 pieces in 64 KiB is 2 KiB per piece on average.
 pub const WINDOW_MAX_PIECES: usize = 32;
+/// How much of the next piece a read fetches ahead while it copies the current one.
+const PREFETCH_PIECE_BYTES: u64 = 256;
 /// Writes from this size on use non-temporal stores: no line-by-line `clwb` (64 per 4 KiB), at
 /// the price of a fence before the commit point, since the data bypasses the cache and cannot be
 /// read back cheaply for the commit's checksum. Measured on 4 KiB append + fsync: 2.7 µs with
@@ -304,7 +306,18 @@ impl Fs {
         }
         let base = self.image.geometry().block_offset(0);
         let mut at = offset;
-        for (piece_offset, piece) in state.map.overlapping(offset, end) {
+        let mut pieces = state.map.overlapping(offset, end).peekable();
+        while let Some((piece_offset, piece)) = pieces.next() {
+            // The next piece's first lines are fetched while this one is copied: a fragmented
+            // range (the window rewrite, reads of a file that took small overwrites) would
+            // otherwise wait for one miss per piece before the prefetcher catches on.
+            if let Some((_, next)) = pieces.peek() {
+                let region = self.image.region();
+                let first = base + next.addr;
+                for line in 0..next.len.min(PREFETCH_PIECE_BYTES).div_ceil(64) {
+                    region.prefetch(first + line * 64);
+                }
+            }
             let from = piece_offset.max(offset);
             buf[(at - offset) as usize..(from - offset) as usize].fill(0);
             let to = (piece_offset + piece.len).min(end);
