@@ -1055,3 +1055,52 @@ fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
 print("free after the last close")
 '
 "#;
+
+/// A file renamed since it was opened is still locked and mapped shared through its
+/// descriptor, not through whatever its old name names now: the shim finds it through the FUSE
+/// mount by a path the daemon gives for its inode (`Fs::path_of`).
+#[test]
+fn files_renamed_since_they_were_opened_lock_and_map_as_on_the_kernel() {
+    if !usable() {
+        return;
+    }
+    let m = mount_with(&[]);
+    let out = same_as_kernel(&m, RENAMED_SCRIPT);
+    assert_eq!(
+        out,
+        "new locked\nold free\nmapped through the renamed file: b'hello'\n\
+         the other file: another file now\nflock after a second rename: held\n"
+    );
+    m.unmount_and_fsck();
+}
+
+const RENAMED_SCRIPT: &str = r#"cd "$D"
+python3 -c '
+import fcntl, mmap, os, subprocess
+probe = """
+import fcntl, os, sys
+f = os.open(sys.argv[1], os.O_RDWR)
+try:
+    fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    print(sys.argv[1], "free")
+except OSError:
+    print(sys.argv[1], "locked")
+"""
+fd = os.open("old", os.O_RDWR | os.O_CREAT, 0o644)
+os.ftruncate(fd, 4096)
+os.rename("old", "new")
+with open("old", "w") as f:
+    f.write("another file now\n")
+fcntl.lockf(fd, fcntl.LOCK_EX)
+for name in ["new", "old"]:
+    subprocess.run(["python3", "-c", probe, name])
+m = mmap.mmap(fd, 4096)
+m[:5] = b"hello"
+m.flush()
+print("mapped through the renamed file:", open("new", "rb").read(5))
+print("the other file:", open("old").read(), end="")
+os.rename("new", "newer")
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("flock after a second rename: held")
+'
+"#;

@@ -620,6 +620,12 @@ impl Service for Remote {
         Dec::new(&reply).u64().map_err(|_| Errno::EIO)
     }
 
+    fn path_of(&self, handle: Handle) -> Result<Vec<u8>, Errno> {
+        let mut e = Enc::new(op::PATH_OF);
+        e.u64(handle);
+        decode(&self.call(&e)?, |d| d.bytes().map(<[u8]>::to_vec))
+    }
+
     fn data_map(
         &self,
         handle: Handle,

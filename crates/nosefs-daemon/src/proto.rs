@@ -64,6 +64,8 @@ pub mod op {
     pub const RENAME_IN: u32 = 38;
     /// Where an open file's data is (FIEMAP).
     pub const DATA_MAP: u32 = 39;
+    /// A path of an open description's inode now, from the root (`Fs::path_of`).
+    pub const PATH_OF: u32 = 40;
 }
 
 /// A message that does not decode.

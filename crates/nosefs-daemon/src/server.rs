@@ -977,6 +977,10 @@ fn execute(
             }
             reply.u64(local.listing_end(desc.ino)?);
         }
+        op::PATH_OF => {
+            let desc = description(shared, conn, d.u64()?)?;
+            reply.bytes(&local.path_of(desc.ino)?);
+        }
         op::DATA_MAP => {
             let desc = description(shared, conn, d.u64()?)?;
             if desc.kind != OpenKind::File {

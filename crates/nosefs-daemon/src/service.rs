@@ -164,6 +164,9 @@ pub trait Service {
         len: u64,
         max: usize,
     ) -> Result<Vec<DataExtent>, Errno>;
+    /// A path of the open description's inode now, from the noseFS root (`/` for the root):
+    /// where a file renamed since it was opened is found by name again (`Fs::path_of`).
+    fn path_of(&self, handle: Handle) -> Result<Vec<u8>, Errno>;
     /// `truncate` of a path.
     fn truncate(&self, found: &Found, size: i64) -> Result<(), Errno>;
     /// `mkdir`.
@@ -324,6 +327,10 @@ impl Service for Local<'_> {
         max: usize,
     ) -> Result<Vec<DataExtent>, Errno> {
         core(self.fs.data_map(handle, start, len, max))
+    }
+
+    fn path_of(&self, handle: Handle) -> Result<Vec<u8>, Errno> {
+        core(self.fs.path_of(handle))
     }
 
     fn mkdir(&self, found: &Found, mode: u32, umask: u32) -> Result<(), Errno> {

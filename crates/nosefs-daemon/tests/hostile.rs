@@ -186,6 +186,8 @@ fn a_client_cannot_use_another_clients_handles_or_leave_its_view() {
         mallory.data_map(opened.handle, 0, u64::MAX, 16),
         Err(Errno(libc::EBADF))
     );
+    assert_eq!(mallory.path_of(opened.handle), Err(Errno(libc::EBADF)));
+    assert_eq!(alice.path_of(opened.handle), Ok(b"/secret".to_vec()));
     assert_eq!(
         mallory.flink(opened.handle, &found(&mallory, daemon.path("stolen"))),
         Err(Errno(libc::EBADF))

@@ -24,6 +24,9 @@
 //! they see the stores and are not overwritten by them later; after a size change through the
 //! daemon the kernel is asked the size again.
 //!
+//! A descriptor is opened by the path its description was opened by, or, when that names
+//! another file now (a rename), by a path the daemon finds for the inode ([`path_now`]).
+//!
 //! flock and OFD locks belong to the open file description, so they are taken on a kernel
 //! descriptor of the description's own (`OpenFile::lock_fd`); making one while the process holds
 //! record locks on the file would drop those, so it is refused then (ENOLCK, said on stderr).
@@ -120,7 +123,8 @@ pub fn for_file(file: &OpenFile, read: bool, write: bool) -> Result<Arc<KernelFi
 /// low descriptor's close would drop them).
 fn open(file: &OpenFile, read: bool, write: bool) -> Result<KernelFile, Errno> {
     let flags = OFlags::CLOEXEC | OFlags::NOCTTY;
-    let path = file.path.as_slice();
+    let path = path_now(file)?;
+    let path = path.as_slice();
     let wide = if file.kind == Kind::Dir {
         Err(rustix::io::Errno::ISDIR)
     } else {
@@ -139,11 +143,7 @@ fn open(file: &OpenFile, read: bool, write: bool) -> Result<KernelFile, Errno> {
             (fd, access != OFlags::WRONLY, access != OFlags::RDONLY)
         }
     };
-    let ino = rustix::fs::fstat(&opened).map(|st| st.st_ino);
-    if ino != Ok(file.ino) {
-        state::say("a noseFS file whose name changed since it was opened cannot be locked or mapped shared in daemon mode");
-        return Err(Errno(libc::ENODEV));
-    }
+    same_file(&opened, file)?;
     Ok(KernelFile {
         ino: file.ino,
         fd: fdtable::LockFd::moved_high(opened).ok_or(Errno(libc::EMFILE))?,
@@ -153,6 +153,42 @@ fn open(file: &OpenFile, read: bool, write: bool) -> Result<KernelFile, Errno> {
         ranges: Mutex::new(Vec::new()),
         mapped: AtomicBool::new(false),
     })
+}
+
+/// The path through the FUSE mount that names description `file`'s file now: the one it was
+/// opened by, or, after a rename, one the daemon finds for its inode (`Fs::path_of`). Looked at
+/// with `stat`, not opened: opening another file the process holds record locks on and closing
+/// it again would drop them. ENODEV when no name leads to it (it was unlinked).
+pub fn path_now(file: &OpenFile) -> Result<Vec<u8>, Errno> {
+    let names_it = |path: &[u8]| rustix::fs::stat(path).is_ok_and(|st| st.st_ino == file.ino);
+    if names_it(&file.path) {
+        return Ok(file.path.clone());
+    }
+    let prefix = state::config()
+        .map(|c| c.prefix.clone())
+        .unwrap_or_default();
+    let inside =
+        state::with_service(|s| s.path_of(file.handle)).map_err(|_| Errno(libc::ENODEV))?;
+    let path = if inside == b"/" {
+        prefix
+    } else {
+        [prefix.as_slice(), &inside].concat()
+    };
+    if names_it(&path) {
+        Ok(path)
+    } else {
+        Err(Errno(libc::ENODEV))
+    }
+}
+
+/// ENODEV unless `opened` is description `file`'s file (a rename between the look and the
+/// open).
+pub fn same_file(opened: &std::os::fd::OwnedFd, file: &OpenFile) -> Result<(), Errno> {
+    if rustix::fs::fstat(opened).map(|st| st.st_ino) == Ok(file.ino) {
+        return Ok(());
+    }
+    state::say("a noseFS file renamed while it was being opened through the FUSE mount cannot be locked or mapped shared this time (ENODEV)");
+    Err(Errno(libc::ENODEV))
 }
 
 /// The kernel descriptor of file `ino`, if the process has one.

@@ -589,8 +589,10 @@ fn description_lock_fd(file: &OpenFile) -> Result<i32, Errno> {
             _ => rustix::fs::OFlags::RDONLY,
         };
         let flags = access | rustix::fs::OFlags::CLOEXEC | rustix::fs::OFlags::NOCTTY;
-        let opened = rustix::fs::open(file.path.as_slice(), flags, rustix::fs::Mode::empty())
+        let path = kernel::path_now(file).map_err(|_| Errno(libc::ENOLCK))?;
+        let opened = rustix::fs::open(path.as_slice(), flags, rustix::fs::Mode::empty())
             .map_err(|_| Errno(libc::ENOLCK))?;
+        kernel::same_file(&opened, file).map_err(|_| Errno(libc::ENOLCK))?;
         *slot = Some(fdtable::LockFd::moved_high(opened).ok_or(Errno(libc::ENOLCK))?);
     }
     Ok(slot.as_ref().map(|f| f.raw()).expect("just set"))

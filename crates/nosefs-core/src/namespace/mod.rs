@@ -368,6 +368,40 @@ impl Fs {
         self.inodes.get(ino).ok_or(Errno::ENOENT.into())
     }
 
+    /// One path of inode `ino` from the root (`/a/b`; `/` for the root), read up through one of
+    /// its names and its directories' names: how a frontend finds a file by name again after the
+    /// name it opened it by changed (the kernel's `d_path`). Each name is read under its inode's
+    /// lock, so it is one the inode had; a rename further up between two reads can still make the
+    /// path stale, so a caller that opens it checks what it got. ENOENT for an inode with no name
+    /// (unlinked, or an O_TMPFILE never linked).
+    pub fn path_of(&self, ino: u64) -> Result<Vec<u8>> {
+        let mut names: Vec<Vec<u8>> = Vec::new();
+        let mut path_bytes = 0;
+        let mut at = ino;
+        while at != ROOT_INO {
+            let inode = self.inode(at)?;
+            let data = inode.data.lock();
+            let slot = data.names().next().ok_or(Errno::ENOENT)?;
+            let p = self.image.pinode(u64::from(slot));
+            let name = txn::full_name(&self.image, &p);
+            drop(data);
+            path_bytes += name.len() + 1;
+            if path_bytes >= libc::PATH_MAX as usize {
+                return Err(Errno::ENAMETOOLONG.into());
+            }
+            names.push(name);
+            at = p.parent.get();
+        }
+        if names.is_empty() {
+            return Ok(b"/".to_vec());
+        }
+        Ok(names.iter().rev().fold(Vec::new(), |mut path, name| {
+            path.push(b'/');
+            path.extend_from_slice(name);
+            path
+        }))
+    }
+
     /// A directory's inode, or ENOENT / ENOTDIR.
     fn dir_inode(&self, ino: u64) -> Result<Arc<Inode>> {
         let inode = self.inode(ino)?;

@@ -853,3 +853,26 @@ fn a_directory_removed_while_open_answers_getattr_until_its_last_close() {
     fs.rmdir(ROOT_INO, b"g").unwrap();
     assert_eq!(errno(fs.getattr(g.ino)), Errno::ENOENT);
 }
+
+#[test]
+fn a_file_is_found_by_path_again_after_its_names_change() {
+    let h = fresh(None);
+    let fs = h.fs();
+    assert_eq!(fs.path_of(ROOT_INO).unwrap(), b"/");
+    let a = fs.mkdir(ROOT_INO, b"a", 0o755, OWNER).unwrap();
+    let long = vec![b'n'; NAME_MAX];
+    let b = fs.mkdir(a.ino, &long, 0o755, OWNER).unwrap();
+    let f = fs.create(b.ino, b"f", 0o644, OWNER, true).unwrap();
+    let expected = |top: &[u8], last: &[u8]| [top, b"/", &long, b"/", last].concat();
+    assert_eq!(fs.path_of(f.ino).unwrap(), expected(b"/a", b"f"));
+    fs.rename(ROOT_INO, b"a", ROOT_INO, b"c", RenameFlags::default())
+        .unwrap();
+    fs.rename(b.ino, b"f", b.ino, b"g", RenameFlags::default())
+        .unwrap();
+    assert_eq!(fs.path_of(f.ino).unwrap(), expected(b"/c", b"g"));
+    fs.link(f.ino, ROOT_INO, b"h").unwrap();
+    fs.unlink(b.ino, b"g").unwrap();
+    assert_eq!(fs.path_of(f.ino).unwrap(), b"/h", "another name of it");
+    fs.unlink(ROOT_INO, b"h").unwrap();
+    assert_eq!(errno(fs.path_of(f.ino)), Errno::ENOENT, "no name left");
+}
