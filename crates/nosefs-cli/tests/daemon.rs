@@ -961,7 +961,7 @@ fn a_killed_daemon_gives_its_clients_eio_and_the_next_mount_recovers() {
 }
 
 #[test]
-fn posix_spawn_children_start_in_the_directory_their_actions_name() {
+fn posix_spawn_file_actions_change_directory_and_open_as_on_the_kernel() {
     if !usable() {
         return;
     }
@@ -971,7 +971,8 @@ fn posix_spawn_children_start_in_the_directory_their_actions_name() {
         out,
         "sub\nin sub\nexit 0\ninner\nin inner\nexit 0\ninner\nin inner\nexit 0\n\
          sub\nin sub\nexit 0\ntmp\nexit 1\n\
-         spawn: No such file or directory\nspawn: Not a directory\n"
+         spawn: No such file or directory\nspawn: Not a directory\n\
+         exit 0\nwritten by the child\nspawn: No such file or directory\n"
     );
     m.unmount_and_fsck();
 }

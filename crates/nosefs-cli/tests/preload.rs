@@ -757,13 +757,14 @@ echo data > "$D/g/sub/f"; ln -s ../a.txt "$D/g/sub/link"
 }
 
 #[test]
-fn posix_spawn_children_start_in_the_directory_their_actions_name() {
+fn posix_spawn_file_actions_change_directory_and_open_as_on_the_kernel() {
     let setup = setup();
     let out = same_as_kernel(&setup, common::SPAWN_CHDIR_SCRIPT);
     assert_eq!(
         out,
         "sub\nin sub\nexit 0\ninner\nin inner\nexit 0\ninner\nin inner\nexit 0\n\
          sub\nin sub\nexit 0\ntmp\nexit 1\n\
-         spawn: No such file or directory\nspawn: Not a directory\n"
+         spawn: No such file or directory\nspawn: Not a directory\n\
+         exit 0\nwritten by the child\nspawn: No such file or directory\n"
     );
 }

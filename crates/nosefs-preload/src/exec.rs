@@ -88,6 +88,12 @@ pub enum Recorded {
     Files(FileAction),
     /// Changes directory.
     Chdir(ChdirAction),
+    /// Embedded mode, `addopen` of a noseFS path: the shim opened it in this process (the
+    /// kernel, in the child, would open the prefix's empty directory instead) and glibc's action
+    /// became a dup2 of it; closed when the object is destroyed.
+    Opened(i32),
+    /// Such an open failed with this errno, which the spawn returns, as the child's open would.
+    Failed(i32),
 }
 
 /// File actions recorded per `posix_spawn_file_actions_t` (by address), for the spawn that
@@ -95,15 +101,37 @@ pub enum Recorded {
 static RECORDED: Mutex<Vec<(usize, Vec<Recorded>)>> = Mutex::new(Vec::new());
 
 /// Starts (or restarts) the record of the file actions object at `actions`.
-pub fn actions_init(actions: usize) {
-    let mut recorded = RECORDED.lock();
-    recorded.retain(|(a, _)| *a != actions);
-    recorded.push((actions, Vec::new()));
+/// Returns the descriptors the shim opened for an earlier use of the object, for the caller
+/// to close.
+pub fn actions_init(actions: usize) -> Vec<i32> {
+    let opened = actions_destroy(actions);
+    RECORDED.lock().push((actions, Vec::new()));
+    opened
 }
 
-/// Forgets the file actions object at `actions`.
-pub fn actions_destroy(actions: usize) {
-    RECORDED.lock().retain(|(a, _)| *a != actions);
+/// Forgets the file actions object at `actions`; returns the descriptors the shim opened for
+/// it (`Recorded::Opened`), for the caller to close.
+pub fn actions_destroy(actions: usize) -> Vec<i32> {
+    let mut recorded = RECORDED.lock();
+    let mut opened = Vec::new();
+    recorded.retain(|(a, list)| {
+        if *a == actions {
+            opened.extend(list.iter().filter_map(|r| match r {
+                Recorded::Opened(fd) => Some(*fd),
+                _ => None,
+            }));
+        }
+        *a != actions
+    });
+    opened
+}
+
+/// The errno an open the shim made for the object at `actions` failed with, if one did.
+pub fn failed_open(actions: usize) -> Option<i32> {
+    recorded_actions(actions).into_iter().find_map(|r| match r {
+        Recorded::Failed(e) => Some(e),
+        _ => None,
+    })
 }
 
 /// Records one action added to the object at `actions`.
@@ -133,7 +161,7 @@ pub fn recorded_chdir(actions: usize) -> Option<ChdirAction> {
         .rev()
         .find_map(|a| match a {
             Recorded::Chdir(dir) => Some(dir),
-            Recorded::Files(_) => None,
+            _ => None,
         })
 }
 
@@ -220,7 +248,7 @@ pub fn prepare_spawn(
         .into_iter()
         .filter_map(|a| match a {
             Recorded::Files(f) => Some(f),
-            Recorded::Chdir(_) => None,
+            _ => None,
         })
         .collect();
     hand_over(env, &files, spawn_cwd(actions), Heir::Spawn)

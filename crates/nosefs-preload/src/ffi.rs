@@ -4426,7 +4426,7 @@ macro_rules! spawn_hook {
                 _ => (path, argv),
             };
             if !actions.is_null() && !in_shim() {
-                if let Err(e) = spawn_chdir_allowed(actions) {
+                if let Err(e) = spawn_actions_allowed(actions) {
                     return e.0;
                 }
             }
@@ -4508,8 +4508,13 @@ pub unsafe extern "C" fn popen(command: *const c_char, mode: *const c_char) -> *
 pub unsafe extern "C" fn posix_spawn_file_actions_init(actions: *mut c_void) -> c_int {
     let rc = unsafe { real!(posix_spawn_file_actions_init: fn(*mut c_void) -> c_int)(actions) };
     if rc == 0 && !in_shim() {
-        let _guard = Guard::enter();
-        crate::exec::actions_init(actions as usize);
+        let opened = {
+            let _guard = Guard::enter();
+            crate::exec::actions_init(actions as usize)
+        };
+        opened.into_iter().for_each(|fd| {
+            unsafe { close(fd) };
+        });
     }
     rc
 }
@@ -4517,8 +4522,13 @@ pub unsafe extern "C" fn posix_spawn_file_actions_init(actions: *mut c_void) -> 
 #[no_mangle]
 pub unsafe extern "C" fn posix_spawn_file_actions_destroy(actions: *mut c_void) -> c_int {
     if !in_shim() {
-        let _guard = Guard::enter();
-        crate::exec::actions_destroy(actions as usize);
+        let opened = {
+            let _guard = Guard::enter();
+            crate::exec::actions_destroy(actions as usize)
+        };
+        opened.into_iter().for_each(|fd| {
+            unsafe { close(fd) };
+        });
     }
     unsafe { real!(posix_spawn_file_actions_destroy: fn(*mut c_void) -> c_int)(actions) }
 }
@@ -4565,8 +4575,58 @@ pub unsafe extern "C" fn posix_spawn_file_actions_addopen(
     mode: libc::mode_t,
 ) -> c_int {
     let f = real!(posix_spawn_file_actions_addopen: fn(*mut c_void, c_int, *const c_char, c_int, libc::mode_t) -> c_int);
+    if let Some(rc) = unsafe { add_stored_open(actions, fd, path, oflag, mode) } {
+        return rc;
+    }
     let rc = unsafe { f(actions, fd, path, oflag, mode) };
     record_action(rc, actions, crate::exec::FileAction::Open(fd))
+}
+
+/// Embedded mode, `addopen` of a noseFS path: the child's kernel would open it in the prefix's
+/// empty directory (creating a file there the shim never shows), so the shim opens it now and
+/// the action becomes a dup2 of that descriptor onto `fd`; the child adopts the description
+/// from the hand-over. An open that fails makes the spawn fail with its errno, as the child's
+/// would. `None` when glibc's own action serves (a kernel path; daemon mode, whose kernel finds
+/// the path on the FUSE mount).
+unsafe fn add_stored_open(
+    actions: *mut c_void,
+    fd: c_int,
+    path: *const c_char,
+    oflag: c_int,
+    mode: libc::mode_t,
+) -> Option<c_int> {
+    if in_shim() || state::config().is_none() || state::daemon_mode() || actions.is_null() {
+        return None;
+    }
+    let follow = oflag & libc::O_NOFOLLOW == 0;
+    if !matches!(
+        unsafe { routed(libc::AT_FDCWD, path, follow) },
+        Routed::Ours(_)
+    ) {
+        return None;
+    }
+    let opened = unsafe { nosefs_hook_openat(libc::AT_FDCWD, path, oflag | libc::O_CLOEXEC, mode) };
+    if opened < 0 {
+        let errno = std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO);
+        return Some(record(0, actions, crate::exec::Recorded::Failed(errno)));
+    }
+    let dup2 = real!(posix_spawn_file_actions_adddup2: fn(*mut c_void, c_int, c_int) -> c_int);
+    let rc = unsafe { dup2(actions, opened, fd) };
+    if rc != 0 {
+        unsafe { close(opened) };
+        return Some(rc);
+    }
+    record(0, actions, crate::exec::Recorded::Opened(opened));
+    Some(record_action(
+        0,
+        actions,
+        crate::exec::FileAction::Dup2 {
+            from: opened,
+            to: fd,
+        },
+    ))
 }
 
 #[no_mangle]
@@ -4665,9 +4725,13 @@ unsafe fn add_kernel_side_chdir(actions: *mut c_void, dir: Vec<u8>) -> c_int {
     record(rc, actions, crate::exec::Recorded::Chdir(Some(dir)))
 }
 
-/// Whether the noseFS directory a spawn's actions enter (if one does) may be entered: the
-/// error the child's chdir would have given, which posix_spawn returns.
-fn spawn_chdir_allowed(actions: *const c_void) -> Result<(), Errno> {
+/// Whether a spawn's actions can be carried out: the error of an open the shim made for them
+/// (embedded mode), or of entering the noseFS directory they name, as the child's open or
+/// chdir would have given it, which posix_spawn returns.
+fn spawn_actions_allowed(actions: *const c_void) -> Result<(), Errno> {
+    if let Some(errno) = crate::exec::failed_open(actions as usize) {
+        return Err(Errno(errno));
+    }
     let Some(Some(dir)) = crate::exec::recorded_chdir(actions as usize) else {
         return Ok(());
     };

@@ -402,7 +402,8 @@ chmod -x p && { ./e empty 2>/dev/null || echo "execveat of a program not executa
 
 /// posix_spawn file actions that change the child's directory (`addchdir_np`, relative, nested
 /// and absolute, `addfchdir_np`, into a kernel directory, a missing one, a file), as Rust's
-/// `Command::current_dir` uses them. Prints the same on a kernel directory.
+/// `Command::current_dir` uses them, and that open its standard output (`addopen`, and one in a
+/// missing directory). Prints the same on a kernel directory.
 #[allow(dead_code)]
 pub const SPAWN_CHDIR_SCRIPT: &str = r##"set -e
 cd "$D"
@@ -445,4 +446,33 @@ cc -o sp sp.c
 ./sp p /tmp
 ./sp p missing || true
 ./sp p sub/here.txt || true
+cat > so.c <<'EOF'
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+extern char **environ;
+int main(int c, char **v) {
+    posix_spawn_file_actions_t a;
+    posix_spawn_file_actions_init(&a);
+    posix_spawn_file_actions_addopen(&a, 1, v[1], O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    char *args[] = {"/bin/echo", "written by the child", 0};
+    pid_t pid;
+    int rc = posix_spawn(&pid, "/bin/echo", &a, 0, args, environ);
+    posix_spawn_file_actions_destroy(&a);
+    if (rc) {
+        printf("spawn: %s\n", strerror(rc));
+        return 1;
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    printf("exit %d\n", WEXITSTATUS(st));
+    return 0;
+}
+EOF
+cc -o so so.c
+./so out.txt && cat out.txt
+./so missing/out.txt || true
 "##;
