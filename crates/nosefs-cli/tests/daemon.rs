@@ -1105,3 +1105,18 @@ fcntl.flock(fd, fcntl.LOCK_EX)
 print("flock after a second rename: held")
 '
 "#;
+
+#[test]
+fn shared_objects_stored_on_nosefs_load_with_dlopen() {
+    if !usable() {
+        return;
+    }
+    let m = mount_with(&[]);
+    let out = same_as_kernel(&m, common::DLOPEN_SCRIPT);
+    assert_eq!(
+        out,
+        "answer 42 loaded once: True\nmissing: True\nbare name: found\n\
+         by the program runpath: found\n"
+    );
+    m.unmount_and_fsck();
+}

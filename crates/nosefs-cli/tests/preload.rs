@@ -768,3 +768,14 @@ fn posix_spawn_file_actions_change_directory_and_open_as_on_the_kernel() {
          exit 0\nwritten by the child\nspawn: No such file or directory\n"
     );
 }
+
+#[test]
+fn shared_objects_stored_on_nosefs_load_with_dlopen() {
+    let setup = setup();
+    let out = same_as_kernel(&setup, common::DLOPEN_SCRIPT);
+    assert_eq!(
+        out,
+        "answer 42 loaded once: True\nmissing: True\nbare name: found\n\
+         by the program runpath: found\n"
+    );
+}

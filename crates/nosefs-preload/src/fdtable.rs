@@ -96,9 +96,10 @@ pub fn internal() -> Vec<RawFd> {
 static LOCK_FDS: [AtomicBool; MAX_FDS] = [const { AtomicBool::new(false) }; MAX_FDS];
 static LOCK_FD_COUNT: AtomicUsize = AtomicUsize::new(0);
 
-/// A kernel descriptor through the FUSE mount (daemon mode: a file's, for record locks and shared
-/// mappings, `kernel`; or a description's, for flock and OFD locks), kept high and marked as the
-/// shim's own.
+/// A kernel descriptor the shim keeps as its own, high and marked so: in daemon mode one through
+/// the FUSE mount (a file's, for record locks and shared mappings, `kernel`; or a description's,
+/// for flock and OFD locks); in embedded mode a memfd copy of a shared object dlopen loaded
+/// (`ffi::nosefs_stored_library`).
 #[derive(Debug)]
 pub struct LockFd(OwnedFd);
 

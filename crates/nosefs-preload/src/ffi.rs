@@ -328,6 +328,10 @@ macro_rules! variadic {
 }
 
 variadic! {
+    // Not variadic: glibc's dlopen finds its calling object (whose DT_RPATH, DT_RUNPATH and
+    // namespace a name without a slash is searched by) from its return address, which the
+    // jump here and the C side's tail call into the real dlopen leave as the program's.
+    dlopen => nosefs_c_dlopen,
     open => nosefs_c_open,
     open64 => nosefs_c_open64,
     openat => nosefs_c_openat,
@@ -4338,6 +4342,57 @@ unsafe fn prepare_spawn(
     };
     crate::exec::prepare_spawn(env, actions as usize).ok()
 }
+
+/// Embedded mode, `dlopen` (from `nosefs_c_dlopen` in C): the path of a sealed memfd copy of
+/// the shared object `file` names when that is a noseFS file, which the dynamic loader, opening
+/// paths itself through the kernel, would not find (a Python extension built in a virtual
+/// environment on noseFS); null otherwise, and the real dlopen gets `file` as it was. Only a
+/// name with a slash: the loader searches the others. Copies are kept for the life of the
+/// process, one per version of a file (inode, size, modification time), so a second dlopen of
+/// it finds the object already loaded, as the loader matches the memfd's inode. Libraries the
+/// copy needs are found by the loader as usual (not on noseFS). Daemon mode needs none of this:
+/// the loader finds the file on the FUSE mount.
+#[no_mangle]
+pub unsafe extern "C" fn nosefs_stored_library(file: *const c_char) -> *const c_char {
+    if in_shim() || state::config().is_none() || state::daemon_mode() {
+        return std::ptr::null();
+    }
+    match unsafe { bytes(file) } {
+        Some(name) if name.contains(&b'/') => {}
+        _ => return std::ptr::null(),
+    }
+    let Routed::Ours(found) = (unsafe { routed(libc::AT_FDCWD, file, true) }) else {
+        return std::ptr::null();
+    };
+    let _guard = Guard::enter();
+    let Some(attr) = found.attr else {
+        return std::ptr::null();
+    };
+    let version = (attr.ino, attr.size, attr.mtime_ns);
+    let mut copies = STORED_LIBRARIES.lock();
+    if let Some((_, path, _)) = copies.iter().find(|(v, _, _)| *v == version) {
+        return path.as_ptr();
+    }
+    let Ok(image) = ops::library_image(&found, STORED_PROGRAM_MAX_BYTES) else {
+        return std::ptr::null();
+    };
+    let Some(memfd) = stored_program_memfd(&image, true)
+        .ok()
+        .and_then(fdtable::LockFd::moved_high)
+    else {
+        return std::ptr::null();
+    };
+    let path = CString::new(format!("/proc/self/fd/{}", memfd.raw())).expect("no NUL");
+    copies.push((version, path, memfd));
+    copies
+        .last()
+        .map_or(std::ptr::null(), |(_, path, _)| path.as_ptr())
+}
+
+/// [`nosefs_stored_library`]'s copies: file version, the path the loader opened, the memfd.
+#[allow(clippy::type_complexity)]
+static STORED_LIBRARIES: parking_lot::Mutex<Vec<((u64, u64, i64), CString, fdtable::LockFd)>> =
+    parking_lot::Mutex::new(Vec::new());
 
 /// Embedded mode: what exec and posix_spawn run instead of `path` when that is a program stored
 /// in noseFS, which the kernel cannot see (the prefix is an empty directory to it): a `#!`

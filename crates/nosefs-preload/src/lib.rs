@@ -230,6 +230,7 @@ pub const HOOKED: &[&str] = &[
     "execv",
     "execvp",
     "fexecve",
+    "dlopen",
     "execveat",
     "execl",
     "execlp",

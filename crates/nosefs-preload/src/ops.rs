@@ -32,7 +32,17 @@ pub fn open(found: &Found, flags: i32, mode: u32) -> Result<i32, Errno> {
 /// caller may execute (EACCES otherwise, as the kernel's execve answers). At most `max` bytes
 /// (E2BIG past it).
 pub fn program_image(found: &Found, max: u64) -> Result<Vec<u8>, Errno> {
-    access(found, libc::X_OK)?;
+    stored_image(found, libc::X_OK, max)
+}
+
+/// [`program_image`] of a shared object `dlopen` loads, which the caller must be allowed to
+/// read (the loader opens it for reading and maps it).
+pub fn library_image(found: &Found, max: u64) -> Result<Vec<u8>, Errno> {
+    stored_image(found, libc::R_OK, max)
+}
+
+fn stored_image(found: &Found, mask: i32, max: u64) -> Result<Vec<u8>, Errno> {
+    access(found, mask)?;
     let opened = with_service(|s| s.open(found, libc::O_RDONLY, 0, 0))?;
     let result = if opened.kind == Kind::File {
         read_whole(opened.handle, opened.attr.size, max)

@@ -476,3 +476,25 @@ cc -o so so.c
 ./so out.txt && cat out.txt
 ./so missing/out.txt || true
 "##;
+
+/// Shared objects stored on the file system load with dlopen (twice: one object), a missing one
+/// fails as on the kernel, and dlopen by a bare name still searches the calling program's
+/// RUNPATH (the shim's dlopen reaches the real one by a jump, keeping the caller). Prints the
+/// same on a kernel directory.
+#[allow(dead_code)]
+pub const DLOPEN_SCRIPT: &str = r##"cd "$D"
+printf 'int answer(void) { return 42; }\n' > lib.c && cc -shared -fPIC -o libanswer.so lib.c
+python3 -c '
+import ctypes
+a = ctypes.CDLL("./libanswer.so")
+b = ctypes.CDLL("./libanswer.so")
+print("answer", a.answer(), "loaded once:", a._handle == b._handle)
+try:
+    ctypes.CDLL("./missing.so")
+except OSError as e:
+    print("missing:", "cannot open shared object file" in str(e))
+import subprocess
+'
+printf '#include <dlfcn.h>\n#include <stdio.h>\nint main(void) { void *h = dlopen("libm.so.6", RTLD_NOW); printf("bare name: %%s\\n", h ? "found" : dlerror()); return 0; }\n' > bare.c && cc -o bare bare.c && ./bare
+K=$(mktemp -d) && cp libanswer.so "$K/" && printf '#include <dlfcn.h>\n#include <stdio.h>\nint main(void) { void *h = dlopen("libanswer.so", RTLD_NOW); printf("by the program runpath: %%s\\n", h ? "found" : "not found"); return 0; }\n' > rp.c && cc -o "$K/rp" rp.c -Wl,-rpath,"$K" && "$K/rp"; rm -rf "$K"
+"##;
