@@ -183,12 +183,37 @@ impl Fs {
 
     /// Returns extent slots and block runs to their pools once a commit has released them and
     /// no unsettled log can name them ([`super::settle`]).
+    /// Extents of one list may share blocks (byte-granular file extents: an overwrite inside a
+    /// block, small writes packed into one), so each block is returned once.
     pub(crate) fn release_data(&self, data: &[(u32, u64, u64)]) {
+        let runs = block_runs_once(data.iter().map(|&(_, start, count)| (start, count)));
         self.hold_back(|limbo| {
-            for &(eno, start, count) in data {
-                limbo.extents.push(eno);
-                limbo.blocks.push((start, count));
-            }
+            limbo.extents.extend(data.iter().map(|d| d.0));
+            limbo.blocks.extend(runs);
         });
+    }
+}
+
+/// Block runs `(start, count)` that may overlap, as disjoint runs (sorted; touching ones joined).
+pub(crate) fn block_runs_once(runs: impl IntoIterator<Item = (u64, u64)>) -> Vec<(u64, u64)> {
+    let mut runs: Vec<(u64, u64)> = runs.into_iter().filter(|r| r.1 > 0).collect();
+    runs.sort_unstable();
+    let mut out: Vec<(u64, u64)> = Vec::with_capacity(runs.len());
+    for (start, count) in runs {
+        match out.last_mut() {
+            Some((s, n)) if start <= *s + *n => *n = (*n).max(start + count - *s),
+            _ => out.push((start, count)),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod block_run_tests {
+    #[test]
+    fn shared_and_touching_runs_come_out_once() {
+        let runs =
+            super::block_runs_once([(7, 1), (3, 2), (7, 1), (4, 1), (9, 3), (12, 1), (0, 0)]);
+        assert_eq!(runs, [(3, 2), (7, 1), (9, 4)]);
     }
 }
