@@ -1120,3 +1120,19 @@ fn shared_objects_stored_on_nosefs_load_with_dlopen() {
     );
     m.unmount_and_fsck();
 }
+
+#[test]
+fn programs_are_found_through_path_directories_on_nosefs() {
+    if !usable() {
+        return;
+    }
+    let m = mount_with(&[]);
+    let out = same_as_kernel(&m, common::PATH_SEARCH_SCRIPT);
+    assert_eq!(
+        out,
+        "symlink to a kernel program runs\nfound on a PATH directory here\nposix_spawnp\n\
+         e2 exit 0\nscript [posix_spawnp]\ns exit 0\nscript [execvp]\n\
+         missing No such file or directory\nnoexec Permission denied\n"
+    );
+    m.unmount_and_fsck();
+}

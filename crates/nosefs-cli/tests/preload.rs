@@ -779,3 +779,15 @@ fn shared_objects_stored_on_nosefs_load_with_dlopen() {
          by the program runpath: found\n"
     );
 }
+
+#[test]
+fn programs_are_found_through_path_directories_on_nosefs() {
+    let setup = setup();
+    let out = same_as_kernel(&setup, common::PATH_SEARCH_SCRIPT);
+    assert_eq!(
+        out,
+        "symlink to a kernel program runs\nfound on a PATH directory here\nposix_spawnp\n\
+         e2 exit 0\nscript [posix_spawnp]\ns exit 0\nscript [execvp]\n\
+         missing No such file or directory\nnoexec Permission denied\n"
+    );
+}

@@ -4394,6 +4394,83 @@ pub unsafe extern "C" fn nosefs_stored_library(file: *const c_char) -> *const c_
 static STORED_LIBRARIES: parking_lot::Mutex<Vec<((u64, u64, i64), CString, fdtable::LockFd)>> =
     parking_lot::Mutex::new(Vec::new());
 
+/// Embedded mode, execvp and posix_spawnp of a name without a slash (`search`: the caller
+/// searches PATH): when a directory of this process's PATH is in noseFS, the shim searches, as
+/// glibc would, for the first executable regular file `dir/name` (noseFS's through the core,
+/// the kernel's through the kernel), since glibc's own search asks the kernel, which sees an
+/// empty directory there. EACCES if only files the caller may not execute were found, ENOENT
+/// if none. `None` when glibc's search serves (no PATH directory is noseFS's; daemon mode,
+/// whose kernel finds them on the FUSE mount).
+unsafe fn search_stored(search: bool, file: *const c_char) -> Option<Result<CString, Errno>> {
+    if !search || in_shim() || state::config().is_none() || state::daemon_mode() {
+        return None;
+    }
+    let name = unsafe { bytes(file) }?;
+    if name.is_empty() || name.contains(&b'/') {
+        return None;
+    }
+    // No guard here: the candidates are routed like any path a program names.
+    let path = std::env::var_os("PATH")
+        .map(|p| std::os::unix::ffi::OsStrExt::as_bytes(p.as_os_str()).to_vec())
+        .unwrap_or_else(|| b"/bin:/usr/bin".to_vec());
+    // An empty entry is the working directory.
+    let ours = |dir: &[u8]| {
+        if dir.first() == Some(&b'/') {
+            route::maybe_ours(dir)
+        } else {
+            route::cwd_is_ours()
+        }
+    };
+    let dirs: Vec<&[u8]> = path.split(|&b| b == b':').collect();
+    if !dirs.iter().any(|d| ours(d)) {
+        return None;
+    }
+    let mut denied = false;
+    for dir in dirs {
+        let mut candidate = if dir.is_empty() {
+            b".".to_vec()
+        } else {
+            dir.to_vec()
+        };
+        candidate.push(b'/');
+        candidate.extend_from_slice(name);
+        let Ok(candidate) = CString::new(candidate) else {
+            continue;
+        };
+        match executable(&candidate) {
+            Ok(()) => return Some(Ok(candidate)),
+            Err(e) if e == Errno(libc::EACCES) => denied = true,
+            Err(_) => {}
+        }
+    }
+    Some(Err(Errno(if denied { libc::EACCES } else { libc::ENOENT })))
+}
+
+/// Whether `path` names a regular file the caller may execute (EACCES if it may not, ENOENT
+/// or another error if there is none).
+fn executable(path: &CStr) -> Result<(), Errno> {
+    match unsafe { routed(libc::AT_FDCWD, path.as_ptr(), true) } {
+        Routed::Ours(found) => {
+            let attr = found.attr.ok_or(Errno::ENOENT)?;
+            if attr.mode & libc::S_IFMT != libc::S_IFREG {
+                return Err(Errno(libc::EACCES));
+            }
+            serve(|| ops::access(&found, libc::X_OK))
+        }
+        Routed::Kernel(k) => {
+            let path = Routed::kernel_path(&k, path.as_ptr());
+            let st = rustix::fs::stat(unsafe { CStr::from_ptr(path) })
+                .map_err(|e| Errno(e.raw_os_error()))?;
+            if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+                return Err(Errno(libc::EACCES));
+            }
+            rustix::fs::access(unsafe { CStr::from_ptr(path) }, rustix::fs::Access::EXEC_OK)
+                .map_err(|e| Errno(e.raw_os_error()))
+        }
+        Routed::Err(e) => Err(e),
+    }
+}
+
 /// Embedded mode: what exec and posix_spawn run instead of `path` when that is a program stored
 /// in noseFS, which the kernel cannot see (the prefix is an empty directory to it): a `#!`
 /// script's interpreter with the script's path among its arguments (the interpreter, under the
@@ -4423,15 +4500,25 @@ unsafe fn stored_spawn(
         unsafe { c_strings(argv) }
     };
     for depth in 0..=INTERPRETER_DEPTH_MAX {
-        let Routed::Ours(found) = (unsafe { routed(libc::AT_FDCWD, path.as_ptr(), true) }) else {
-            if depth == 0 {
-                return Ok(None);
+        let found = match unsafe { routed(libc::AT_FDCWD, path.as_ptr(), true) } {
+            Routed::Ours(found) => found,
+            // A kernel program reached through noseFS (a symlink there, `..` out of it): the
+            // kernel gets the path it resolves to, which it can see.
+            Routed::Kernel(Some(resolved)) => {
+                return Ok(Some(StoredSpawn {
+                    path: resolved,
+                    args,
+                    _memfd: None,
+                }))
             }
-            return Ok(Some(StoredSpawn {
-                path,
-                args,
-                _memfd: None,
-            }));
+            Routed::Kernel(None) | Routed::Err(_) if depth == 0 => return Ok(None),
+            Routed::Kernel(None) | Routed::Err(_) => {
+                return Ok(Some(StoredSpawn {
+                    path,
+                    args,
+                    _memfd: None,
+                }))
+            }
         };
         let image = serve(|| ops::program_image(&found, STORED_PROGRAM_MAX_BYTES))?;
         let Some(line) = image.strip_prefix(b"#!") else {
@@ -4465,7 +4552,17 @@ macro_rules! spawn_hook {
             envp: *const *mut c_char,
         ) -> c_int {
             let f = real!($name: fn(*mut pid_t, *const c_char, *const c_void, *const c_void, *const *mut c_char, *const *mut c_char) -> c_int);
-            // A name with a slash is a path (posix_spawnp searches PATH only for the others).
+            // A name with a slash is a path (posix_spawnp searches PATH only for the others; a
+            // search that reaches a noseFS directory is the shim's, glibc's would miss it).
+            let found;
+            let path = match unsafe { search_stored(stringify!($name) == "posix_spawnp", path) } {
+                Some(Ok(p)) => {
+                    found = p;
+                    found.as_ptr()
+                }
+                Some(Err(e)) => return e.0,
+                None => path,
+            };
             let named = !path.is_null() && unsafe { CStr::from_ptr(path) }.to_bytes().contains(&b'/');
             let stored = if named {
                 match unsafe { stored_spawn(path, argv.cast()) } {
@@ -4929,6 +5026,19 @@ pub unsafe extern "C" fn execvpe(
     // A name with a slash is not searched for: a path, which may be noseFS's (see `execve`).
     if !file.is_null() && unsafe { CStr::from_ptr(file) }.to_bytes().contains(&b'/') {
         return unsafe { execve(file, argv, if envp.is_null() { environ } else { envp }) };
+    }
+    match unsafe { search_stored(true, file) } {
+        Some(Ok(path)) => {
+            return unsafe {
+                execve(
+                    path.as_ptr(),
+                    argv,
+                    if envp.is_null() { environ } else { envp },
+                )
+            };
+        }
+        Some(Err(e)) => return fail(e),
+        None => {}
     }
     let Some(env) = (unsafe { prepare_exec(envp) }) else {
         return unsafe { f(file, argv, envp) };

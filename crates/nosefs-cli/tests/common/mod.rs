@@ -498,3 +498,29 @@ import subprocess
 printf '#include <dlfcn.h>\n#include <stdio.h>\nint main(void) { void *h = dlopen("libm.so.6", RTLD_NOW); printf("bare name: %%s\\n", h ? "found" : dlerror()); return 0; }\n' > bare.c && cc -o bare bare.c && ./bare
 K=$(mktemp -d) && cp libanswer.so "$K/" && printf '#include <dlfcn.h>\n#include <stdio.h>\nint main(void) { void *h = dlopen("libanswer.so", RTLD_NOW); printf("by the program runpath: %%s\\n", h ? "found" : "not found"); return 0; }\n' > rp.c && cc -o "$K/rp" rp.c -Wl,-rpath,"$K" && "$K/rp"; rm -rf "$K"
 "##;
+
+/// Programs found through a PATH directory on the file system (posix_spawnp, execvp; a symlink
+/// there to a program outside, a `#!` script, one not executable, one missing), and a symlink
+/// to a program outside run by path. Prints the same on a kernel directory.
+#[allow(dead_code)]
+pub const PATH_SEARCH_SCRIPT: &str = r##"cd "$D"
+ln -s /bin/echo t && ./t "symlink to a kernel program runs"
+mkdir bin && ln -s /bin/echo bin/e2 && PATH=$PWD/bin:$PATH e2 "found on a PATH directory here"
+printf '#!/bin/sh\necho "script [$1]"\n' > bin/s && chmod +x bin/s
+printf 'x' > bin/noexec
+PATH=$PWD/bin:$PATH python3 -c '
+import os
+for name in ["e2", "s"]:
+    pid = os.posix_spawnp(name, [name, "posix_spawnp"], os.environ)
+    print(name, "exit", os.waitpid(pid, 0)[1] >> 8)
+pid = os.fork()
+if pid == 0:
+    os.execvp("s", ["s", "execvp"])
+os.waitpid(pid, 0)
+for name in ["missing", "noexec"]:
+    try:
+        os.posix_spawnp(name, [name], os.environ)
+    except OSError as e:
+        print(name, e.strerror)
+'
+"##;
