@@ -1136,3 +1136,19 @@ fn programs_are_found_through_path_directories_on_nosefs() {
     );
     m.unmount_and_fsck();
 }
+
+#[test]
+fn splice_moves_data_between_nosefs_files_and_pipes() {
+    if !usable() {
+        return;
+    }
+    let m = mount_with(&[]);
+    let out = same_as_kernel(&m, common::SPLICE_SCRIPT);
+    assert!(
+        out.ends_with(
+            "pipe to file at an offset 2\nb'thrXYgh the pipe'\ntwo files: Bad file descriptor\n"
+        ),
+        "{out}"
+    );
+    m.unmount_and_fsck();
+}

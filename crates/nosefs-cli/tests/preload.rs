@@ -791,3 +791,15 @@ fn programs_are_found_through_path_directories_on_nosefs() {
          missing No such file or directory\nnoexec Permission denied\n"
     );
 }
+
+#[test]
+fn splice_moves_data_between_nosefs_files_and_pipes() {
+    let setup = setup();
+    let out = same_as_kernel(&setup, common::SPLICE_SCRIPT);
+    assert!(
+        out.ends_with(
+            "pipe to file at an offset 2\nb'thrXYgh the pipe'\ntwo files: Bad file descriptor\n"
+        ),
+        "{out}"
+    );
+}

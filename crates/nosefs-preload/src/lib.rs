@@ -205,6 +205,7 @@ pub const HOOKED: &[&str] = &[
     "copy_file_range",
     "sendfile",
     "sendfile64",
+    "splice",
     "mmap",
     "mmap64",
     "munmap",

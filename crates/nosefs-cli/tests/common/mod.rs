@@ -524,3 +524,36 @@ for name in ["missing", "noexec"]:
         print(name, e.strerror)
 '
 "##;
+
+/// splice between files on the file system and pipes: from the description's offset (moved by
+/// what the pipe took) and from a given one, a large one bounded by the pipe, into a file at
+/// its offset and at a given one, and a closed descriptor. Prints the same on a kernel
+/// directory.
+#[allow(dead_code)]
+pub const SPLICE_SCRIPT: &str = r##"cd "$D"
+python3 -c '
+import os
+with open("src", "wb") as f:
+    f.write(bytes(range(256)) * 1024)
+fd = os.open("src", os.O_RDONLY)
+r, w = os.pipe()
+print("file to pipe", os.splice(fd, w, 5), "offset now", os.lseek(fd, 0, os.SEEK_CUR))
+print("read", os.read(r, 100))
+print("at an offset", os.splice(fd, w, 4, offset_src=100), "offset still", os.lseek(fd, 0, os.SEEK_CUR))
+print("read", os.read(r, 100))
+n = os.splice(fd, w, 1 << 20)
+print("a large one fits the pipe:", 0 < n <= 65536, "offset moved by it:", os.lseek(fd, 0, os.SEEK_CUR) == 5 + n)
+os.read(r, 1 << 20)
+out = os.open("dst", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+os.write(w, b"through the pipe")
+print("pipe to file", os.splice(r, out, 100))
+os.write(w, b"XY")
+print("pipe to file at an offset", os.splice(r, out, 2, offset_dst=3))
+os.close(out)
+print(open("dst", "rb").read())
+try:
+    os.splice(fd, out, 1)
+except OSError as e:
+    print("two files:", e.strerror)
+'
+"##;
