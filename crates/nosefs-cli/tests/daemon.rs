@@ -1152,3 +1152,18 @@ fn splice_moves_data_between_nosefs_files_and_pipes() {
     );
     m.unmount_and_fsck();
 }
+
+#[test]
+fn mappings_resize_and_sparse_files_map_whole() {
+    if !usable() {
+        return;
+    }
+    let m = mount_with(&[]);
+    let out = same_as_kernel(&m, common::MREMAP_SCRIPT);
+    assert_eq!(
+        out,
+        "after resize 8192 b'first' b'second'\nshrunk 100 b'first'\nfile b'first' b''\n\
+         4 GiB sparse, its tail: b'  DEARdear  '\n"
+    );
+    m.unmount_and_fsck();
+}

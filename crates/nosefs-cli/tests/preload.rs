@@ -803,3 +803,14 @@ fn splice_moves_data_between_nosefs_files_and_pipes() {
         "{out}"
     );
 }
+
+#[test]
+fn mappings_resize_and_sparse_files_map_whole() {
+    let setup = setup();
+    let out = same_as_kernel(&setup, common::MREMAP_SCRIPT);
+    assert_eq!(
+        out,
+        "after resize 8192 b'first' b'second'\nshrunk 100 b'first'\nfile b'first' b''\n\
+         4 GiB sparse, its tail: b'  DEARdear  '\n"
+    );
+}

@@ -4305,9 +4305,15 @@ pub unsafe extern "C" fn mremap(
     // ignored by the kernel, as libc's own mremap does).
     new_addr: *mut c_void,
 ) -> *mut c_void {
-    if !in_shim() && serve(|| Ok(maps::overlaps(old as usize, old_len))).unwrap_or(false) {
-        set_errno(Errno(libc::ENOMEM));
-        return libc::MAP_FAILED;
+    if !in_shim() {
+        match serve(|| Ok(maps::remap(old as usize, old_len, new_len, flags))) {
+            Ok(Some(Ok(addr))) => return addr as *mut c_void,
+            Ok(Some(Err(e))) | Err(e) => {
+                set_errno(e);
+                return libc::MAP_FAILED;
+            }
+            Ok(None) => {}
+        }
     }
     unsafe {
         real!(mremap: fn(*mut c_void, size_t, size_t, c_int, *mut c_void) -> *mut c_void)(

@@ -13,7 +13,8 @@ use parking_lot::Mutex;
 use crate::fdtable::{self, Kind};
 use crate::state;
 
-static MAPPINGS: Mutex<Vec<Mapping>> = Mutex::new(Vec::new());
+/// Each mapping with the protection it was made with (mremap makes the new one alike).
+static MAPPINGS: Mutex<Vec<(Mapping, i32)>> = Mutex::new(Vec::new());
 /// `MAPPINGS.len()`, read without the lock: munmap and msync of memory that is not a noseFS
 /// mapping (malloc's, every program's) pay one load.
 static LIVE: AtomicUsize = AtomicUsize::new(0);
@@ -67,7 +68,7 @@ pub fn map(
     let mapping = state::with_fs(|fs| fs.map_with(file.ino, offset, len, &request).map_err(errno))?;
     let start = mapping.addr();
     let mut all = MAPPINGS.lock();
-    all.push(mapping);
+    all.push((mapping, prot));
     LIVE.store(all.len(), Ordering::Release);
     Ok(start)
 }
@@ -83,19 +84,19 @@ pub fn unmap(addr: usize, len: usize) -> Option<Result<(), Errno>> {
     let end = addr.checked_add(len.checked_next_multiple_of(4096)?)?;
     let mut all = MAPPINGS.lock();
     let touched = |m: &Mapping| m.addr() < end && addr < m.addr() + m.len();
-    if !all.iter().any(touched) {
+    if !all.iter().any(|(m, _)| touched(m)) {
         return None;
     }
     if all
         .iter()
-        .filter(|m| touched(m))
-        .any(|m| m.addr() < addr || m.addr() + m.len() > end)
+        .filter(|(m, _)| touched(m))
+        .any(|(m, _)| m.addr() < addr || m.addr() + m.len() > end)
     {
         state::say("munmap of part of a mapping of a noseFS file is not supported (EINVAL); unmap it whole");
         return Some(Err(Errno::EINVAL));
     }
     // Dropping a mapping scans its written pages into the file's shadow, then unmaps it.
-    all.retain(|m| !touched(m));
+    all.retain(|(m, _)| !touched(m));
     LIVE.store(all.len(), Ordering::Release);
     Some(Ok(()))
 }
@@ -106,26 +107,54 @@ pub fn sync(addr: usize, len: usize) -> Option<Result<(), Errno>> {
         return None;
     }
     let all = MAPPINGS.lock();
-    let mapping = all
+    let (mapping, _) = all
         .iter()
-        .find(|m| m.addr() <= addr && addr < m.addr() + m.len())?;
+        .find(|(m, _)| m.addr() <= addr && addr < m.addr() + m.len())?;
     let at = addr - mapping.addr();
     Some(state::with_fs(|fs| {
         fs.msync_range(mapping, at, len).map_err(errno)
     }))
 }
 
-/// Whether `addr..addr+len` overlaps a noseFS mapping (mremap cannot move one: the core knows
-/// it by its address).
-pub fn overlaps(addr: usize, len: usize) -> bool {
+/// mremap of `old_len` bytes at `addr`: `None` when the range holds no noseFS mapping (the
+/// kernel's mremap serves it). A whole noseFS mapping may grow or shrink where the kernel
+/// places the new one (MREMAP_MAYMOVE, as Python's `mmap.resize` and SQLite ask), its stores
+/// kept (`Fs::remap`); ENOMEM without MREMAP_MAYMOVE unless the size stays (growing in place is
+/// not done), EINVAL for part of a mapping or MREMAP_FIXED.
+pub fn remap(
+    addr: usize,
+    old_len: usize,
+    new_len: usize,
+    flags: i32,
+) -> Option<Result<usize, Errno>> {
     if LIVE.load(Ordering::Acquire) == 0 {
-        return false;
+        return None;
     }
-    let end = addr.saturating_add(len);
-    MAPPINGS
-        .lock()
+    let end = addr.saturating_add(old_len.max(1));
+    let mut all = MAPPINGS.lock();
+    let at = all
         .iter()
-        .any(|m| m.addr() < end && addr < m.addr() + m.len())
+        .position(|(m, _)| m.addr() < end && addr < m.addr() + m.len())?;
+    let (mapping, prot) = &all[at];
+    let whole =
+        mapping.addr() == addr && old_len.checked_next_multiple_of(4096) == Some(mapping.len());
+    if !whole || flags & libc::MREMAP_FIXED != 0 || new_len == 0 {
+        return Some(Err(Errno::EINVAL));
+    }
+    if new_len.checked_next_multiple_of(4096) == Some(mapping.len()) {
+        return Some(Ok(addr));
+    }
+    if flags & libc::MREMAP_MAYMOVE == 0 {
+        return Some(Err(Errno(libc::ENOMEM)));
+    }
+    let fresh = match state::with_fs(|fs| fs.remap(mapping, new_len, *prot).map_err(errno)) {
+        Ok(fresh) => fresh,
+        Err(e) => return Some(Err(e)),
+    };
+    let start = fresh.addr();
+    // The old mapping goes now: its written pages are kept for the next sync.
+    all[at].0 = fresh;
+    Some(Ok(start))
 }
 
 /// In a forked child: the mappings are the parent's (its write tracking acts on the parent's

@@ -557,3 +557,34 @@ except OSError as e:
     print("two files:", e.strerror)
 '
 "##;
+
+/// A mapping grown and shrunk with mremap (Python's `mmap.resize`), its stores kept, and a
+/// 4 GiB sparse file mapped whole to read its tail. Prints the same on a kernel directory.
+#[allow(dead_code)]
+pub const MREMAP_SCRIPT: &str = r##"cd "$D"
+python3 -c '
+import mmap, os
+with open("grow", "w+b") as f:
+    f.write(b"a" * 4096)
+    f.flush()
+    m = mmap.mmap(f.fileno(), 4096)
+    m[:5] = b"first"
+    f.truncate(8192)
+    m.resize(8192)
+    m[4096:4102] = b"second"
+    print("after resize", len(m), m[:5], m[4096:4102])
+    m.flush()
+    m.resize(100)
+    print("shrunk", len(m), m[:5])
+    m.close()
+print("file", open("grow", "rb").read()[:5], open("grow", "rb").read()[4096:4102])
+tail = b"  DEARdear  "
+with open("sparse", "w+b") as f:
+    f.seek((4 << 30) - 6)
+    f.write(tail)
+    f.flush()
+    with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+        print("4 GiB sparse, its tail:", m[(4 << 30) - 6:(4 << 30) + 6])
+os.unlink("sparse")
+'
+"##;

@@ -174,7 +174,9 @@ impl Drop for Mapping {
     }
 }
 
-const TRACKED: &str = "userfaultfd write-protect + PAGEMAP_SCAN";
+const TRACKED: &str = "userfaultfd write-protect + PAGEMAP_SCAN (mappings populated first)";
+const TRACKED_UNPOPULATED: &str =
+    "userfaultfd write-protect + PAGEMAP_SCAN (pages tracked before they are touched)";
 const COMPARED: &str =
     "compare at sync (this kernel has no userfaultfd WP_ASYNC with PAGEMAP_SCAN)";
 
@@ -182,6 +184,7 @@ const COMPARED: &str =
 /// ([`Fs::write_tracking`]), tried now (`nosefs info` says it).
 pub fn write_tracking_here() -> &'static str {
     match WriteTracker::new() {
+        Ok(t) if t.tracks_unpopulated() => TRACKED_UNPOPULATED,
         Ok(_) => TRACKED,
         Err(_) => COMPARED,
     }
@@ -231,6 +234,13 @@ impl Fs {
             return Err(Errno(libc::ENODEV).into());
         }
         let shadow = self.shadow_or_make(&inode)?;
+        // A shared view is populated only where write tracking needs its pages present: a
+        // sparse file's holes then cost no memory until touched, as with the kernel's mmap.
+        let populate = shared
+            && shadow
+                .tracker
+                .as_ref()
+                .is_some_and(|t| !t.tracks_unpopulated());
         let view = View::map_placed(
             shadow.memfd.as_fd(),
             offset,
@@ -238,6 +248,7 @@ impl Fs {
             shared,
             request.prot,
             request.at.map(|at| (at.addr, at.replace)),
+            populate,
         )
         .map_err(|e| match e.raw_os_error() {
             // What the kernel said about the placement or the protection is the program's answer.
@@ -264,6 +275,33 @@ impl Fs {
             view,
             id,
         })
+    }
+
+    /// `mremap` with MREMAP_MAYMOVE: a new mapping of the same file range, `len` bytes long,
+    /// where the kernel places it, with protection `prot` (the old mapping's). A shared one sees
+    /// every store made through `mapping` at once (both view the file's shadow); a private one
+    /// gets a copy of `mapping`'s bytes up to the file's end. `mapping` stays: the caller drops
+    /// it once the new one is in place, which keeps its written pages for the next sync, so a
+    /// failure here leaves the program's mapping as it was.
+    pub fn remap(&self, mapping: &Mapping, len: usize, prot: i32) -> Result<Mapping> {
+        let request = MapRequest {
+            shared: mapping.id.is_some(),
+            prot,
+            at: None,
+        };
+        let fresh = self.map_with(mapping.ino, mapping.offset, len, &request)?;
+        if mapping.id.is_none() && prot & libc::PROT_READ != 0 && prot & libc::PROT_WRITE != 0 {
+            // Pages past the file's end fault: copy what the file holds of the range.
+            let size = self.getattr(mapping.ino)?.size;
+            let in_file = size
+                .saturating_sub(mapping.offset)
+                .next_multiple_of(PAGE_BYTES);
+            let n = (mapping.len().min(fresh.len()) as u64).min(in_file) as usize;
+            let mut bytes = vec![0u8; n];
+            mapping.load(0, &mut bytes);
+            fresh.store(0, &bytes);
+        }
+        Ok(fresh)
     }
 
     /// Makes the stores to `mapping` (and every other change to its file) durable, atomically:
@@ -311,13 +349,24 @@ impl Fs {
         .map_err(|e| io_error(e.into()))?;
         let capacity = size.div_ceil(PAGE_BYTES).max(1) * PAGE_BYTES;
         rustix::fs::ftruncate(&memfd, size).map_err(|e| io_error(e.into()))?;
-        let view = View::map(memfd.as_fd(), 0, capacity as usize, true).map_err(io_error)?;
+        let view = View::map_lazily(memfd.as_fd(), capacity as usize).map_err(io_error)?;
+        // Only the file's pieces are copied: the memfd reads as zeros wherever nothing is
+        // written, so a hole costs neither time nor memory (a sparse 6 GiB file with a page at
+        // its end maps as fast as a small one).
         let mut chunk = vec![0u8; 1 << 20];
-        let mut at = 0;
-        while at < size {
-            let n = self.read_locked(&state, at, &mut chunk);
-            view.write(at as usize, &chunk[..n]);
-            at += n as u64;
+        let pieces: Vec<(u64, u64)> = state
+            .map
+            .overlapping(0, size)
+            .map(|(offset, piece)| (offset, (offset + piece.len).min(size)))
+            .collect();
+        for (start, end) in pieces {
+            let mut at = start;
+            while at < end {
+                let want = ((end - at) as usize).min(chunk.len());
+                let n = self.read_locked(&state, at, &mut chunk[..want]);
+                view.write(at as usize, &chunk[..n]);
+                at += n as u64;
+            }
         }
         let shadow = Arc::new(Shadow {
             memfd,
@@ -516,7 +565,7 @@ impl Shadow {
             let capacity =
                 (size.div_ceil(PAGE_BYTES) * PAGE_BYTES).max(2 * state.view.len() as u64);
             state.view =
-                View::map(self.memfd.as_fd(), 0, capacity as usize, true).map_err(io_error)?;
+                View::map_lazily(self.memfd.as_fd(), capacity as usize).map_err(io_error)?;
         }
         state.size = size;
         Ok(())

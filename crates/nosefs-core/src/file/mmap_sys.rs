@@ -33,11 +33,27 @@ impl View {
             shared,
             libc::PROT_READ | libc::PROT_WRITE,
             None,
+            true,
         )
     }
 
-    /// [`View::map`] with the caller's protection (`PROT_*` bits) and, for a program's
-    /// `MAP_FIXED` or `MAP_FIXED_NOREPLACE` mapping, its address.
+    /// [`View::map`] with the pages faulted in as they are touched, for the core's own shared
+    /// view of a whole shadow, which write tracking never watches: populating it would give
+    /// every hole of a sparse file a page of memory (a 6 GiB sparse file, 6 GiB of it).
+    pub fn map_lazily(fd: BorrowedFd<'_>, len: usize) -> io::Result<View> {
+        View::mapped(
+            fd,
+            0,
+            len,
+            MapFlags::SHARED,
+            libc::PROT_READ | libc::PROT_WRITE,
+            0,
+        )
+    }
+
+    /// [`View::map`] with the caller's protection (`PROT_*` bits), for a program's
+    /// `MAP_FIXED` or `MAP_FIXED_NOREPLACE` mapping its address, and its pages faulted in now
+    /// only with `populate` (where write tracking needs them present).
     pub fn map_placed(
         fd: BorrowedFd<'_>,
         offset: u64,
@@ -45,14 +61,16 @@ impl View {
         shared: bool,
         prot: i32,
         at: Option<(usize, bool)>,
+        populate: bool,
     ) -> io::Result<View> {
-        assert!(len > 0 && offset % PAGE_BYTES == 0, "views are whole pages");
         let mut flags = if shared {
             MapFlags::SHARED
         } else {
             MapFlags::PRIVATE
         };
-        flags |= MapFlags::POPULATE;
+        if populate {
+            flags |= MapFlags::POPULATE;
+        }
         let addr = match at {
             Some((addr, replace)) => {
                 flags |= if replace {
@@ -64,6 +82,18 @@ impl View {
             }
             None => 0,
         };
+        View::mapped(fd, offset, len, flags, prot, addr)
+    }
+
+    fn mapped(
+        fd: BorrowedFd<'_>,
+        offset: u64,
+        len: usize,
+        flags: MapFlags,
+        prot: i32,
+        addr: usize,
+    ) -> io::Result<View> {
+        assert!(len > 0 && offset % PAGE_BYTES == 0, "views are whole pages");
         // SAFETY: without a fixed address the kernel picks one that overlaps nothing. With one,
         // the program asked for exactly this (MAP_FIXED replaces its own pages there, as the
         // kernel would have done for it).
@@ -198,6 +228,10 @@ const PAGEMAP_SCAN: u32 = opcode::read_write::<PmScanArg>(b'f', 16);
 pub struct WriteTracker {
     uffd: OwnedFd,
     pagemap: OwnedFd,
+    /// Whether a page never faulted in is protected too (shmem's uffd-wp PTE markers), so a
+    /// tracked view need not be populated first (a mapping of a sparse file would otherwise
+    /// take a page of memory for every page of its holes).
+    unpopulated: bool,
 }
 
 impl WriteTracker {
@@ -219,9 +253,35 @@ impl WriteTracker {
             rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
             rustix::fs::Mode::empty(),
         )?;
-        let tracker = WriteTracker { uffd, pagemap };
+        let mut tracker = WriteTracker {
+            uffd,
+            pagemap,
+            unpopulated: false,
+        };
         tracker.probe()?;
+        tracker.unpopulated = tracker.probe_unpopulated().unwrap_or(false);
         Ok(tracker)
+    }
+
+    /// Whether views may be tracked without being populated first ([`WriteTracker::new`]
+    /// found out).
+    pub fn tracks_unpopulated(&self) -> bool {
+        self.unpopulated
+    }
+
+    /// Tracks three pages never faulted in and stores to the middle one: exactly that page
+    /// must come back written.
+    fn probe_unpopulated(&self) -> io::Result<bool> {
+        let fd = rustix::fs::memfd_create("nosefs-probe", rustix::fs::MemfdFlags::CLOEXEC)?;
+        rustix::fs::ftruncate(&fd, 3 * PAGE_BYTES)?;
+        let view = View::map_lazily(fd.as_fd(), 3 * PAGE_BYTES as usize)?;
+        self.track(&view)?;
+        view.write(PAGE_BYTES as usize, &[1]);
+        let mut written = Vec::new();
+        let scanned = self.take_written(&view, &mut written);
+        self.untrack(&view);
+        scanned?;
+        Ok(written == [(PAGE_BYTES as usize, PAGE_BYTES as usize)])
     }
 
     /// Checks the whole path on a scratch page: a kernel with userfaultfd but no PAGEMAP_SCAN
