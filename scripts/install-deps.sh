@@ -45,6 +45,10 @@ have make || apt_packages+=(make)
 have setfacl || apt_packages+=(acl)
 have setfattr || apt_packages+=(attr)
 have rsync || apt_packages+=(rsync)
+# CPython's regression tests for scripts/python-suites.sh, for Debian's python3.
+if [ -x /usr/bin/python3 ] && ! /usr/bin/python3 -c 'import test.test_os' 2>/dev/null; then
+  apt_packages+=("libpython$(/usr/bin/python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')-testsuite")
+fi
 # LMDB with write-mapped commits (the shim's mapped-file test), through Debian's python3.
 [ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import lmdb' 2>/dev/null || apt_packages+=(python3-lmdb)
 if ! command -v cargo >/dev/null 2>&1; then

@@ -30,3 +30,5 @@ echo "== external suites against the FUSE mount: pjdfstest, fsx"
 ./scripts/fuse-suites.sh
 echo "== external suites through the preload shim: pjdfstest, fsx"
 ./scripts/preload-suites.sh
+echo "== CPython's file-system regression tests through the preload shim, both modes"
+./scripts/python-suites.sh
