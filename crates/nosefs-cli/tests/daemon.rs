@@ -1167,3 +1167,17 @@ fn mappings_resize_and_sparse_files_map_whole() {
     );
     m.unmount_and_fsck();
 }
+
+#[test]
+fn opens_that_create_never_fail_while_the_name_comes_and_goes() {
+    if !usable() {
+        return;
+    }
+    let m = mount_with(&[]);
+    let out = same_as_kernel(&m, common::CREATE_RACE_SCRIPT);
+    assert_eq!(
+        out,
+        "opens with O_CREAT that failed while the name came and went: 0\n"
+    );
+    m.unmount_and_fsck();
+}

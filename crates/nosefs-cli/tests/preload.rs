@@ -814,3 +814,13 @@ fn mappings_resize_and_sparse_files_map_whole() {
          4 GiB sparse, its tail: b'  DEARdear  '\n"
     );
 }
+
+#[test]
+fn opens_that_create_never_fail_while_the_name_comes_and_goes() {
+    let setup = setup();
+    let out = same_as_kernel(&setup, common::CREATE_RACE_SCRIPT);
+    assert_eq!(
+        out,
+        "opens with O_CREAT that failed while the name came and went: 0\n"
+    );
+}

@@ -831,22 +831,27 @@ fn execute(
             let dir = dir_description(shared, conn, d.u64()?)?;
             let (dir_path, name, follow) = (d.bytes()?, d.bytes()?, d.bool()?);
             let (flags, mode, umask) = (d.i32()?, d.u32()?, d.u32()?);
-            match local.walk_in(dir.ino, dir_path, name, follow)? {
-                Some(found) => {
-                    reply.u8(1).found(&found);
-                    open(
-                        shared,
-                        conn,
-                        &local,
-                        &found,
-                        (flags, mode, umask),
-                        &mut reply,
-                    )?;
+            let mark = reply.buf.len();
+            open_again(flags, || {
+                reply.buf.truncate(mark);
+                match local.walk_in(dir.ino, dir_path, name, follow)? {
+                    Some(found) => {
+                        reply.u8(1).found(&found);
+                        open(
+                            shared,
+                            conn,
+                            &local,
+                            &found,
+                            (flags, mode, umask),
+                            &mut reply,
+                        )
+                    }
+                    None => {
+                        reply.u8(0);
+                        Ok(())
+                    }
                 }
-                None => {
-                    reply.u8(0);
-                }
-            }
+            })?;
         }
         op::UNLINK_IN | op::RENAME_IN => {
             let name_in = |d: &mut Dec<'_>| -> Result<Option<Found>, Errno> {
@@ -886,18 +891,23 @@ fn execute(
             let path = d.bytes()?.to_vec();
             let follow = d.bool()?;
             let (flags, mode, umask) = (d.i32()?, d.u32()?, d.u32()?);
-            let walked = local.walk(path, follow)?;
-            reply.walked(&walked);
-            if let Walked::Found(found) = &walked {
-                open(
-                    shared,
-                    conn,
-                    &local,
-                    found,
-                    (flags, mode, umask),
-                    &mut reply,
-                )?;
-            }
+            let mark = reply.buf.len();
+            open_again(flags, || {
+                reply.buf.truncate(mark);
+                let walked = local.walk(path.clone(), follow)?;
+                reply.walked(&walked);
+                match &walked {
+                    Walked::Found(found) => open(
+                        shared,
+                        conn,
+                        &local,
+                        found,
+                        (flags, mode, umask),
+                        &mut reply,
+                    ),
+                    Walked::Outside(_) => Ok(()),
+                }
+            })?;
         }
         op::CLOSE => {
             let token = d.u64()?;
@@ -1212,6 +1222,20 @@ fn dir_description(shared: &Shared, conn: &Conn, token: u64) -> Result<Descripti
         return Err(Errno::ENOTDIR);
     }
     Ok(dir)
+}
+
+/// An open with O_CREAT whose name went away between the walk and the open (another client
+/// unlinked it) walks again and creates it, as the kernel's open retries its lookup.
+fn open_again(flags: i32, mut open: impl FnMut() -> Result<(), Errno>) -> Result<(), Errno> {
+    let mut attempts = 0;
+    loop {
+        match open() {
+            Err(e) if e == Errno::ENOENT && flags & libc::O_CREAT != 0 && attempts < 8 => {
+                attempts += 1;
+            }
+            result => return result,
+        }
+    }
 }
 
 /// `open` of a found path for a client: the description, its token held by the connection, the

@@ -188,14 +188,16 @@ impl OpenFile {
     }
 
     /// Embedded mode: counts the open in the core, so the inode outlives its last name while
-    /// this is open (the daemon counts its clients' opens itself).
-    pub fn count_open(&self, fs: &Fs) {
-        if (self.kind == Kind::File || self.kind == Kind::Dir)
-            && !self.counted.load(Ordering::Relaxed)
-            && fs.open(self.ino).is_ok()
+    /// this is open (the daemon counts its clients' opens itself). False when the inode is
+    /// gone (removed since it was found).
+    pub fn count_open(&self, fs: &Fs) -> bool {
+        if self.kind != Kind::File && self.kind != Kind::Dir || self.counted.load(Ordering::Relaxed)
         {
-            self.counted.store(true, Ordering::Relaxed);
+            return true;
         }
+        let counted = fs.open(self.ino).is_ok();
+        self.counted.store(counted, Ordering::Relaxed);
+        counted
     }
 
     /// The image was unmounted: the next mount counts the open again.

@@ -103,6 +103,30 @@ pub fn open_path(
     flags: i32,
     mode: u32,
 ) -> Result<Result<i32, Vec<u8>>, Errno> {
+    open_again(flags, || open_path_once(path.clone(), follow, flags, mode))
+}
+
+/// An open with O_CREAT whose name went away between the walk and the open (another thread or
+/// process unlinked it) walks again and creates it, as the kernel's open retries its lookup:
+/// ENOENT is no answer to O_CREAT while the directory exists.
+fn open_again<T>(flags: i32, mut open: impl FnMut() -> Result<T, Errno>) -> Result<T, Errno> {
+    let mut attempts = 0;
+    loop {
+        match open() {
+            Err(e) if e == Errno::ENOENT && flags & libc::O_CREAT != 0 && attempts < 8 => {
+                attempts += 1;
+            }
+            result => return result,
+        }
+    }
+}
+
+fn open_path_once(
+    path: Vec<u8>,
+    follow: bool,
+    flags: i32,
+    mode: u32,
+) -> Result<Result<i32, Vec<u8>>, Errno> {
     let umask = state::umask();
     match with_service(|s| s.open_path(path.clone(), follow, flags, mode, umask)) {
         Ok(OpenedPath::Outside(path)) => Ok(Err(path)),
@@ -143,6 +167,16 @@ fn special_open(path: &[u8], follow: bool, flags: i32) -> Result<i32, Errno> {
 /// `openat` of one plain name in the open noseFS directory `dir` (one round trip to a daemon):
 /// the new descriptor, or the kernel's path when a full walk left noseFS.
 pub fn open_in(
+    dir: &OpenFile,
+    name: &[u8],
+    follow: bool,
+    flags: i32,
+    mode: u32,
+) -> Result<Result<i32, Vec<u8>>, Errno> {
+    open_again(flags, || open_in_once(dir, name, follow, flags, mode))
+}
+
+fn open_in_once(
     dir: &OpenFile,
     name: &[u8],
     follow: bool,
@@ -191,11 +225,8 @@ fn opened_descriptor(found: &Found, opened: &Opened, flags: i32) -> Result<i32, 
         flags & KEPT_OPEN_FLAGS,
         found.path.clone(),
     );
-    if !state::daemon_mode() {
-        state::with_fs(|fs| {
-            file.count_open(fs);
-            Ok(())
-        })?;
+    if !state::daemon_mode() && !state::with_fs(|fs| Ok(file.count_open(fs)))? {
+        return Err(Errno::ENOENT); // removed since it was found: see `open_again`
     }
     fdtable::open_placeholder(file, flags & libc::O_CLOEXEC != 0)
 }

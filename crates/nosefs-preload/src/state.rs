@@ -224,7 +224,9 @@ fn mount_image(image: &std::path::Path, config: &Config) -> Result<Fs, Errno> {
                 crate::fdtable::Internal::Image,
                 fs.image().region().descriptor(),
             );
-            crate::fdtable::for_each(|file| file.count_open(&fs));
+            crate::fdtable::for_each(|file| {
+                file.count_open(&fs);
+            });
             Ok(fs)
         }
         Err(Error::InUse(path)) => {

@@ -588,3 +588,34 @@ with open("sparse", "w+b") as f:
 os.unlink("sparse")
 '
 "##;
+
+/// open with O_CREAT while another thread unlinks the name over and over (Python's logging
+/// WatchedFileHandler race test): every open succeeds, as on the kernel, which retries its
+/// lookup. Prints the same on a kernel directory.
+#[allow(dead_code)]
+pub const CREATE_RACE_SCRIPT: &str = r##"cd "$D"
+python3 -c '
+import os, threading
+stop = False
+def remover():
+    while not stop:
+        try:
+            os.unlink("log")
+        except FileNotFoundError:
+            pass
+t = threading.Thread(target=remover)
+t.start()
+errors = 0
+try:
+    for i in range(3000):
+        try:
+            with open("log", "a") as f:
+                f.write("x")
+        except OSError as e:
+            errors += 1
+finally:
+    stop = True
+    t.join()
+print("opens with O_CREAT that failed while the name came and went:", errors)
+'
+"##;
