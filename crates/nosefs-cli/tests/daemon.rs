@@ -1181,3 +1181,17 @@ fn opens_that_create_never_fail_while_the_name_comes_and_goes() {
     );
     m.unmount_and_fsck();
 }
+
+#[test]
+fn unix_datagrams_reach_sockets_bound_on_nosefs_by_path() {
+    if !usable() {
+        return;
+    }
+    let m = mount_with(&[]);
+    let out = same_as_kernel(&m, common::DATAGRAM_SCRIPT);
+    assert_eq!(
+        out,
+        "received b'hello'\nreceived b'direct'\ngetsockname: named\ngetpeername: stream\n"
+    );
+    m.unmount_and_fsck();
+}

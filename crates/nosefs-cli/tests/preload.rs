@@ -824,3 +824,13 @@ fn opens_that_create_never_fail_while_the_name_comes_and_goes() {
         "opens with O_CREAT that failed while the name came and went: 0\n"
     );
 }
+
+#[test]
+fn unix_datagrams_reach_sockets_bound_on_nosefs_by_path() {
+    let setup = setup();
+    let out = same_as_kernel(&setup, common::DATAGRAM_SCRIPT);
+    assert_eq!(
+        out,
+        "received b'hello'\nreceived b'direct'\ngetsockname: named\ngetpeername: stream\n"
+    );
+}

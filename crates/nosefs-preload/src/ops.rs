@@ -113,8 +113,10 @@ fn open_again<T>(flags: i32, mut open: impl FnMut() -> Result<T, Errno>) -> Resu
     let mut attempts = 0;
     loop {
         match open() {
-            Err(e) if e == Errno::ENOENT && flags & libc::O_CREAT != 0 && attempts < 8 => {
+            Err(e) if e == Errno::ENOENT && flags & libc::O_CREAT != 0 && attempts < 100 => {
+                // The name keeps going away: let whoever removes it run.
                 attempts += 1;
+                std::thread::yield_now();
             }
             result => return result,
         }

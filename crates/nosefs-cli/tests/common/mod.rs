@@ -619,3 +619,41 @@ finally:
 print("opens with O_CREAT that failed while the name came and went:", errors)
 '
 "##;
+
+/// Unix-domain datagram sockets bound to paths on the file system: connect and send, sendto by
+/// path, and getsockname/getpeername giving the paths back as the program wrote them (Python's
+/// socketserver keeps getsockname() as the server's address). Prints the same on a kernel
+/// directory.
+#[allow(dead_code)]
+pub const DATAGRAM_SCRIPT: &str = r##"cd "$D"
+python3 -c '
+import socket, os
+srv = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+srv.bind("sock")
+c = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+try:
+    c.connect("sock")
+    c.send(b"hello")
+    print("received", srv.recv(10))
+except OSError as e:
+    print("connect:", e)
+c2 = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+try:
+    c2.sendto(b"direct", "sock")
+    print("received", srv.recv(10))
+except OSError as e:
+    print("sendto:", e)
+'
+python3 -c '
+import socket, os
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.bind("named")
+print("getsockname:", s.getsockname().replace(os.getcwd(), ""))
+c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+srv.bind("stream")
+srv.listen()
+c.connect("stream")
+print("getpeername:", c.getpeername().replace(os.getcwd(), ""))
+'
+"##;
