@@ -832,7 +832,7 @@ fn execute(
             let (dir_path, name, follow) = (d.bytes()?, d.bytes()?, d.bool()?);
             let (flags, mode, umask) = (d.i32()?, d.u32()?, d.u32()?);
             let mark = reply.buf.len();
-            open_again(flags, || {
+            crate::service::open_again(flags, || {
                 reply.buf.truncate(mark);
                 match local.walk_in(dir.ino, dir_path, name, follow)? {
                     Some(found) => {
@@ -892,7 +892,7 @@ fn execute(
             let follow = d.bool()?;
             let (flags, mode, umask) = (d.i32()?, d.u32()?, d.u32()?);
             let mark = reply.buf.len();
-            open_again(flags, || {
+            crate::service::open_again(flags, || {
                 reply.buf.truncate(mark);
                 let walked = local.walk(path.clone(), follow)?;
                 reply.walked(&walked);
@@ -1222,22 +1222,6 @@ fn dir_description(shared: &Shared, conn: &Conn, token: u64) -> Result<Descripti
         return Err(Errno::ENOTDIR);
     }
     Ok(dir)
-}
-
-/// An open with O_CREAT whose name went away between the walk and the open (another client
-/// unlinked it) walks again and creates it, as the kernel's open retries its lookup.
-fn open_again(flags: i32, mut open: impl FnMut() -> Result<(), Errno>) -> Result<(), Errno> {
-    let mut attempts = 0;
-    loop {
-        match open() {
-            Err(e) if e == Errno::ENOENT && flags & libc::O_CREAT != 0 && attempts < 100 => {
-                // The name keeps going away: let whoever removes it run.
-                attempts += 1;
-                std::thread::yield_now();
-            }
-            result => return result,
-        }
-    }
 }
 
 /// `open` of a found path for a client: the description, its token held by the connection, the

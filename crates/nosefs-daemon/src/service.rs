@@ -397,3 +397,21 @@ impl Service for Local<'_> {
         vfs::xattr(self.fs, &self.cred(), &attr, call)
     }
 }
+
+/// An open with O_CREAT whose name went away between the walk and the open (another thread,
+/// process or client unlinked it) walks again and creates it, as the kernel's open retries its
+/// lookup: ENOENT is no answer to O_CREAT while the directory exists. `open` walks and opens
+/// once; the daemon's open requests and the shim's opens both go through here.
+pub fn open_again<T>(flags: i32, mut open: impl FnMut() -> Result<T, Errno>) -> Result<T, Errno> {
+    let mut attempts = 0;
+    loop {
+        match open() {
+            Err(e) if e == Errno::ENOENT && flags & libc::O_CREAT != 0 && attempts < 100 => {
+                // The name keeps going away: let whoever removes it run.
+                attempts += 1;
+                std::thread::yield_now();
+            }
+            result => return result,
+        }
+    }
+}

@@ -3476,13 +3476,15 @@ unsafe fn socket_path_back(
     }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn getsockname(
+type NameCall = unsafe extern "C" fn(c_int, *mut libc::sockaddr, *mut libc::socklen_t) -> c_int;
+
+/// getsockname and getpeername: the kernel's answer, with a noseFS path given back.
+unsafe fn socket_name(
+    real: NameCall,
     fd: c_int,
     addr: *mut libc::sockaddr,
     len: *mut libc::socklen_t,
 ) -> c_int {
-    let real = real!(getsockname: fn(c_int, *mut libc::sockaddr, *mut libc::socklen_t) -> c_int);
     let room = if len.is_null() { 0 } else { unsafe { *len } };
     let rc = unsafe { real(fd, addr, len) };
     if rc == 0 && !in_shim() {
@@ -3492,18 +3494,23 @@ pub unsafe extern "C" fn getsockname(
 }
 
 #[no_mangle]
+pub unsafe extern "C" fn getsockname(
+    fd: c_int,
+    addr: *mut libc::sockaddr,
+    len: *mut libc::socklen_t,
+) -> c_int {
+    let real = real!(getsockname: fn(c_int, *mut libc::sockaddr, *mut libc::socklen_t) -> c_int);
+    unsafe { socket_name(real, fd, addr, len) }
+}
+
+#[no_mangle]
 pub unsafe extern "C" fn getpeername(
     fd: c_int,
     addr: *mut libc::sockaddr,
     len: *mut libc::socklen_t,
 ) -> c_int {
     let real = real!(getpeername: fn(c_int, *mut libc::sockaddr, *mut libc::socklen_t) -> c_int);
-    let room = if len.is_null() { 0 } else { unsafe { *len } };
-    let rc = unsafe { real(fd, addr, len) };
-    if rc == 0 && !in_shim() {
-        unsafe { socket_path_back(addr, len, room) };
-    }
-    rc
+    unsafe { socket_name(real, fd, addr, len) }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ use nosefs_core::namespace::acl::{self, Acl};
 use nosefs_core::namespace::{Attr, DirEntry, SetAttr};
 use nosefs_core::vfs::{self, XattrCall, KEPT_OPEN_FLAGS};
 use nosefs_core::Errno;
-use nosefs_daemon::service::{Opened, OpenedPath, Service, XattrTarget};
+use nosefs_daemon::service::{self, Opened, OpenedPath, Service, XattrTarget};
 
 use crate::fdtable::{self, Kind, OpenFile};
 use crate::kernel::{self, KernelFile};
@@ -61,16 +61,7 @@ fn stored_image(found: &Found, mask: i32, max: u64) -> Result<Vec<u8>, Errno> {
 pub fn program_image_of(fd: i32, max: u64) -> Result<Vec<u8>, Errno> {
     let file = file_of(fd)?;
     let attr = with_service(|s| s.fstat(file.handle))?;
-    let acl = if attr.acl {
-        match fxattr(fd, XattrCall::Get(acl::ACCESS)) {
-            Ok(value) => Some(Acl::parse(&value).map_err(|e| e.errno())?),
-            Err(e) if e == Errno(libc::ENODATA) => None,
-            Err(e) => return Err(e),
-        }
-    } else {
-        None
-    };
-    vfs::access_attr(&state::cred(), &attr, libc::X_OK, acl.as_ref())?;
+    fd_access(fd, &attr, libc::X_OK)?;
     if attr.mode & pinode::S_IFMT != pinode::S_IFREG {
         return Err(Errno(libc::EACCES));
     }
@@ -103,24 +94,7 @@ pub fn open_path(
     flags: i32,
     mode: u32,
 ) -> Result<Result<i32, Vec<u8>>, Errno> {
-    open_again(flags, || open_path_once(path.clone(), follow, flags, mode))
-}
-
-/// An open with O_CREAT whose name went away between the walk and the open (another thread or
-/// process unlinked it) walks again and creates it, as the kernel's open retries its lookup:
-/// ENOENT is no answer to O_CREAT while the directory exists.
-fn open_again<T>(flags: i32, mut open: impl FnMut() -> Result<T, Errno>) -> Result<T, Errno> {
-    let mut attempts = 0;
-    loop {
-        match open() {
-            Err(e) if e == Errno::ENOENT && flags & libc::O_CREAT != 0 && attempts < 100 => {
-                // The name keeps going away: let whoever removes it run.
-                attempts += 1;
-                std::thread::yield_now();
-            }
-            result => return result,
-        }
-    }
+    service::open_again(flags, || open_path_once(path.clone(), follow, flags, mode))
 }
 
 fn open_path_once(
@@ -175,7 +149,7 @@ pub fn open_in(
     flags: i32,
     mode: u32,
 ) -> Result<Result<i32, Vec<u8>>, Errno> {
-    open_again(flags, || open_in_once(dir, name, follow, flags, mode))
+    service::open_again(flags, || open_in_once(dir, name, follow, flags, mode))
 }
 
 fn open_in_once(
@@ -228,7 +202,7 @@ fn opened_descriptor(found: &Found, opened: &Opened, flags: i32) -> Result<i32, 
         found.path.clone(),
     );
     if !state::daemon_mode() && !state::with_fs(|fs| Ok(file.count_open(fs)))? {
-        return Err(Errno::ENOENT); // removed since it was found: see `open_again`
+        return Err(Errno::ENOENT); // removed since it was found: see `service::open_again`
     }
     fdtable::open_placeholder(file, flags & libc::O_CLOEXEC != 0)
 }
@@ -465,6 +439,12 @@ pub fn unread_bytes(fd: i32) -> Result<u64, Errno> {
 
 /// Search permission on the open directory `fd` (fchdir), by its access ACL when it has one.
 pub fn may_search(fd: i32, attr: &Attr) -> Result<(), Errno> {
+    fd_access(fd, attr, libc::X_OK)
+}
+
+/// `access` of the open `fd` whose attributes are `attr`: the mode bits, or its access ACL when
+/// it has one.
+fn fd_access(fd: i32, attr: &Attr, mask: i32) -> Result<(), Errno> {
     let acl = if attr.acl {
         match fxattr(fd, XattrCall::Get(acl::ACCESS)) {
             Ok(value) => Some(Acl::parse(&value).map_err(|e| e.errno())?),
@@ -474,14 +454,7 @@ pub fn may_search(fd: i32, attr: &Attr) -> Result<(), Errno> {
     } else {
         None
     };
-    let cred = state::cred();
-    nosefs_core::namespace::perm::check_acl(
-        attr,
-        acl.as_ref(),
-        &cred,
-        nosefs_core::namespace::perm::MAY_EXEC,
-    )
-    .map_err(|e| e.errno())
+    vfs::access_attr(&state::cred(), attr, mask, acl.as_ref())
 }
 
 /// getxattr, listxattr, setxattr, removexattr of a path.

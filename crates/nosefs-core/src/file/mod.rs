@@ -542,6 +542,14 @@ impl Fs {
     pub fn open(&self, ino: u64) -> Result<()> {
         let inode = self.inode(ino)?;
         if inode.is_file() || inode.dir().is_some() {
+            // Under the inode lock, which unlink holds while it decides between freeing the
+            // inode and keeping it as an orphan by this count: an open that found the name just
+            // before its last unlink either counts in time (the file stays, orphaned) or sees it
+            // removed (ENOENT: the frontend walks again, `open_again`), never a freed inode.
+            let _locked = inode.data.lock();
+            if inode.removed.load(Ordering::Acquire) {
+                return Err(Errno::ENOENT.into());
+            }
             inode.open_count.fetch_add(1, Ordering::AcqRel);
         }
         Ok(())
