@@ -45,10 +45,6 @@ have make || apt_packages+=(make)
 have setfacl || apt_packages+=(acl)
 have setfattr || apt_packages+=(attr)
 have rsync || apt_packages+=(rsync)
-# CPython's regression tests for scripts/python-suites.sh, for Debian's python3.
-if [ -x /usr/bin/python3 ] && ! /usr/bin/python3 -c 'import test.test_os' 2>/dev/null; then
-  apt_packages+=("libpython$(/usr/bin/python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')-testsuite")
-fi
 # LMDB with write-mapped commits (the shim's mapped-file test), through Debian's python3.
 [ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import lmdb' 2>/dev/null || apt_packages+=(python3-lmdb)
 if ! command -v cargo >/dev/null 2>&1; then
@@ -60,6 +56,16 @@ if [ "${#apt_packages[@]}" -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq "${apt_packages[@]}" >/dev/null
+fi
+# CPython's regression tests for scripts/python-suites.sh, for Debian's python3: the package is
+# named by python3's version, so it is asked for once python3 is there (installed just above on
+# a fresh machine).
+if [ -x /usr/bin/python3 ] && ! /usr/bin/python3 -c 'import test.test_os' 2>/dev/null; then
+  testsuite="libpython$(/usr/bin/python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')-testsuite"
+  log "apt-get install $testsuite"
+  export DEBIAN_FRONTEND=noninteractive
+  [ "${#apt_packages[@]}" -gt 0 ] || apt-get update -qq
+  apt-get install -y -qq "$testsuite" >/dev/null
 fi
 
 need_version="1.80.0"
