@@ -1,5 +1,6 @@
 //! Model-based test of file data: random writes and byte-granular overwrites, appends, truncates,
-//! fsyncs and reads on a few files from two threads, byte for byte against a model, with clean
+//! fsyncs, reads, and fallocate's punch hole, zero range, reservation, collapse and insert on a
+//! few files from two threads, byte for byte against a model, with clean
 //! and crash remounts between phases and fsck after each. A crash remount discards whatever was
 //! not committed, in the model too.
 
@@ -47,7 +48,23 @@ enum Op {
         offset: u64,
         len: usize,
     },
+    /// fallocate `mode` (through the frontends' `vfs::ops::fallocate`) over `[offset, +len)`.
+    Fallocate {
+        file: usize,
+        mode: i32,
+        offset: u64,
+        len: u64,
+    },
 }
+
+/// The fallocate modes the model knows, with how often they are drawn.
+const FALLOCATE_MODES: [i32; 5] = [
+    libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+    libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE,
+    libc::FALLOC_FL_KEEP_SIZE,
+    libc::FALLOC_FL_COLLAPSE_RANGE,
+    libc::FALLOC_FL_INSERT_RANGE,
+];
 
 fn op() -> impl Strategy<Value = Op> {
     let file = 0..FILES_PER_THREAD;
@@ -60,8 +77,14 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(file, len, seed)| Op::Append { file, len, seed }),
         1 => (file.clone(), 0..SPAN + 10_000).prop_map(|(file, size)| Op::Truncate { file, size }),
         2 => file.clone().prop_map(|file| Op::Fsync { file }),
-        2 => (file, 0..SPAN + 20_000, 0usize..30_000)
+        2 => (file.clone(), 0..SPAN + 20_000, 0usize..30_000)
             .prop_map(|(file, offset, len)| Op::Read { file, offset, len }),
+        2 => (file.clone(), 0..3usize, 0..SPAN, 1..40_000u64).prop_map(|(file, m, offset, len)| {
+            Op::Fallocate { file, mode: FALLOCATE_MODES[m], offset, len }
+        }),
+        1 => (file, 3..5usize, 0..SPAN / 4096, 1..4u64).prop_map(|(file, m, block, blocks)| {
+            Op::Fallocate { file, mode: FALLOCATE_MODES[m], offset: block * 4096, len: blocks * 4096 }
+        }),
     ]
 }
 
@@ -115,6 +138,12 @@ fn run(fs: &Fs, inos: &[u64], files: &mut [ModelFile], op: &Op) {
             fs.fsync(inos[file]).unwrap();
             files[file].committed = files[file].current.clone();
         }
+        Op::Fallocate {
+            file,
+            mode,
+            offset,
+            len,
+        } => fallocate(fs, inos[file], &mut files[file], mode, offset, len),
         Op::Read { file, offset, len } => {
             let mut buf = vec![0xeeu8; len];
             let n = fs.read(inos[file], offset, &mut buf).unwrap();
@@ -124,6 +153,43 @@ fn run(fs: &Fs, inos: &[u64], files: &mut [ModelFile], op: &Op) {
             assert_eq!(&buf[..n], expected, "read {op:?}");
         }
     }
+}
+
+/// Runs fallocate and applies to the model what it did: every mode but a plain reservation
+/// commits the file (pending writes included), so the model's committed bytes follow.
+fn fallocate(fs: &Fs, ino: u64, f: &mut ModelFile, mode: i32, offset: u64, len: u64) {
+    let result = nosefs_core::vfs::ops::fallocate(fs, ino, mode, offset as i64, len as i64);
+    let size = f.current.len() as u64;
+    let (start, end) = (offset as usize, (offset + len).min(size) as usize);
+    let shift = libc::FALLOC_FL_COLLAPSE_RANGE | libc::FALLOC_FL_INSERT_RANGE;
+    if mode & shift != 0 {
+        let refused = match mode {
+            libc::FALLOC_FL_COLLAPSE_RANGE => offset + len >= size,
+            _ => offset >= size,
+        };
+        if refused {
+            assert_eq!(
+                result,
+                Err(nosefs_core::Errno(libc::EINVAL)),
+                "fallocate {mode:#x} {offset} {len}"
+            );
+            return;
+        }
+    }
+    result.unwrap_or_else(|e| panic!("fallocate {mode:#x} {offset} {len}: {e:?}"));
+    match mode {
+        libc::FALLOC_FL_KEEP_SIZE => return, // a reservation: no data changes, nothing commits
+        libc::FALLOC_FL_COLLAPSE_RANGE => {
+            f.current.drain(start..start + len as usize);
+        }
+        libc::FALLOC_FL_INSERT_RANGE => {
+            f.current
+                .splice(start..start, std::iter::repeat(0).take(len as usize));
+        }
+        _ if start < end => f.current[start..end].fill(0),
+        _ => {}
+    }
+    f.committed = f.current.clone();
 }
 
 fn compare(fs: &Fs, inos: &[u64], files: &[ModelFile]) {
@@ -208,7 +274,7 @@ proptest! {
             fs.stop_compactor();
             let (bytes, free_before) = if clean {
                 fs.sync_all().unwrap();
-                let free = fs.free_data_blocks();
+                let free = fs.unallocated_data_blocks();
                 let fs = std::sync::Arc::try_unwrap(fs).expect("the compactor let go");
                 (fs.unmount().into_region().snapshot(), Some(free))
             } else {
@@ -227,7 +293,7 @@ proptest! {
             // Nothing leaked or freed twice: after a sync, the only blocks mount finds free that
             // were not free before are the files' reserved tail blocks.
             if let Some(free_before) = free_before {
-                let free_after = fs.free_data_blocks();
+                let free_after = fs.unallocated_data_blocks();
                 let files = (THREADS * FILES_PER_THREAD) as u64;
                 assert!(
                     free_after >= free_before && free_after - free_before <= files,

@@ -440,6 +440,17 @@ pub fn file_sequences() -> Vec<Vec<Op>> {
         crowd("/a", 36, 9500, 200)
             .chain([Op::Fsync("/a"), Op::Compact("/a")])
             .collect(),
+        // Issue 37: a punch that drops a whole committed extent between two kept ones (the
+        // list must be relinked around it), and an overwrite punched away before its commit.
+        (0..3)
+            .map(|i| Op::Write("/d/c", i * 20_000, 5000, 70 + i as u8))
+            .chain([Op::Fsync("/d/c"), Op::PunchHole("/d/c", 19_000, 7000)])
+            .collect(),
+        (0..3)
+            .map(|i| Op::Write("/d/c", i * 20_000, 5000, 80 + i as u8))
+            .chain([Op::Fsync("/d/c"), Op::Write("/d/c", 20_000, 5000, 90)])
+            .chain([Op::PunchHole("/d/c", 19_000, 7000)])
+            .collect(),
         // A directory's default ACL, inherited by what is made in it.
         vec![
             Op::SetAcl("/d", true),
@@ -503,9 +514,17 @@ pub fn random(seed: u64, len: usize) -> Vec<Op> {
     (0..len)
         .map(|_| {
             let (p, q) = (PATHS[next(PATHS.len())], PATHS[next(PATHS.len())]);
-            match next(13) {
+            // Every operation type that commits file data or names, weighted towards data
+            // (the kinds whose mixes corrupted images in issue 37).
+            match next(20) {
                 11 => Op::Reserve(p, next(9000) as u64, 1 + next(20_000) as u64),
-                12 => Op::PunchHole(p, next(9000) as u64, 1 + next(6000) as u64),
+                12 | 13 => Op::PunchHole(p, next(9000) as u64, 1 + next(6000) as u64),
+                14 => Op::CollapseRange(p, 4096 * next(3) as u64, 4096),
+                15 => Op::InsertRange(p, 4096 * next(3) as u64, 4096),
+                16 => Op::Append(p, 1 + next(5000), next(256) as u8),
+                17 => Op::Exchange(p, q),
+                18 => Op::SetXattr(p, "user.r", 1 + next(6000), next(256) as u8),
+                19 => Op::Write(p, next(60_000) as u64, 1 + next(9000), next(256) as u8),
                 8 => Op::Write(p, next(9000) as u64, 1 + next(3000), next(256) as u8),
                 9 => Op::Fsync(p),
                 10 => Op::Truncate(p, next(12_000) as u64),

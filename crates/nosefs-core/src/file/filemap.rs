@@ -292,6 +292,15 @@ impl FileMap {
         );
     }
 
+    /// Makes the committed piece at `offset` pending again over the same bytes (nothing is
+    /// copied), so the next commit writes it as a new extent; its extent goes to `removed`.
+    pub fn reissue(&mut self, offset: u64, removed: &mut impl Extend<(u32, u64, u64)>) {
+        let piece = self.get(offset).expect("a piece at the offset");
+        assert!(piece.eno != 0, "piece at {offset} is pending already");
+        removed.extend([(piece.eno, piece.addr, piece.len)]);
+        self.set_eno(offset, 0);
+    }
+
     /// Moves every piece at or after file offset `from` by `delta` bytes, as pending pieces over
     /// the same bytes (their data stays where it is: only their file offsets change); committed
     /// pieces' extents go to `removed`. No piece may straddle `from` ([`FileMap::split_at`]

@@ -708,6 +708,7 @@ impl Fs {
         } else {
             self.defragment(state);
         }
+        self.relink_around_removed(state);
         let offsets = state.map.pending();
         let enos = self.alloc_extents(offsets.len())?;
         for (&offset, &eno) in offsets.iter().zip(&enos) {
@@ -741,7 +742,60 @@ impl Fs {
         self.file_logs.free(log as u32);
         overflow.iter().for_each(|&b| self.blocks.free(b, 1));
         self.after_commit(state, &new);
+        self.debug_check_list(inode, state);
         Ok(())
+    }
+
+    /// Debug builds: the media's extent list of a small file is exactly its map, in order.
+    fn debug_check_list(&self, inode: &Inode, state: &FileState) {
+        if !cfg!(debug_assertions) || state.map.len() > 256 {
+            return;
+        }
+        let mut on_media = Vec::with_capacity(state.map.len());
+        let mut eno = self
+            .image
+            .pinode(u64::from(inode.primary_slot()))
+            .extent_head
+            .get();
+        let mut prev = 0;
+        while eno != 0 && on_media.len() <= state.map.len() {
+            let e = self.image.extent(u64::from(eno));
+            assert_eq!(
+                e.prev.get(),
+                prev,
+                "extent {eno} links back to the wrong extent"
+            );
+            on_media.push((e.file_offset.get(), eno));
+            (prev, eno) = (eno, e.next.get());
+        }
+        let in_map: Vec<(u64, u32)> = state.map.iter().map(|(o, p)| (o, p.eno)).collect();
+        assert_eq!(
+            on_media, in_map,
+            "inode {}: the media list is not the map",
+            inode.ino
+        );
+    }
+
+    /// The apply step relinks only the neighbours of new extents and the ends of the list. A
+    /// removed extent whose media predecessor stays committed while the piece now after that
+    /// predecessor is committed too (a punch dropping whole pieces between two kept ones, or an
+    /// overwrite whose new piece was punched away before the commit) would leave the
+    /// predecessor's `next` naming a retired extent: that predecessor is committed again as a new
+    /// extent over the same bytes, whose apply step links both its sides. O(removed extents).
+    fn relink_around_removed(&self, state: &mut FileState) {
+        for i in 0..state.removed.len() {
+            let prev = self.image.extent(u64::from(state.removed[i].0)).prev.get();
+            if prev == 0 {
+                // It was the head: the piece now first is the head (or new, or after a new one).
+                continue;
+            }
+            let offset = self.image.extent(u64::from(prev)).file_offset.get();
+            let kept = state.map.get(offset).is_some_and(|p| p.eno == prev);
+            let next_committed = state.map.after(offset).is_some_and(|(_, p)| p.eno != 0);
+            if kept && next_committed {
+                state.map.reissue(offset, &mut state.removed);
+            }
+        }
     }
 
     /// DRAM bookkeeping once a commit is durable: the committed counts follow the map, and blocks

@@ -759,6 +759,13 @@ impl Fs {
         self.blocks.available_blocks() + self.settler.held_blocks()
     }
 
+    /// Data blocks no file holds, promised by fallocate or not: what a remount finds free in the
+    /// bitmap (less the files' tail blocks). A promise is recomputed from the holes at mount, so
+    /// [`Fs::free_data_blocks`] may differ across a remount where this must not.
+    pub fn unallocated_data_blocks(&self) -> u64 {
+        self.blocks.free_blocks() + self.settler.held_blocks()
+    }
+
     /// Counts for `nosefs info`-like reports and tests: (pinodes in use, free pinode slots).
     pub fn pinode_usage(&self) -> (u64, u64) {
         let total = self.image.geometry().pinode_count() - 1;
