@@ -32,3 +32,5 @@ echo "== external suites through the preload shim: pjdfstest, fsx"
 ./scripts/preload-suites.sh
 echo "== CPython's file-system regression tests through the preload shim, both modes"
 ./scripts/python-suites.sh
+echo "== random-operation stress on every frontend (FUSE, daemon clients, embedded), fsck after each"
+./scripts/stress.sh

@@ -7,6 +7,7 @@ mod crash;
 mod mount;
 mod run;
 mod size;
+mod stress;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -54,6 +55,9 @@ enum Command {
     /// Run the crash-consistency checker: every crash state of every operation, recovered,
     /// checked with fsck and against the states before and after.
     CrashCheck(crash::CrashArgs),
+    /// Random operations of every kind on DIR (a mount, or under `nosefs run`), from threads and
+    /// processes, each answer checked against a model of what the kernel gives.
+    Stress(stress::StressArgs),
     /// Check IMAGE against every invariant of the format. Exit status as fsck(8): 0 clean,
     /// 1 errors corrected, 4 errors left, 8 operational error.
     Fsck {
@@ -116,6 +120,13 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Mkfs(args) => report(run_mkfs(args)),
         Command::Info { image } => report(run_info(&image)),
+        Command::Stress(args) => match stress::stress(&args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("nosefs stress: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Command::CrashCheck(args) => match crash::run(&args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

@@ -1617,23 +1617,38 @@ pub unsafe extern "C" fn readlinkat(
     unsafe { readlink_at(dirfd, path, buf, size) }
 }
 
+/// The calls of two paths, which resolve them in different orders.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum TwoPathCall {
+    /// Both paths' directories, then the first one's last component.
+    Rename,
+    /// The first path whole (its last symlink followed with `follow`), then the second.
+    Link { follow: bool },
+}
+
 /// Two paths: both noseFS's, both the kernel's, or EXDEV.
 unsafe fn two_paths(
     d1: c_int,
     p1: *const c_char,
     d2: c_int,
     p2: *const c_char,
-    follow_first: bool,
+    call: TwoPathCall,
     ours: impl FnOnce(&Found, &Found) -> Result<(), Errno>,
     kernel: impl FnOnce(*const c_char, *const c_char) -> c_int,
 ) -> c_int {
     if wild(p1) || wild(p2) {
         return fail(Errno(libc::EFAULT)); // what the kernel answers for either
     }
-    let a = unsafe { routed(d1, p1, follow_first) };
+    let a = unsafe { routed(d1, p1, call == TwoPathCall::Link { follow: true }) };
     let b = unsafe { routed(d2, p2, false) };
     match (a, b) {
-        (Routed::Err(e), _) | (_, Routed::Err(e)) => fail(e),
+        (Routed::Err(e), _) => fail(e),
+        // link looks the old path up whole before the new one's directories (rename looks up
+        // both directories first): a missing source is ENOENT whatever the target's path holds.
+        (Routed::Ours(x), Routed::Err(_)) if call != TwoPathCall::Rename && x.attr.is_none() => {
+            fail(Errno::ENOENT)
+        }
+        (_, Routed::Err(e)) => fail(e),
         (Routed::Ours(x), Routed::Ours(y)) => int(serve(|| ours(&x, &y))),
         (Routed::Kernel(x), Routed::Kernel(y)) => {
             kernel(Routed::kernel_path(&x, p1), Routed::kernel_path(&y, p2))
@@ -1678,7 +1693,7 @@ pub unsafe extern "C" fn renameat2(
             from,
             d2,
             to,
-            false,
+            TwoPathCall::Rename,
             |a, b| ops::rename(a, b, flags),
             |x, y| {
                 real!(renameat2: fn(c_int, *const c_char, c_int, *const c_char, c_uint) -> c_int)(
@@ -1714,11 +1729,19 @@ pub unsafe extern "C" fn linkat(
         };
     }
     unsafe {
-        two_paths(d1, from, d2, to, follow, ops::link, |x, y| {
-            real!(linkat: fn(c_int, *const c_char, c_int, *const c_char, c_int) -> c_int)(
-                d1, x, d2, y, flags,
-            )
-        })
+        two_paths(
+            d1,
+            from,
+            d2,
+            to,
+            TwoPathCall::Link { follow },
+            ops::link,
+            |x, y| {
+                real!(linkat: fn(c_int, *const c_char, c_int, *const c_char, c_int) -> c_int)(
+                    d1, x, d2, y, flags,
+                )
+            },
+        )
     }
 }
 

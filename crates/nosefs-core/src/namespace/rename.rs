@@ -214,18 +214,25 @@ impl Fs {
         Ok(())
     }
 
-    /// The checks after the flags, in Linux's order: ancestry (EINVAL) before types and
-    /// emptiness (ENOTDIR, EISDIR, ENOTEMPTY).
+    /// The checks after the flags, in Linux's order: ancestry (EINVAL, or ENOTEMPTY for a target
+    /// containing the source) before types and emptiness (ENOTDIR, EISDIR, ENOTEMPTY).
     fn check_rename(&self, s: &Sides, flags: RenameFlags) -> Result<()> {
         let src_dir = s.src_inode.dir().is_some();
         if src_dir && self.is_ancestor_or_self(s.src_inode.ino, s.to.ino)? {
             return Err(Errno::EINVAL.into());
         }
         let Some((_, d)) = &s.dst else { return Ok(()) };
+        // A target that contains the source: EINVAL for an exchange, ENOTEMPTY for a rename
+        // (Linux's "target should not be an ancestor of source"), before the type checks.
+        if d.dir().is_some() && self.is_ancestor_or_self(d.ino, s.from.ino)? {
+            let errno = if flags.exchange {
+                Errno::EINVAL
+            } else {
+                Errno::ENOTEMPTY
+            };
+            return Err(errno.into());
+        }
         if flags.exchange {
-            if d.dir().is_some() && self.is_ancestor_or_self(d.ino, s.from.ino)? {
-                return Err(Errno::EINVAL.into());
-            }
             return Ok(());
         }
         match (src_dir, d.dir()) {

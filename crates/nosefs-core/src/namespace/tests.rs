@@ -296,6 +296,12 @@ fn rename_moves_replaces_and_keeps_inode_numbers() {
         errno(fs.rename(b.ino, b"g", ROOT_INO, b"a", RenameFlags::default())),
         Errno::EISDIR
     );
+    // Onto a directory that contains the source: ENOTEMPTY before the types (Linux's "target
+    // should not be an ancestor of source"), for a file too; found by nosefs stress.
+    assert_eq!(
+        errno(fs.rename(b.ino, b"g", ROOT_INO, b"b", RenameFlags::default())),
+        Errno::ENOTEMPTY
+    );
     assert_eq!(
         errno(fs.rename(ROOT_INO, b"a", b.ino, b"g", RenameFlags::default())),
         Errno::ENOTDIR

@@ -343,10 +343,12 @@ pub fn rename(fs: &Fs, cred: &Cred, from: &Found, to: &Found, flags: u32) -> Res
 /// `link`.
 pub fn link(fs: &Fs, cred: &Cred, from: &Found, to: &Found) -> Result<Attr, Errno> {
     let src = from.existing()?;
+    // The kernel's order (vfs_link): the new name must be free and creatable before a
+    // directory source is refused.
+    check_create(fs, cred, to)?;
     if src.is_dir() {
         return Err(Errno::EPERM);
     }
-    check_create(fs, cred, to)?;
     core(fs.link(src.ino, to.parent, &to.name))
 }
 
