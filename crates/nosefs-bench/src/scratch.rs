@@ -353,8 +353,10 @@ impl ScratchMount {
         let fs = std::sync::Arc::new(fs);
         let frontend = nosefs_fuse::NoseFuse::shared(fs.clone());
         let kernel_view = frontend.kernel_view();
+        let notifier_slot = frontend.notifier_slot();
         match fuser::spawn_mount(frontend, &dir, &config) {
             Ok(session) => {
+                let _ = notifier_slot.set(session.notifier());
                 let server = if serve_clients {
                     let options = nosefs_daemon::server::Options {
                         allow_other: false,

@@ -320,8 +320,10 @@ fn serve(args: &MountArgs, options: &Options) -> Result<(), String> {
     }
     let frontend = NoseFuse::shared(Arc::clone(&fs));
     let kernel_view = frontend.kernel_view();
+    let notifier_slot = frontend.notifier_slot();
     let session = fuser::spawn_mount(frontend, &args.mountpoint, &config)
         .map_err(|e| format!("cannot mount at {}: {e}", args.mountpoint.display()))?;
+    let _ = notifier_slot.set(session.notifier());
     // Shim clients (`nosefs run --at MOUNTPOINT`) are served beside the kernel; what they change
     // is invalidated in the kernel's caches before they get their reply.
     // A read-only mount serves them too: every change they ask for is EROFS in the core.

@@ -812,6 +812,29 @@ fn fiemap_maps_the_data_and_fionread_counts_what_is_left() {
 }
 
 #[test]
+fn set_id_bits_long_relative_paths_bad_pointers_and_dropped_privileges_as_on_the_kernel() {
+    if !usable() {
+        return;
+    }
+    let m = mount_with(&["allow_other"]);
+    let out = same_as_kernel(&m, common::KERNEL_ANSWERS_SCRIPT);
+    assert!(out.contains("2666 write 666 fallocate 666"), "{out}");
+    assert!(out.contains("chown refused\n"), "{out}");
+    // The FUSE mount, which the kernel serves from this daemon, answers the same.
+    let fuse_dir = m.mnt.join("fuse");
+    std::fs::create_dir(&fuse_dir).unwrap();
+    let fuse = Command::new("sh")
+        .args(["-c", common::KERNEL_ANSWERS_SCRIPT])
+        .env("D", &fuse_dir)
+        .env("LC_ALL", "C")
+        .output()
+        .unwrap();
+    assert!(fuse.status.success(), "{}", text(&fuse));
+    assert_eq!(String::from_utf8_lossy(&fuse.stdout), out);
+    m.unmount_and_fsck();
+}
+
+#[test]
 fn holes_are_punched_found_and_copied_as_on_the_kernel() {
     if !usable() {
         return;

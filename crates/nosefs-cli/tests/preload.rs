@@ -310,6 +310,16 @@ fn holes_are_punched_found_and_copied_as_on_the_kernel() {
 }
 
 #[test]
+fn set_id_bits_long_relative_paths_bad_pointers_and_dropped_privileges_as_on_the_kernel() {
+    let setup = setup();
+    let out = same_as_kernel(&setup, common::KERNEL_ANSWERS_SCRIPT);
+    assert!(out.contains("2666 write 666 fallocate 666"), "{out}");
+    assert!(out.contains("chown refused\n"), "{out}");
+    assert!(out.contains("child open 1 EACCES\n"), "{out}");
+    setup.fsck_clean();
+}
+
+#[test]
 fn spawned_children_get_the_descriptors_and_directory_handed_to_them() {
     let setup = setup();
     let out = same_as_kernel(&setup, common::SPAWN_SCRIPT);

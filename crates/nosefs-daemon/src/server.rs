@@ -372,7 +372,7 @@ fn peer_cred(socket: &OwnedFd) -> Option<(i32, Cred)> {
 /// The credentials a process's file-system calls are checked with, from /proc: the
 /// file-system uid and gid (the fourth column; equal to the effective ones unless set apart
 /// with setfsuid) and the supplementary groups.
-fn proc_cred(pid: i32) -> Option<Cred> {
+pub fn proc_cred(pid: i32) -> Option<Cred> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let field = |name: &str| -> Option<Vec<u32>> {
         let line = status.lines().find_map(|l| l.strip_prefix(name))?;

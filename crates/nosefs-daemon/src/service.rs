@@ -266,6 +266,7 @@ impl Service for Local<'_> {
     }
 
     fn write(&self, handle: Handle, offset: u64, data: &[u8], append: bool) -> Result<u64, Errno> {
+        vfs::remove_privs(self.fs, || self.cred(), handle)?;
         if append {
             core(self.fs.append(handle, data))
         } else {
@@ -278,6 +279,7 @@ impl Service for Local<'_> {
     }
 
     fn ftruncate(&self, handle: Handle, size: u64) -> Result<(), Errno> {
+        vfs::remove_privs(self.fs, || self.cred(), handle)?;
         core(self.fs.truncate(handle, size))
     }
 
@@ -299,6 +301,7 @@ impl Service for Local<'_> {
     }
 
     fn fallocate(&self, handle: Handle, mode: i32, offset: i64, len: i64) -> Result<(), Errno> {
+        vfs::remove_privs(self.fs, || self.cred(), handle)?;
         vfs::fallocate(self.fs, handle, mode, offset, len)
     }
 

@@ -41,6 +41,9 @@ const TTL: Duration = Duration::from_secs(1);
 pub struct NoseFuse {
     fs: Option<Arc<Fs>>,
     view: Arc<KernelView>,
+    /// How the frontend tells the kernel of a change it made on its own (set-id bits a write
+    /// cleared): set once the session exists ([`NoseFuse::notifier_slot`]).
+    notifier: Arc<std::sync::OnceLock<fuser::Notifier>>,
 }
 
 /// What the kernel may have cached through this mount, so that the daemon invalidates only
@@ -105,7 +108,27 @@ impl NoseFuse {
         NoseFuse {
             fs: Some(fs),
             view: Arc::default(),
+            notifier: Arc::default(),
         }
+    }
+
+    /// Where the mount puts the session's notifier once it is mounted.
+    pub fn notifier_slot(&self) -> Arc<std::sync::OnceLock<fuser::Notifier>> {
+        Arc::clone(&self.notifier)
+    }
+
+    /// Clears the set-id bits a change of `ino`'s data by the caller of `req` clears (the
+    /// kernel's FUSE client clears set-group-id only with group-execute set; tmpfs and ext4 also
+    /// for a caller outside the file's group), and drops the attributes the kernel cached.
+    fn remove_privs(&self, req: &Request, ino: u64) -> Result<(), nosefs_core::Errno> {
+        if nosefs_core::vfs::remove_privs(self.fs(), || request_cred(req), ino)? {
+            if let Some(notifier) = self.notifier.get() {
+                // Attributes only (offset -1): the kernel holds the inode's lock for a write,
+                // and dropping its pages here would wait for it.
+                let _ = notifier.inval_inode(INodeNo(ino), -1, 0);
+            }
+        }
+        Ok(())
     }
 
     /// What the kernel may have cached (for [`Invalidator::new`]).
@@ -369,7 +392,7 @@ impl Filesystem for NoseFuse {
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -393,6 +416,12 @@ impl Filesystem for NoseFuse {
             mtime_ns: set_time(mtime),
             size,
         };
+        if size.is_some() && mode.is_none() {
+            if let Err(e) = self.remove_privs(req, ino.0) {
+                reply.error(Errno::from_i32(e.0));
+                return;
+            }
+        }
         reply_attr(reply, self.fs().setattr(ino.0, &change));
     }
 
@@ -558,7 +587,7 @@ impl Filesystem for NoseFuse {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -568,7 +597,11 @@ impl Filesystem for NoseFuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        match self.fs().write(ino.0, offset, data) {
+        let result = self
+            .remove_privs(req, ino.0)
+            .map_err(nosefs_core::Error::from)
+            .and_then(|()| self.fs().write(ino.0, offset, data));
+        match result {
             Ok(n) => reply.written(n as u32),
             Err(e) => reply.error(errno(e)),
         }
@@ -720,7 +753,7 @@ impl Filesystem for NoseFuse {
 
     fn fallocate(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -732,7 +765,12 @@ impl Filesystem for NoseFuse {
             reply.error(Errno::EINVAL);
             return;
         };
-        match nosefs_core::vfs::fallocate(self.fs(), ino.0, mode, offset, length) {
+        // The kernel clears no set-id bit before a fallocate: the frontend does, as ext4 and
+        // tmpfs do (file_modified).
+        let result = self
+            .remove_privs(req, ino.0)
+            .and_then(|()| nosefs_core::vfs::fallocate(self.fs(), ino.0, mode, offset, length));
+        match result {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(Errno::from_i32(e.0)),
         }
@@ -803,4 +841,17 @@ impl Filesystem for NoseFuse {
             Err(e) => reply.error(errno(e)),
         }
     }
+}
+
+/// The credentials a request was made with: its uid and gid, and the caller's supplementary
+/// groups from /proc (its file-system ids there, when the process is still there to ask).
+fn request_cred(req: &Request) -> nosefs_core::namespace::perm::Cred {
+    let pid = req.pid() as i32;
+    nosefs_daemon::server::proc_cred(pid)
+        .filter(|c| c.uid == req.uid() && c.gid == req.gid())
+        .unwrap_or_else(|| nosefs_core::namespace::perm::Cred {
+            uid: req.uid(),
+            gid: req.gid(),
+            groups: Default::default(),
+        })
 }

@@ -41,7 +41,7 @@ use parking_lot::Mutex;
 use crate::fdtable::{self, Kind, OpenFile};
 use crate::offsets::Offset;
 use crate::route;
-use crate::state::{self, ENV_AT, ENV_CWD, ENV_EXEC_TABLE, ENV_IMAGE, ENV_OPTIONS};
+use crate::state::{self, ENV_AT, ENV_CWD, ENV_EXEC_TABLE, ENV_IMAGE, ENV_IMAGE_FD, ENV_OPTIONS};
 
 /// The table and area descriptors of the exec in progress, closed if the exec fails.
 static PENDING: Mutex<Vec<OwnedFd>> = Mutex::new(Vec::new());
@@ -334,7 +334,7 @@ fn hand_over(
             })
             .collect(),
     };
-    let ours = [ENV_EXEC_TABLE, ENV_CWD];
+    let ours = [ENV_EXEC_TABLE, ENV_CWD, ENV_IMAGE_FD];
     vars.retain(|kv| {
         let name = kv
             .as_bytes()
@@ -354,6 +354,7 @@ fn hand_over(
             vars.extend(CString::new(kv).ok());
         }
     }
+    vars.extend(state::keeper_env().and_then(|kv| CString::new(kv).ok()));
     if let Some(cwd) = cwd {
         let mut kv = format!("{ENV_CWD}=").into_bytes();
         kv.extend_from_slice(&cwd);

@@ -141,8 +141,86 @@ fn wild(p: *const c_char) -> bool {
     a < 4096 || (cfg!(target_arch = "x86_64") && a >= 1 << 47)
 }
 
+/// The C string at `p`, or `None` where the kernel would answer EFAULT: a pointer into the
+/// first page or past user space, or into memory that is not mapped readable. Each page the
+/// string touches is checked ([`page_readable`]) before it is read, so a bad pointer never
+/// faults in the shim.
 unsafe fn bytes<'a>(p: *const c_char) -> Option<&'a [u8]> {
-    (!wild(p)).then(|| unsafe { CStr::from_ptr(p) }.to_bytes())
+    if wild(p) {
+        return None;
+    }
+    let start = p as usize;
+    let mut page = start & !(PAGE_BYTES - 1);
+    loop {
+        if page >= 1 << 47 || !page_readable(page) {
+            return None;
+        }
+        let from = start.max(page);
+        let end = page + PAGE_BYTES;
+        // SAFETY: `[from, end)` lies in a page just found readable.
+        let here = unsafe { std::slice::from_raw_parts(from as *const u8, end - from) };
+        if let Some(nul) = here.iter().position(|&b| b == 0) {
+            // SAFETY: every page from `start` to the NUL was found readable.
+            return Some(unsafe {
+                std::slice::from_raw_parts(start as *const u8, from - start + nul)
+            });
+        }
+        page = end;
+    }
+}
+
+const PAGE_BYTES: usize = 4096;
+
+/// Bumped whenever the program unmaps or moves memory: pages found readable before may not be.
+static MAP_GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+thread_local! {
+    /// Pages this thread found readable (at most 8, replaced round-robin), in the mapping
+    /// generation they were found in, so the paths a program passes again and again (its stack,
+    /// its strings) cost no system call.
+    static READABLE_PAGES: Cell<([usize; 8], u64, usize)> = const { Cell::new(([usize::MAX; 8], 0, 0)) };
+}
+
+/// Whether the page at address `page` can be read: asked of the kernel (`process_vm_readv` of
+/// one byte from this process, which fails with EFAULT instead of faulting), remembered per
+/// thread until the program next unmaps memory. Where the kernel refuses the call itself (a
+/// seccomp filter), the page is taken as readable, as before this check.
+fn page_readable(page: usize) -> bool {
+    let generation = MAP_GENERATION.load(std::sync::atomic::Ordering::Acquire);
+    let (mut pages, known, next) = READABLE_PAGES.with(Cell::get);
+    if known == generation && pages.contains(&page) {
+        return true;
+    }
+    let mut byte = 0u8;
+    let local = libc::iovec {
+        iov_base: (&mut byte as *mut u8).cast(),
+        iov_len: 1,
+    };
+    let remote = libc::iovec {
+        iov_base: page as *mut c_void,
+        iov_len: 1,
+    };
+    // SAFETY: the kernel copies one byte from `page` into `byte`, or fails; nothing is read by
+    // this process directly.
+    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+    let readable = n == 1 || (n < 0 && errno_now() != libc::EFAULT);
+    if readable {
+        if known != generation {
+            pages = [usize::MAX; 8];
+        }
+        pages[next % 8] = page;
+        READABLE_PAGES.with(|c| c.set((pages, generation, next + 1)));
+    }
+    readable
+}
+
+fn errno_now() -> c_int {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+/// After the program unmapped or moved memory.
+fn forget_readable_pages() {
+    MAP_GENERATION.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
 }
 
 /// Where a C path argument leads.
@@ -257,6 +335,9 @@ extern "C" fn init() {
     // SAFETY: registering plain extern "C" functions as fork handlers.
     unsafe { libc::pthread_atfork(Some(fork_prepare), None, Some(fork_child)) };
     crate::exec::adopt();
+    // Embedded mode: the image's descriptor that outlives a change of credentials, taken now,
+    // before the program can drop its privileges or close descriptors it did not open.
+    state::keep_image();
 }
 
 extern "C" fn fork_prepare() {
@@ -1636,10 +1717,22 @@ unsafe fn two_paths(
     ours: impl FnOnce(&Found, &Found) -> Result<(), Errno>,
     kernel: impl FnOnce(*const c_char, *const c_char) -> c_int,
 ) -> c_int {
-    if wild(p1) || wild(p2) {
-        return fail(Errno(libc::EFAULT)); // what the kernel answers for either
+    if unsafe { bytes(p1).is_none() } {
+        return fail(Errno(libc::EFAULT)); // what the kernel answers
     }
     let a = unsafe { routed(d1, p1, call == TwoPathCall::Link { follow: true }) };
+    if unsafe { bytes(p2).is_none() } {
+        // The kernel reads the second path when it resolves it: after link's lookup of the
+        // first (whose ENOENT comes first), after rename's of the first one's directory.
+        return match a {
+            Routed::Err(e) => fail(e),
+            Routed::Ours(x) if call != TwoPathCall::Rename && x.attr.is_none() => {
+                fail(Errno::ENOENT)
+            }
+            Routed::Kernel(x) => kernel(Routed::kernel_path(&x, p1), p2),
+            Routed::Ours(_) => fail(Errno(libc::EFAULT)),
+        };
+    }
     let b = unsafe { routed(d2, p2, false) };
     match (a, b) {
         (Routed::Err(e), _) => fail(e),
@@ -4378,6 +4471,9 @@ pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
         }
     }
     let rc = unsafe { real!(munmap: fn(*mut c_void, size_t) -> c_int)(addr, len) };
+    if rc == 0 {
+        forget_readable_pages();
+    }
     if rc == 0 && !in_shim() {
         let _guard = Guard::enter();
         kernel::unmapped(addr as usize, len);
@@ -4469,6 +4565,7 @@ pub unsafe extern "C" fn mremap(
             Ok(None) => {}
         }
     }
+    forget_readable_pages();
     unsafe {
         real!(mremap: fn(*mut c_void, size_t, size_t, c_int, *mut c_void) -> *mut c_void)(
             old, old_len, new_len, flags, new_addr,
@@ -5496,6 +5593,14 @@ pub fn map_shared_words(
         .map_err(|e| Errno(e.raw_os_error()))?;
         Ok(std::slice::from_raw_parts(p.cast(), words))
     }
+}
+
+/// The kernel device and inode behind descriptor `fd`, if it is open.
+pub fn kernel_dev_ino(fd: c_int) -> Option<(u64, u64)> {
+    // SAFETY: struct stat is plain data; fstat fills it or fails.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    let rc = unsafe { real!(fstat: fn(c_int, *mut libc::stat) -> c_int)(fd, &mut st) };
+    (rc == 0).then_some((st.st_dev, st.st_ino))
 }
 
 /// The kernel inode behind descriptor `fd` (a placeholder's is its anchor memfd's).

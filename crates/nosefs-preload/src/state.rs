@@ -37,6 +37,8 @@ pub const ENV_OPTIONS: &str = "NOSEFS_OPTIONS";
 pub const ENV_CWD: &str = "NOSEFS_CWD";
 /// Environment variable: descriptor of the table of noseFS descriptors passed across exec.
 pub const ENV_EXEC_TABLE: &str = "NOSEFS_EXEC_TABLE";
+/// Environment variable: the image descriptor kept open across exec (`image_keeper`).
+pub const ENV_IMAGE_FD: &str = "NOSEFS_IMAGE_FD";
 
 /// What the environment asked for.
 #[derive(Debug)]
@@ -212,13 +214,24 @@ fn connect(config: &Config) -> Result<Remote, Errno> {
 }
 
 fn mount_image(image: &std::path::Path, config: &Config) -> Result<Fs, Errno> {
-    let options = MountOptions {
+    let keeper = image_keeper(image);
+    let mut options = MountOptions {
         sync: config.sync,
         populate: config.populate,
         fd_floor: Some(crate::fdtable::internal_fd_floor()),
         ..MountOptions::default()
     };
-    match Fs::mount(image, &options) {
+    let mut mounted = Fs::mount(image, &options);
+    if let (Err(e), Some(fd)) = (&mounted, keeper) {
+        if matches!(e.errno().0, libc::EACCES | libc::EPERM) {
+            // Credentials dropped since the image was first opened (a server's child after
+            // setuid): the kernel keeps a file system across that; so does this process, through
+            // the descriptor it inherited. noseFS checks every call with the new credentials.
+            options.image_fd = Some(fd);
+            mounted = Fs::mount(image, &options);
+        }
+    }
+    match mounted {
         Ok(fs) => {
             crate::fdtable::set_internal(
                 crate::fdtable::Internal::Image,
@@ -243,6 +256,52 @@ fn mount_image(image: &std::path::Path, config: &Config) -> Result<Fs, Errno> {
             Err(Errno::EIO)
         }
     }
+}
+
+/// Embedded mode: a descriptor of the image that stays open across fork and exec (never
+/// close-on-exec; named to an exec'd program by `NOSEFS_IMAGE_FD`), opened at the first mount
+/// while the process can, or adopted from the program that exec'd this one when it is the same
+/// file. A process whose credentials no longer open the image (dropped with setuid) mounts
+/// through it; its record lock keeps two such processes from mapping the image at once.
+static KEEPER: std::sync::OnceLock<Option<i32>> = std::sync::OnceLock::new();
+
+/// The image keeper's descriptor (see [`KEEPER`]), if there is one.
+pub fn image_keeper(image: &std::path::Path) -> Option<i32> {
+    *KEEPER.get_or_init(|| {
+        let fd = adopt_keeper(image).or_else(|| open_keeper(image))?;
+        crate::fdtable::set_internal(crate::fdtable::Internal::ImageKeeper, Some(fd));
+        Some(fd)
+    })
+}
+
+/// At start-up in embedded mode: takes the image keeper (see [`KEEPER`]).
+pub fn keep_image() {
+    if let Some(image) = config().and_then(|c| c.image.as_deref()) {
+        image_keeper(image);
+    }
+}
+
+/// The keeper named by `NOSEFS_IMAGE_FD`, if that descriptor is open on `image`.
+fn adopt_keeper(image: &std::path::Path) -> Option<i32> {
+    let fd: i32 = std::env::var(ENV_IMAGE_FD).ok()?.parse().ok()?;
+    let want = rustix::fs::stat(image).ok()?;
+    let have = crate::ffi::kernel_dev_ino(fd)?;
+    (have == (want.st_dev, want.st_ino)).then_some(fd)
+}
+
+/// The keeper as the environment variable an exec'd program finds it by, if there is one.
+pub fn keeper_env() -> Option<String> {
+    let fd = (*KEEPER.get()?)?;
+    Some(format!("{ENV_IMAGE_FD}={fd}"))
+}
+
+/// Opens the keeper: the image read-write, moved up among the shim's descriptors.
+fn open_keeper(image: &std::path::Path) -> Option<i32> {
+    use rustix::fs::{Mode, OFlags};
+    let file = rustix::fs::open(image, OFlags::RDWR | OFlags::CLOEXEC, Mode::empty()).ok()?;
+    let high = rustix::io::fcntl_dupfd_cloexec(&file, crate::fdtable::internal_fd_floor()).ok()?;
+    rustix::io::fcntl_setfd(&high, rustix::io::FdFlags::empty()).ok()?;
+    Some(std::os::fd::IntoRawFd::into_raw_fd(high))
 }
 
 /// Commits everything and gives the image up (or closes the connection, which releases the

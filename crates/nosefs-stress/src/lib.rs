@@ -151,7 +151,7 @@ fn run_worker(root: &Path, n: usize, config: &Config) -> Result<Report, String> 
         } else {
             (&mut mine, &mut own_ops)
         };
-        let op = next_allowed(gen, &config.skip);
+        let op = next_allowed(gen, &config.skip, in_shared);
         let failed = worker
             .step(&op)
             .map_err(|e| format!("{}: {e}", label(i, &op)))?;
@@ -173,10 +173,14 @@ fn run_worker(root: &Path, n: usize, config: &Config) -> Result<Report, String> 
     Ok(report)
 }
 
-fn next_allowed(gen: &mut Generator, skip: &[String]) -> Op {
+/// The next operation of a kind not skipped. Never a mapped store in the shared directory:
+/// another worker may shorten the file under the mapping, and a store past its end is SIGBUS
+/// there as on any file system.
+fn next_allowed(gen: &mut Generator, skip: &[String], shared: bool) -> Op {
     loop {
         let op = gen.next_op();
-        if !skip.iter().any(|k| k == op.kind()) {
+        let kind = op.kind();
+        if !skip.iter().any(|k| k == kind) && !(shared && kind == "mmap") {
             return op;
         }
     }

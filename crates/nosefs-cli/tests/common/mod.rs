@@ -657,3 +657,75 @@ c.connect("stream")
 print("getpeername:", c.getpeername().replace(os.getcwd(), ""))
 '
 "##;
+
+/// What the kernel answers that a shim must answer too (issue 37): writes, fallocate and
+/// truncate by another user clear set-id bits (set-group-id also without group-execute for
+/// someone outside the group); chown naming the present owner is still the owner's to do; a
+/// relative path is limited by its own length, not the working directory's; a bad path pointer
+/// is EFAULT, never a crash; a child that forks and drops its privileges keeps the file system
+/// and is checked with its new credentials. Runs as root; `nobody` must reach `$D`.
+#[allow(dead_code)]
+pub const KERNEL_ANSWERS_SCRIPT: &str = r#"set -e
+chmod 755 "$D/.."
+cd "$D"
+chmod 777 .
+as_nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }
+for m in 4777 2777 6777 2666 2676 4755; do
+  echo x > f$m; chmod $m f$m
+  as_nobody sh -c "echo y >> f$m" 2>/dev/null || true
+  printf '%s write %s' $m $(stat -c %a f$m)
+  chmod $m f$m; as_nobody fallocate -l 8192 f$m 2>/dev/null || true
+  printf ' fallocate %s' $(stat -c %a f$m)
+  chmod $m f$m; as_nobody fallocate -p -o 0 -l 100 f$m 2>/dev/null || true
+  printf ' punch %s' $(stat -c %a f$m)
+  chmod $m f$m; as_nobody truncate -s 10 f$m 2>/dev/null || true
+  printf ' truncate %s' $(stat -c %a f$m)
+  chmod $m f$m; echo z >> f$m
+  printf ' root %s\n' $(stat -c %a f$m)
+done
+echo data > owned
+as_nobody sh -c 'chown 0:0 owned 2>/dev/null && echo chown allowed || echo chown refused'
+as_nobody sh -c 'chgrp 0 owned 2>/dev/null && echo chgrp allowed || echo chgrp refused'
+python3 -c "
+import os
+os.mkdir('deep'); os.chdir('deep')
+for _ in range(24):
+    os.mkdir('d' * 200); os.chdir('d' * 200)
+print('deep', len(os.getcwd()) > 4096)
+open('f', 'w').close(); os.mkdir('s'); os.link('f', 'g'); os.rename('g', 'h')
+os.chmod('f', 0o600); os.symlink('f', 'l'); os.truncate('f', 5); os.unlink('h'); os.rmdir('s')
+print(sorted(os.listdir('.')), os.stat('f').st_size, oct(os.stat('f').st_mode))
+"
+python3 -c "
+import ctypes, errno, os
+libc = ctypes.CDLL(None, use_errno=True)
+bad = ctypes.c_void_p(0xdeadc0de)
+for name, call in (
+    ('open', lambda: libc.open(bad, 0)),
+    ('chmod', lambda: libc.chmod(bad, 0o644)),
+    ('mkdir', lambda: libc.mkdir(bad, 0o755)),
+    ('unlink', lambda: libc.unlink(bad)),
+    ('rmdir', lambda: libc.rmdir(bad)),
+    ('truncate', lambda: libc.truncate(bad, ctypes.c_long(0))),
+    ('rename from', lambda: libc.rename(bad, b'x')),
+    ('rename to', lambda: libc.rename(b'owned', bad)),
+    ('link to', lambda: libc.link(b'owned', bad)),
+    ('link missing', lambda: libc.link(b'missing', bad)),
+    ('symlink', lambda: libc.symlink(bad, b'y')),
+):
+    ctypes.set_errno(0)
+    r = call()
+    print(name, r, errno.errorcode.get(ctypes.get_errno()))
+pid = os.fork()
+if pid == 0:
+    os.setgroups([]); os.setgid(65534); os.setuid(65534)
+    print('child stat', oct(os.stat('owned').st_mode), os.stat('f4755').st_size)
+    for flags in (os.O_RDONLY, os.O_WRONLY):
+        try:
+            os.close(os.open('owned', flags)); print('child open', flags, 'ok')
+        except OSError as e:
+            print('child open', flags, errno.errorcode[e.errno])
+    os._exit(0)
+os.waitpid(pid, 0)
+"
+"#;

@@ -168,6 +168,8 @@ pub struct MountOptions {
     pub sync: bool,
     /// Keep the image's descriptor at or above this number (see `RegionOptions::fd_floor`).
     pub fd_floor: Option<i32>,
+    /// Map the image through this open descriptor of it (see `RegionOptions::image_fd`).
+    pub image_fd: Option<i32>,
 }
 
 /// What mount found and did.
@@ -243,6 +245,7 @@ impl Fs {
         let region_options = crate::pmem::RegionOptions {
             populate: options.populate,
             fd_floor: options.fd_floor,
+            image_fd: options.image_fd,
             access: if options.read_only {
                 crate::pmem::Access::PrivateCopy
             } else {
@@ -448,6 +451,13 @@ impl Fs {
             attr.ctime_ns = attr.ctime_ns.max(mtime_ns);
         }
         Ok(attr)
+    }
+
+    /// The mode (type and permission bits) of inode `ino`: one read of its pinode, cheaper than
+    /// [`Fs::getattr`] on paths that only ask whether set-id bits are set.
+    pub fn mode_of(&self, ino: u64) -> Result<u32> {
+        let inode = self.inode(ino)?;
+        Ok(self.primary_pinode(&inode)?.mode.get())
     }
 
     /// Looks `name` up in directory `parent`.

@@ -108,6 +108,9 @@ impl Mapping {
     }
 
     pub(super) fn open(path: &Path, options: &RegionOptions) -> Result<Mapping> {
+        if let Some(fd) = options.image_fd {
+            return Mapping::open_descriptor(fd, path, options);
+        }
         let access = if options.access == Access::ReadWrite {
             OFlags::RDWR
         } else {
@@ -124,6 +127,26 @@ impl Mapping {
             })?;
         }
         lock(&file, path, options.access)?;
+        let (kind, len) = image_kind_and_size(&file, path)?;
+        map_file(file, path, kind, len, options, false)
+    }
+
+    /// Maps the image through `fd`, an open descriptor of it that this process inherited (the
+    /// preload shim's, for a process that dropped the privileges opening `path` needs). Its
+    /// description is shared with other processes, whose `flock` would not conflict with this
+    /// one's, so only the per-process record lock guards it (see [`lock`]).
+    fn open_descriptor(fd: i32, path: &Path, options: &RegionOptions) -> Result<Mapping> {
+        // SAFETY: the caller promises that `fd` is open for the duration of this call; it is
+        // only duplicated here.
+        let inherited = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+        let floor = options.fd_floor.unwrap_or(0);
+        let file = rustix::io::fcntl_dupfd_cloexec(inherited, floor).map_err(|e| {
+            Error::io(
+                format!("cannot use the inherited descriptor of {}", path.display()),
+                e.into(),
+            )
+        })?;
+        record_lock(&file, path, options.access)?;
         let (kind, len) = image_kind_and_size(&file, path)?;
         map_file(file, path, kind, len, options, false)
     }
@@ -209,8 +232,30 @@ fn lock(file: &OwnedFd, path: &Path, access: Access) -> Result<()> {
         Access::ReadOnly | Access::PrivateCopy => FlockOperation::NonBlockingLockShared,
     };
     match rustix::fs::flock(file, operation) {
-        Ok(()) => Ok(()),
+        Ok(()) => record_lock(file, path, access),
         Err(rustix::io::Errno::WOULDBLOCK) => Err(Error::InUse(path.to_path_buf())),
+        Err(e) => Err(Error::io(
+            format!("cannot lock {}", path.display()),
+            e.into(),
+        )),
+    }
+}
+
+/// The image's other lock: a record lock over the whole file, held per process (not per open
+/// description, as `flock` is), so that processes mapping it through one inherited description
+/// (`Mapping::open_descriptor`) exclude each other and everyone who opened it by path. Released
+/// when the process closes its descriptor of the image or ends. A file system without record
+/// locks (ENOLCK, EINVAL) leaves `flock` alone to guard it.
+fn record_lock(file: &OwnedFd, path: &Path, access: Access) -> Result<()> {
+    let operation = match access {
+        Access::ReadWrite => FlockOperation::NonBlockingLockExclusive,
+        Access::ReadOnly | Access::PrivateCopy => FlockOperation::NonBlockingLockShared,
+    };
+    match rustix::fs::fcntl_lock(file, operation) {
+        Ok(()) | Err(rustix::io::Errno::NOLCK | rustix::io::Errno::INVAL) => Ok(()),
+        Err(rustix::io::Errno::WOULDBLOCK | rustix::io::Errno::ACCESS) => {
+            Err(Error::InUse(path.to_path_buf()))
+        }
         Err(e) => Err(Error::io(
             format!("cannot lock {}", path.display()),
             e.into(),

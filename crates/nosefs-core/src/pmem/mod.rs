@@ -82,6 +82,10 @@ pub struct RegionOptions {
     /// Keep the image's descriptor at or above this number (the preload shim: the program owns
     /// the low numbers and may `dup2` over any of them).
     pub fd_floor: Option<i32>,
+    /// Map the image through this open descriptor of it instead of opening the path (the
+    /// preload shim's inherited one, in a process whose credentials may no longer open it). The
+    /// descriptor is duplicated; the caller keeps it open for the call.
+    pub image_fd: Option<i32>,
 }
 
 /// Flushes and fences issued by one thread.

@@ -193,7 +193,29 @@ pub fn truncate(fs: &Fs, cred: &Cred, found: &Found, size: i64) -> Result<(), Er
     }
     let size = u64::try_from(size).map_err(|_| Errno::EINVAL)?;
     allowed(fs, &attr, cred, MAY_WRITE)?;
+    remove_privs(fs, || cred.clone(), attr.ino)?;
     core(fs.truncate(attr.ino, size))
+}
+
+/// Before a change of regular file `ino`'s data by the caller (write, truncate, fallocate, a copy
+/// into it): clears the set-id bits the kernel's `file_remove_privs` clears for `cred` (asked for
+/// only when the file has one, so writes to ordinary files never copy credentials). Returns
+/// whether the mode changed.
+pub fn remove_privs(fs: &Fs, cred: impl FnOnce() -> Cred, ino: u64) -> Result<bool, Errno> {
+    let mode = core(fs.mode_of(ino))?;
+    if mode & (pinode::S_ISUID | pinode::S_ISGID) == 0 {
+        return Ok(false);
+    }
+    let attr = core(fs.getattr(ino))?;
+    let Some(mode) = perm::mode_after_write(&attr, &cred()) else {
+        return Ok(false);
+    };
+    let change = SetAttr {
+        mode: Some(mode),
+        ..SetAttr::default()
+    };
+    core(fs.setattr(ino, &change))?;
+    Ok(true)
 }
 
 fn check_create(fs: &Fs, cred: &Cred, found: &Found) -> Result<(), Errno> {

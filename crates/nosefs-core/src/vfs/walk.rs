@@ -110,6 +110,10 @@ fn lookup(fs: &Fs, dir: u64, name: &[u8]) -> Result<Option<Attr>, Errno> {
     }
 }
 
+/// Longest absolute path [`walk`] resolves: a working directory many PATH_MAXes deep, and a
+/// relative path under it.
+pub const WALK_BYTES_MAX: usize = 16 * libc::PATH_MAX as usize;
+
 /// Resolves `path` (absolute; it need not be inside `prefix`, which is noseFS's root as the
 /// caller sees it) component by component. `follow_last` follows a symbolic link in the last
 /// component.
@@ -120,7 +124,11 @@ pub fn walk(
     mut path: Vec<u8>,
     follow_last: bool,
 ) -> Result<Walked, Errno> {
-    if path.len() >= libc::PATH_MAX as usize {
+    // The caller's own string was held to PATH_MAX by its frontend, as the kernel holds it; a
+    // relative one joined to a deep working directory may be longer, and the kernel resolves
+    // it all the same (from the directory it holds). This bound only keeps a hostile client's
+    // request from costing without end.
+    if path.len() >= WALK_BYTES_MAX {
         return Err(Errno::ENAMETOOLONG);
     }
     let mut budget = MAX_SYMLINKS;
