@@ -266,12 +266,8 @@ impl Service for Local<'_> {
     }
 
     fn write(&self, handle: Handle, offset: u64, data: &[u8], append: bool) -> Result<u64, Errno> {
-        vfs::remove_privs(self.fs, || self.cred(), handle)?;
-        if append {
-            core(self.fs.append(handle, data))
-        } else {
-            core(self.fs.write(handle, offset, data)).map(|_| offset)
-        }
+        let at = (!append).then_some(offset);
+        vfs::write_by(self.fs, || self.cred(), handle, at, data)
     }
 
     fn fsync(&self, handle: Handle) -> Result<(), Errno> {

@@ -597,6 +597,8 @@ impl Filesystem for NoseFuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        // The kernel's FUSE client clears set-group-id only with group-execute set before a
+        // write; the frontend clears what tmpfs and ext4 clear.
         let result = self
             .remove_privs(req, ino.0)
             .map_err(nosefs_core::Error::from)

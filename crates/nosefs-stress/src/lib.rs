@@ -180,7 +180,9 @@ fn next_allowed(gen: &mut Generator, skip: &[String], shared: bool) -> Op {
     loop {
         let op = gen.next_op();
         let kind = op.kind();
-        if !skip.iter().any(|k| k == kind) && !(shared && kind == "mmap") {
+        let skipped = skip.iter().any(|k| k == kind);
+        let racy = shared && kind == "mmap";
+        if !skipped && !racy {
             return op;
         }
     }

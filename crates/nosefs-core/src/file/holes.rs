@@ -102,6 +102,7 @@ impl Fs {
             let mut punched = Punched::default();
             state.map.punch(offset, end, &mut punched);
             state.removed.extend(punched.removed);
+            state.punched = true;
             self.free_dropped(&mut state, &punched.dropped);
             state.mtime_ns = now_ns();
         }

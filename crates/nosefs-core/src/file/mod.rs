@@ -53,6 +53,7 @@ use crate::format::pinode::Pinode;
 use crate::format::BLOCK_SIZE;
 use crate::mkfs::now_ns;
 use crate::namespace::inode::Inode;
+use crate::namespace::perm::Cred;
 use crate::namespace::Fs;
 use filemap::{BlockRefs, FileMap, Piece, Punched};
 use journal::FileCommit;
@@ -109,6 +110,10 @@ pub struct FileState {
     prepared: Vec<compact::Plan>,
     /// Writes so far: the compactor commits alone only while it stays unchanged.
     writes: u64,
+    /// A punch since the last commit may have left two committed pieces side by side that the
+    /// media's list does not link (see [`Fs::relink_around_removed`]). Only a punch drops
+    /// pieces without putting new ones in their place or cutting the list's end.
+    punched: bool,
 }
 
 impl FileState {
@@ -131,6 +136,7 @@ impl FileState {
             reserved: Vec::new(),
             prepared: Vec::new(),
             writes: 0,
+            punched: false,
         }
     }
 
@@ -348,6 +354,41 @@ impl Fs {
         let offset = self.write_at(&inode, None, data)?;
         self.write_shadowed(ino, offset, data)?;
         Ok(offset)
+    }
+
+    /// [`Fs::write`] (`offset` given) or [`Fs::append`] by a caller other than the kernel's
+    /// FUSE client: first the set-id bits the write clears for `cred` (Linux's
+    /// `file_remove_privs`), which costs one load for a file without them.
+    pub fn write_by(
+        &self,
+        ino: u64,
+        offset: Option<u64>,
+        data: &[u8],
+        cred: impl FnOnce() -> Cred,
+    ) -> Result<u64> {
+        self.writable()?;
+        let inode = self.inode(ino)?;
+        if inode.has_setid() {
+            self.drop_setid(ino, &cred())?;
+        }
+        let offset = self.write_at(&inode, offset, data)?;
+        self.write_shadowed(ino, offset, data)?;
+        Ok(offset)
+    }
+
+    /// Clears the set-id bits a change of `ino`'s data by `cred` clears; whether the mode
+    /// changed.
+    pub fn drop_setid(&self, ino: u64, cred: &Cred) -> Result<bool> {
+        let attr = self.getattr(ino)?;
+        let Some(mode) = crate::namespace::perm::mode_after_write(&attr, cred) else {
+            return Ok(false);
+        };
+        let change = crate::namespace::SetAttr {
+            mode: Some(mode),
+            ..Default::default()
+        };
+        self.setattr(ino, &change)?;
+        Ok(true)
     }
 
     fn write_at(&self, inode: &Inode, offset: Option<u64>, data: &[u8]) -> Result<u64> {
@@ -708,7 +749,9 @@ impl Fs {
         } else {
             self.defragment(state);
         }
-        self.relink_around_removed(state);
+        if std::mem::take(&mut state.punched) {
+            self.relink_around_removed(state);
+        }
         let offsets = state.map.pending();
         let enos = self.alloc_extents(offsets.len())?;
         for (&offset, &eno) in offsets.iter().zip(&enos) {
@@ -781,7 +824,8 @@ impl Fs {
     /// predecessor is committed too (a punch dropping whole pieces between two kept ones, or an
     /// overwrite whose new piece was punched away before the commit) would leave the
     /// predecessor's `next` naming a retired extent: that predecessor is committed again as a new
-    /// extent over the same bytes, whose apply step links both its sides. O(removed extents).
+    /// extent over the same bytes, whose apply step links both its sides. O(removed extents),
+    /// each a read of two records; run by commits after a punch (`FileState::punched`).
     fn relink_around_removed(&self, state: &mut FileState) {
         for i in 0..state.removed.len() {
             let prev = self.image.extent(u64::from(state.removed[i].0)).prev.get();

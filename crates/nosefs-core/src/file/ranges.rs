@@ -72,6 +72,7 @@ impl Fs {
             Shift::Collapse => {
                 let mut punched = Punched::default();
                 state.map.punch(offset, end, &mut punched);
+                state.punched = true;
                 removed.extend(punched.removed);
                 self.free_dropped(&mut state, &punched.dropped);
                 state.map.shift_from(end, -(len as i64), &mut removed);

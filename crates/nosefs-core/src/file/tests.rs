@@ -578,3 +578,41 @@ fn an_overwrite_punched_away_before_its_commit_relinks_the_list() {
     assert!(data[5000..40_000].iter().all(|&b| b == 0));
     assert!(data[40_000..].iter().all(|&b| b == 3));
 }
+
+/// Writes by others than root clear set-id bits (Linux's file_remove_privs), also after a
+/// remount rebuilt the inode, and cost nothing more for files without them.
+#[test]
+fn writes_by_others_clear_set_id_bits() {
+    use crate::namespace::perm::Cred;
+    let mut h = fresh(None);
+    let f = new_file(&h, b"f");
+    let nobody = || Cred {
+        uid: 65534,
+        gid: 65534,
+        groups: Default::default(),
+    };
+    let chmod = |fs: &Fs, mode| {
+        let change = SetAttr {
+            mode: Some(mode),
+            ..SetAttr::default()
+        };
+        fs.setattr(f, &change).unwrap();
+    };
+    let mode = |fs: &Fs| fs.getattr(f).unwrap().mode & 0o7777;
+    chmod(h.fs(), 0o6775);
+    h.fs().write_by(f, Some(0), b"x", Cred::root).unwrap();
+    assert_eq!(mode(h.fs()), 0o6775, "root keeps them");
+    h.fs().write_by(f, None, b"y", nobody).unwrap();
+    assert_eq!(mode(h.fs()), 0o775);
+    chmod(h.fs(), 0o2644);
+    h.fs().fsync(f).unwrap();
+    h.remount(false);
+    h.fs().write_by(f, Some(0), b"z", nobody).unwrap();
+    assert_eq!(
+        mode(h.fs()),
+        0o644,
+        "outside the group, without group-execute"
+    );
+    h.fs().write_by(f, Some(0), b"z", nobody).unwrap();
+    assert_eq!(read_all(h.fs(), f), b"zy");
+}

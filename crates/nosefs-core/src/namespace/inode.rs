@@ -3,12 +3,12 @@
 //! All of it is rebuilt at mount from the pinode table; NVM stays the truth for attributes.
 
 use std::collections::{BTreeMap, HashSet};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use parking_lot::{Mutex, RwLock};
 
-use crate::format::pinode::{S_IFDIR, S_IFREG};
+use crate::format::pinode::{S_IFDIR, S_IFMT, S_IFREG, S_ISGID, S_ISUID};
 use crate::padded::CachePadded;
 
 /// Cookies 1 and 2 are "." and ".."; entries start after them.
@@ -192,6 +192,11 @@ enum Contents {
     File(Box<Mutex<crate::file::FileState>>),
 }
 
+/// [`Inode::has_acl`].
+const ACCESS_ACL: u8 = 1;
+/// [`Inode::has_setid`].
+const SETID: u8 = 2;
+
 /// One inode in DRAM.
 #[derive(Debug)]
 pub struct Inode {
@@ -209,9 +214,9 @@ pub struct Inode {
     pub orphaned: AtomicBool,
     /// Whether the inode is a regular file.
     is_file: bool,
-    /// Whether its attributes hold an access ACL (`system.posix_acl_access`), which then decides
-    /// permissions instead of the mode alone. Changed with `xattrs`, under the inode lock.
-    pub has_acl: AtomicBool,
+    /// [`ACCESS_ACL`] and [`SETID`]: what permission checks and writes ask of the inode without
+    /// reading its pinode. One byte for both keeps the inode in one cache line.
+    marks: AtomicU8,
     /// Slot of its attribute pinode (`FLAG_XATTR`), 0 when it has no extended attributes.
     /// Changed under the inode lock, after the commit that swapped the pinodes.
     pub xattrs: AtomicU32,
@@ -227,10 +232,12 @@ pub struct Inode {
 }
 
 impl Inode {
-    /// A new inode whose primary pinode is at `slot`, of type `file_type` (the `S_IFMT` bits of
-    /// its mode): a directory gets an empty listing; a regular file gets `file`, its data as
-    /// mount found it, or no state yet when it has no extents.
-    pub fn new(ino: u64, slot: u32, file_type: u32, file: Option<crate::file::FileState>) -> Inode {
+    /// A new inode whose primary pinode is at `slot`, with `mode` (its type bits, and its
+    /// permission bits when known: the set-id ones count): a directory gets an empty listing; a
+    /// regular file gets `file`, its data as mount found it, or no state yet when it has no
+    /// extents.
+    pub fn new(ino: u64, slot: u32, mode: u32, file: Option<crate::file::FileState>) -> Inode {
+        let file_type = mode & S_IFMT;
         let is_file = file_type == S_IFREG;
         assert!(
             is_file || file.is_none(),
@@ -254,10 +261,45 @@ impl Inode {
             open_count: AtomicU32::new(0),
             orphaned: AtomicBool::new(false),
             is_file,
-            has_acl: AtomicBool::new(false),
+            marks: AtomicU8::new(if mode & (S_ISUID | S_ISGID) != 0 {
+                SETID
+            } else {
+                0
+            }),
             xattrs: AtomicU32::new(0),
             data: Mutex::new(InodeData::new(slot)),
             contents,
+        }
+    }
+
+    /// Records the mode of a new primary version (the set-id bits are what is kept).
+    pub fn note_mode(&self, mode: u32) {
+        self.set_mark(SETID, mode & (S_ISUID | S_ISGID) != 0);
+    }
+
+    /// Whether its mode has set-user-id or set-group-id, which a write by someone else clears
+    /// (every mode change is a new primary version, which notes it), so a write to an ordinary
+    /// file asks nothing more (`Fs::write_by`).
+    pub fn has_setid(&self) -> bool {
+        self.marks.load(Ordering::Acquire) & SETID != 0
+    }
+
+    /// Whether its attributes hold an access ACL (`system.posix_acl_access`), which then decides
+    /// permissions instead of the mode alone. Changed with `xattrs`, under the inode lock.
+    pub fn has_acl(&self) -> bool {
+        self.marks.load(Ordering::Acquire) & ACCESS_ACL != 0
+    }
+
+    /// Records whether its attributes hold an access ACL.
+    pub fn note_acl(&self, present: bool) {
+        self.set_mark(ACCESS_ACL, present);
+    }
+
+    fn set_mark(&self, mark: u8, on: bool) {
+        if on {
+            self.marks.fetch_or(mark, Ordering::AcqRel);
+        } else {
+            self.marks.fetch_and(!mark, Ordering::AcqRel);
         }
     }
 

@@ -439,7 +439,7 @@ impl Fs {
             Err(e) => return self.removed_dir_attr(ino).ok_or(e),
         };
         let mut attr = Attr::from_pinode(&self.primary_pinode(&inode)?);
-        attr.acl = inode.has_acl.load(Ordering::Acquire);
+        attr.acl = inode.has_acl();
         if let Some(file) = inode.file_state() {
             // Writes since the last commit live in DRAM until fsync; stat sees them.
             let state = file.lock();
@@ -453,11 +453,10 @@ impl Fs {
         Ok(attr)
     }
 
-    /// The mode (type and permission bits) of inode `ino`: one read of its pinode, cheaper than
-    /// [`Fs::getattr`] on paths that only ask whether set-id bits are set.
-    pub fn mode_of(&self, ino: u64) -> Result<u32> {
-        let inode = self.inode(ino)?;
-        Ok(self.primary_pinode(&inode)?.mode.get())
+    /// Whether inode `ino`'s mode has set-user-id or set-group-id (kept in DRAM beside the
+    /// mode: cheaper than [`Fs::getattr`] where that is all a caller asks).
+    pub fn has_setid(&self, ino: u64) -> Result<bool> {
+        Ok(self.inode(ino)?.has_setid())
     }
 
     /// Looks `name` up in directory `parent`.

@@ -333,7 +333,7 @@ impl Fs {
         }
         // The inode before its name, so whoever finds the name finds the inode.
         // A new file's data state is made by its first write (see Inode::file_state).
-        let inode = Arc::new(Inode::new(ino, slot, mode & pinode::S_IFMT, None));
+        let inode = Arc::new(Inode::new(ino, slot, mode, None));
         if let Some(set) = &inherited {
             self.note_new_xattrs(&inode, xattr_slot, set);
         }
@@ -530,6 +530,7 @@ impl Fs {
             Some(_) => self.xattrs_after_chmod(&inode, new.mode.get())?,
             None => None,
         };
+        let new_mode = new.mode.get();
         if let Some(set) = acl_after_chmod {
             // The access ACL's owner, mask and other entries follow the mode, in one commit.
             self.commit_xattrs(&inode, &mut locked[0].1, &set, Some(new))?;
@@ -546,6 +547,7 @@ impl Fs {
         } else {
             self.replace_version(&inode, &mut locked[0].1, old_slot, new)?;
         }
+        inode.note_mode(new_mode);
         if let (Some(file), Some(mtime_ns)) = (inode.file_state(), change.mtime_ns) {
             file.lock().set_mtime(mtime_ns);
         }

@@ -540,7 +540,7 @@ fn build_tree(fs: &Fs, scan: &Scan) -> Result<Tree> {
                 "a name of inode {ino} has another file type"
             )));
         }
-        let inode = Inode::new(ino, primary.slot, file_type, None);
+        let inode = Inode::new(ino, primary.slot, primary.mode, None);
         if group.len() > 1 {
             inode
                 .data
@@ -605,10 +605,7 @@ fn attach_xattrs(fs: &Fs, found: &Found) -> std::result::Result<u64, String> {
         let _locked = owner.data.lock();
         fs.load_xattrs(&owner).map_err(|e| e.to_string())?
     };
-    owner.has_acl.store(
-        set.get(super::acl::ACCESS).is_some(),
-        std::sync::atomic::Ordering::Relaxed,
-    );
+    owner.note_acl(set.get(super::acl::ACCESS).is_some());
     let reserved = set.reserved();
     if !reserved.is_empty() && fs.image.geometry().reservations {
         fs.restore_reservation(&owner, reserved)

@@ -82,7 +82,7 @@ impl Fs {
         let guards = self.lock_buckets(&buckets);
         self.commit(&buckets, &mut txn);
         drop(guards);
-        let inode = Inode::new(ino, slot, pinode::S_IFREG, None);
+        let inode = Inode::new(ino, slot, mode, None);
         inode.data.lock().clear_names();
         inode.orphaned.store(true, Ordering::Release);
         let inode = Arc::new(inode);

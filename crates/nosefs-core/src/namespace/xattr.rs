@@ -218,7 +218,7 @@ impl Fs {
     /// The access ACL of inode `ino`, if it has one (for permission checks).
     pub fn access_acl(&self, ino: u64) -> Result<Option<Acl>> {
         let inode = self.inode(ino)?;
-        if !inode.has_acl.load(Ordering::Acquire) {
+        if !inode.has_acl() {
             return Ok(None);
         }
         let _locked = inode.data.lock();
@@ -345,13 +345,12 @@ impl Fs {
                 .repoint(primary_slot, slot);
             self.relist(slot, seq);
             inode.primary.store(slot, Ordering::Release);
+            inode.note_mode(self.image.pinode(u64::from(slot)).mode.get());
             data.repoint_name(primary_slot, slot);
             self.release(&[primary_slot], &[]);
         }
         inode.xattrs.store(new_slot, Ordering::Release);
-        inode
-            .has_acl
-            .store(set.get(acl::ACCESS).is_some(), Ordering::Release);
+        inode.note_acl(set.get(acl::ACCESS).is_some());
         drop(guards);
         if let Some(old) = old {
             self.release_xattr_pinode(&old);
@@ -517,15 +516,13 @@ impl Fs {
     /// Marks a new inode's attributes as committed (see [`Fs::inherited_xattrs`]).
     pub(super) fn note_new_xattrs(&self, inode: &Inode, slot: u32, set: &XattrSet) {
         inode.xattrs.store(slot, Ordering::Release);
-        inode
-            .has_acl
-            .store(set.get(acl::ACCESS).is_some(), Ordering::Release);
+        inode.note_acl(set.get(acl::ACCESS).is_some());
     }
 
     /// The inode's ACL after a chmod to `mode`, as attributes to commit with the new mode;
     /// `None` when it has no access ACL.
     pub(super) fn xattrs_after_chmod(&self, inode: &Inode, mode: u32) -> Result<Option<XattrSet>> {
-        if !inode.has_acl.load(Ordering::Acquire) {
+        if !inode.has_acl() {
             return Ok(None);
         }
         let mut set = self.load_xattrs(inode)?;

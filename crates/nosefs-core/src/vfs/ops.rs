@@ -197,25 +197,26 @@ pub fn truncate(fs: &Fs, cred: &Cred, found: &Found, size: i64) -> Result<(), Er
     core(fs.truncate(attr.ino, size))
 }
 
-/// Before a change of regular file `ino`'s data by the caller (write, truncate, fallocate, a copy
-/// into it): clears the set-id bits the kernel's `file_remove_privs` clears for `cred` (asked for
-/// only when the file has one, so writes to ordinary files never copy credentials). Returns
-/// whether the mode changed.
+/// Before a change of regular file `ino`'s data by the caller (truncate, fallocate, a copy into
+/// it; writes go through [`write_by`]): clears the set-id bits the kernel's `file_remove_privs`
+/// clears for `cred` (asked for only when the file has one). Returns whether the mode changed.
 pub fn remove_privs(fs: &Fs, cred: impl FnOnce() -> Cred, ino: u64) -> Result<bool, Errno> {
-    let mode = core(fs.mode_of(ino))?;
-    if mode & (pinode::S_ISUID | pinode::S_ISGID) == 0 {
+    if !core(fs.has_setid(ino))? {
         return Ok(false);
     }
-    let attr = core(fs.getattr(ino))?;
-    let Some(mode) = perm::mode_after_write(&attr, &cred()) else {
-        return Ok(false);
-    };
-    let change = SetAttr {
-        mode: Some(mode),
-        ..SetAttr::default()
-    };
-    core(fs.setattr(ino, &change))?;
-    Ok(true)
+    core(fs.drop_setid(ino, &cred()))
+}
+
+/// A write by the caller whose credentials `cred` gives, at `offset` (`None`: appended), of
+/// regular file `ino`, after the set-id bits it clears; the offset written at.
+pub fn write_by(
+    fs: &Fs,
+    cred: impl FnOnce() -> Cred,
+    ino: u64,
+    offset: Option<u64>,
+    data: &[u8],
+) -> Result<u64, Errno> {
+    core(fs.write_by(ino, offset, data, cred))
 }
 
 fn check_create(fs: &Fs, cred: &Cred, found: &Found) -> Result<(), Errno> {
