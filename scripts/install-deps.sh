@@ -45,6 +45,11 @@ have make || apt_packages+=(make)
 have setfacl || apt_packages+=(acl)
 have setfattr || apt_packages+=(attr)
 have rsync || apt_packages+=(rsync)
+# Programs that bring their own allocator (the shim must be safe inside it): jemalloc and
+# tcmalloc to preload, and Redis, which Debian links with jemalloc (issue 38).
+[ -e /usr/lib/x86_64-linux-gnu/libjemalloc.so.2 ] || [ "$(uname -m)" != x86_64 ] || apt_packages+=(libjemalloc2)
+[ -e /usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4 ] || [ "$(uname -m)" != x86_64 ] || apt_packages+=(libtcmalloc-minimal4)
+have redis-server || apt_packages+=(redis-server)
 # LMDB with write-mapped commits (the shim's mapped-file test), through Debian's python3.
 [ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import lmdb' 2>/dev/null || apt_packages+=(python3-lmdb)
 if ! command -v cargo >/dev/null 2>&1; then

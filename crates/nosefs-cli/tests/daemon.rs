@@ -835,6 +835,20 @@ fn set_id_bits_long_relative_paths_bad_pointers_and_dropped_privileges_as_on_the
 }
 
 #[test]
+fn programs_with_their_own_allocator_and_redis_run_as_clients() {
+    if !usable() {
+        return;
+    }
+    let m = mount_with(&[]);
+    let script = format!("PORT=16392\n{}", common::ALLOCATORS_SCRIPT);
+    let out = same_as_kernel(&m, &script);
+    if std::path::Path::new("/usr/bin/redis-server").exists() {
+        assert!(out.contains("v\n2\na\nb\nc\n"), "{out}");
+    }
+    m.unmount_and_fsck();
+}
+
+#[test]
 fn holes_are_punched_found_and_copied_as_on_the_kernel() {
     if !usable() {
         return;

@@ -320,6 +320,17 @@ fn set_id_bits_long_relative_paths_bad_pointers_and_dropped_privileges_as_on_the
 }
 
 #[test]
+fn programs_with_their_own_allocator_and_redis_run_under_the_shim() {
+    let setup = setup();
+    let script = format!("PORT=16391\n{}", common::ALLOCATORS_SCRIPT);
+    let out = same_as_kernel(&setup, &script);
+    if std::path::Path::new("/usr/bin/redis-server").exists() {
+        assert!(out.contains("v\n2\na\nb\nc\n"), "{out}");
+    }
+    setup.fsck_clean();
+}
+
+#[test]
 fn spawned_children_get_the_descriptors_and_directory_handed_to_them() {
     let setup = setup();
     let out = same_as_kernel(&setup, common::SPAWN_SCRIPT);

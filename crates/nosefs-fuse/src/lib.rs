@@ -44,6 +44,10 @@ pub struct NoseFuse {
     /// How the frontend tells the kernel of a change it made on its own (set-id bits a write
     /// cleared): set once the session exists ([`NoseFuse::notifier_slot`]).
     notifier: Arc<std::sync::OnceLock<fuser::Notifier>>,
+    /// Open directory handles: where each one's listing ends (`Fs::listing_end`), read again
+    /// when it starts over from offset 0 (rewinddir), so that names added since are listed.
+    listings: parking_lot::Mutex<std::collections::HashMap<u64, u64>>,
+    next_listing: std::sync::atomic::AtomicU64,
 }
 
 /// What the kernel may have cached through this mount, so that the daemon invalidates only
@@ -109,7 +113,20 @@ impl NoseFuse {
             fs: Some(fs),
             view: Arc::default(),
             notifier: Arc::default(),
+            listings: Default::default(),
+            next_listing: std::sync::atomic::AtomicU64::new(1),
         }
+    }
+
+    /// Where the listing of handle `fh` of directory `ino` ends for a read from `offset`: read
+    /// again at offset 0 (a first read, or after rewinddir).
+    fn listing_end(&self, fh: FileHandle, ino: u64, offset: u64) -> nosefs_core::Result<u64> {
+        if offset == 0 {
+            let end = self.fs().listing_end(ino)?;
+            self.listings.lock().insert(fh.0, end);
+            return Ok(end);
+        }
+        Ok(self.listings.lock().get(&fh.0).copied().unwrap_or(u64::MAX))
     }
 
     /// Where the mount puts the session's notifier once it is mounted.
@@ -122,13 +139,18 @@ impl NoseFuse {
     /// for a caller outside the file's group), and drops the attributes the kernel cached.
     fn remove_privs(&self, req: &Request, ino: u64) -> Result<(), nosefs_core::Errno> {
         if nosefs_core::vfs::remove_privs(self.fs(), || request_cred(req), ino)? {
-            if let Some(notifier) = self.notifier.get() {
-                // Attributes only (offset -1): the kernel holds the inode's lock for a write,
-                // and dropping its pages here would wait for it.
-                let _ = notifier.inval_inode(INodeNo(ino), -1, 0);
-            }
+            self.attributes_changed(ino);
         }
         Ok(())
+    }
+
+    /// Drops the attributes the kernel cached of `ino`, which the frontend changed on its own.
+    fn attributes_changed(&self, ino: u64) {
+        if let Some(notifier) = self.notifier.get() {
+            // Attributes only (offset -1): the kernel holds the inode's lock for a write, and
+            // dropping its pages here would wait for it.
+            let _ = notifier.inval_inode(INodeNo(ino), -1, 0);
+        }
     }
 
     /// What the kernel may have cached (for [`Invalidator::new`]).
@@ -336,7 +358,7 @@ impl Filesystem for NoseFuse {
 
     fn setxattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         name: &OsStr,
         value: &[u8],
@@ -347,8 +369,23 @@ impl Filesystem for NoseFuse {
         if position != 0 {
             return reply.error(Errno::from_i32(libc::EINVAL));
         }
+        // An access ACL set by someone outside the file's group drops set-group-id, which the
+        // kernel's FUSE client leaves to the server.
+        let name = name.as_bytes();
+        if req.uid() != 0 {
+            match nosefs_core::vfs::xattr::acl_drops_setgid(
+                self.fs(),
+                &request_cred(req),
+                ino.0,
+                name,
+            ) {
+                Ok(true) => self.attributes_changed(ino.0),
+                Ok(false) => {}
+                Err(e) => return reply.error(Errno::from_i32(e.0)),
+            }
+        }
         let result = XattrMode::from_flags(flags)
-            .and_then(|mode| self.fs().setxattr(ino.0, name.as_bytes(), value, mode));
+            .and_then(|mode| self.fs().setxattr(ino.0, name, value, mode));
         reply_empty(reply, result);
     }
 
@@ -648,12 +685,18 @@ impl Filesystem for NoseFuse {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        // The handle is where the listing ends (see `Fs::listing_end`).
+        // The handle names where the listing ends (see `NoseFuse::listing_end`).
         match self.fs().getattr(ino.0) {
             Ok(a) if a.is_dir() => match self.fs().listing_end(ino.0) {
                 // Counted, so a removed directory answers getattr until its release.
                 Ok(end) => match self.fs().open(ino.0) {
-                    Ok(()) => reply.opened(FileHandle(end), FopenFlags::empty()),
+                    Ok(()) => {
+                        let id = self
+                            .next_listing
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        self.listings.lock().insert(id, end);
+                        reply.opened(FileHandle(id), FopenFlags::empty())
+                    }
                     Err(e) => reply.error(errno(e)),
                 },
                 Err(e) => reply.error(errno(e)),
@@ -671,7 +714,10 @@ impl Filesystem for NoseFuse {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let end = fh.0;
+        let end = match self.listing_end(fh, ino.0, offset) {
+            Ok(end) => end,
+            Err(e) => return reply.error(errno(e)),
+        };
         let result = self.fs().readdir(ino.0, offset, |e| {
             if e.cookie >= end {
                 return false; // added after the directory was opened: the listing ends here
@@ -694,7 +740,10 @@ impl Filesystem for NoseFuse {
         mut reply: ReplyDirectoryPlus,
     ) {
         let fs = self.fs();
-        let end = fh.0;
+        let end = match self.listing_end(fh, ino.0, offset) {
+            Ok(end) => end,
+            Err(e) => return reply.error(errno(e)),
+        };
         self.view.note_dir(ino.0);
         let result = fs.readdir(ino.0, offset, |e| {
             if e.cookie >= end {
@@ -728,10 +777,11 @@ impl Filesystem for NoseFuse {
         &self,
         _req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
+        self.listings.lock().remove(&fh.0);
         let _ = self.fs().close(ino.0);
         reply.ok();
     }

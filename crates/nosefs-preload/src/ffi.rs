@@ -1277,7 +1277,7 @@ pub unsafe extern "C" fn statx(
             sx.stx_mode = a.mode as u16;
             sx.stx_ino = a.ino;
             sx.stx_size = a.size;
-            sx.stx_blocks = a.size.div_ceil(512);
+            sx.stx_blocks = a.blocks;
             sx.stx_atime = statx_time(a.atime_ns);
             sx.stx_btime = statx_time(a.ctime_ns);
             sx.stx_ctime = statx_time(a.ctime_ns);
@@ -2689,7 +2689,7 @@ unsafe fn trap_cwd() {
             .and_then(|cwd| CString::new(cwd).ok());
         let moved = same_in_kernel.is_some_and(|p| unsafe { chdir(p.as_ptr()) } == 0);
         if !moved {
-            if let Ok(p) = CString::new(config.prefix.clone()) {
+            if let Ok(p) = CString::new(config.prefix.to_vec()) {
                 unsafe { chdir(p.as_ptr()) };
             }
         }
@@ -5222,7 +5222,7 @@ unsafe fn add_kernel_side_chdir(actions: *mut c_void, dir: Vec<u8>) -> c_int {
     let kernel_side = if state::daemon_mode() {
         dir.clone()
     } else {
-        config.prefix.clone()
+        config.prefix.to_vec()
     };
     let Ok(kernel_side) = CString::new(kernel_side) else {
         return libc::EINVAL;
@@ -5593,6 +5593,15 @@ pub fn map_shared_words(
         .map_err(|e| Errno(e.raw_os_error()))?;
         Ok(std::slice::from_raw_parts(p.cast(), words))
     }
+}
+
+/// An environment variable's bytes, through libc's `getenv`, which neither allocates nor locks
+/// (the configuration is read this way: the first hook may run inside the program's malloc).
+pub fn env_bytes(name: &CStr) -> Option<&'static [u8]> {
+    // SAFETY: getenv returns NULL or a NUL-terminated string of the environment, which the shim
+    // copies at once (nothing here keeps it across a setenv).
+    let p = unsafe { libc::getenv(name.as_ptr()) };
+    (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_bytes())
 }
 
 /// The kernel device and inode behind descriptor `fd`, if it is open.

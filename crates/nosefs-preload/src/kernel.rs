@@ -165,7 +165,7 @@ pub fn path_now(file: &OpenFile) -> Result<Vec<u8>, Errno> {
         return Ok(file.path.clone());
     }
     let prefix = state::config()
-        .map(|c| c.prefix.clone())
+        .map(|c| c.prefix.to_vec())
         .unwrap_or_default();
     let inside =
         state::with_service(|s| s.path_of(file.handle)).map_err(|_| Errno(libc::ENODEV))?;

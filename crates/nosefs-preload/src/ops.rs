@@ -739,8 +739,8 @@ pub fn socket_address(ino: u64) -> Result<Vec<u8>, Errno> {
     let image = IMAGE.get_or_init(|| {
         let config = state::config()?;
         let st = match &config.image {
-            Some(image) => rustix::fs::stat(image).ok()?,
-            None => rustix::fs::stat(config.prefix.as_slice()).ok()?,
+            Some(image) => rustix::fs::stat(image.path()).ok()?,
+            None => rustix::fs::stat(config.prefix.path()).ok()?,
         };
         Some((st.st_dev, st.st_ino))
     });

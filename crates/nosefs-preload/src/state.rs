@@ -12,7 +12,7 @@
 //!   its own connection at its first call and claims the descriptions its parent handed it
 //!   ([`hold_for_child`]); an exec'd program claims those its predecessor handed over.
 
-use std::path::PathBuf;
+use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::OnceLock;
 
@@ -40,13 +40,52 @@ pub const ENV_EXEC_TABLE: &str = "NOSEFS_EXEC_TABLE";
 /// Environment variable: the image descriptor kept open across exec (`image_keeper`).
 pub const ENV_IMAGE_FD: &str = "NOSEFS_IMAGE_FD";
 
+/// A path the configuration holds, in fixed storage: reading the configuration allocates
+/// nothing, since the first hook to ask may run inside the program's allocator (jemalloc's
+/// initialization reads /etc/malloc.conf with its lock held).
+#[derive(Clone)]
+pub struct FixedPath {
+    bytes: [u8; libc::PATH_MAX as usize],
+    len: usize,
+}
+
+impl FixedPath {
+    fn new(from: &[u8]) -> Option<FixedPath> {
+        let mut bytes = [0u8; libc::PATH_MAX as usize];
+        bytes.get_mut(..from.len())?.copy_from_slice(from);
+        Some(FixedPath {
+            bytes,
+            len: from.len(),
+        })
+    }
+
+    /// The path as a file-system path.
+    pub fn path(&self) -> &std::path::Path {
+        std::path::Path::new(std::ffi::OsStr::from_bytes(self))
+    }
+}
+
+impl std::ops::Deref for FixedPath {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
+}
+
+impl std::fmt::Debug for FixedPath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", self.path())
+    }
+}
+
 /// What the environment asked for.
 #[derive(Debug)]
 pub struct Config {
     /// The image file or device (embedded mode), or `None` (daemon mode).
-    pub image: Option<PathBuf>,
+    pub image: Option<FixedPath>,
     /// The prefix, absolute, without a trailing slash.
-    pub prefix: Vec<u8>,
+    pub prefix: FixedPath,
     /// Commit every write on return.
     pub sync: bool,
     /// Populate the image's mapping at mount.
@@ -81,25 +120,43 @@ pub fn config() -> Option<&'static Config> {
     CONFIG.get_or_init(read_config).as_ref()
 }
 
+/// Reads the environment with libc's `getenv` (no allocation, no lock) into fixed storage.
 fn read_config() -> Option<Config> {
-    let image = std::env::var_os(ENV_IMAGE).filter(|i| !i.is_empty());
-    let at = std::env::var_os(ENV_AT)?;
-    let mut prefix = std::os::unix::ffi::OsStrExt::as_bytes(at.as_os_str()).to_vec();
+    let image = crate::ffi::env_bytes(c"NOSEFS_IMAGE").filter(|i| !i.is_empty());
+    let mut prefix = crate::ffi::env_bytes(c"NOSEFS_AT")?;
     while prefix.len() > 1 && prefix.ends_with(b"/") {
-        prefix.pop();
+        prefix = &prefix[..prefix.len() - 1];
     }
-    if !prefix.starts_with(b"/") || prefix.len() < 2 {
-        say("NOSEFS_AT must be an absolute directory other than /; noseFS is off");
+    let (Some(prefix_path), true) = (
+        FixedPath::new(prefix),
+        prefix.starts_with(b"/") && prefix.len() >= 2,
+    ) else {
+        say_static("NOSEFS_AT must be an absolute directory other than / and shorter than PATH_MAX; noseFS is off");
         return None;
-    }
-    let options = std::env::var(ENV_OPTIONS).unwrap_or_default();
-    let option = |name: &str| options.split(',').any(|x| x == name);
+    };
+    let image = match image.map(FixedPath::new) {
+        Some(None) => {
+            say_static("NOSEFS_IMAGE is longer than PATH_MAX; noseFS is off");
+            return None;
+        }
+        other => other.flatten(),
+    };
+    let options = crate::ffi::env_bytes(c"NOSEFS_OPTIONS").unwrap_or_default();
+    let option = |name: &[u8]| options.split(|&b| b == b',').any(|x| x == name);
     Some(Config {
-        image: image.map(PathBuf::from),
-        prefix,
-        sync: option("sync"),
-        populate: option("populate"),
+        image,
+        prefix: prefix_path,
+        sync: option(b"sync"),
+        populate: option(b"populate"),
     })
+}
+
+/// [`say`] of a fixed line, allocating nothing (three raw writes).
+fn say_static(line: &str) {
+    let err = rustix::stdio::stderr();
+    let _ = rustix::io::write(err, b"nosefs: ");
+    let _ = rustix::io::write(err, line.as_bytes());
+    let _ = rustix::io::write(err, b"\n");
 }
 
 /// Prints one line on stderr, with raw system calls (never through the hooked `write`).
@@ -167,7 +224,7 @@ fn mount() -> Result<(), Errno> {
     }
     let config = config().ok_or(Errno::ENOENT)?;
     let backend = match &config.image {
-        Some(image) => Backend::Embedded(mount_image(image, config)?),
+        Some(image) => Backend::Embedded(mount_image(image.path(), config)?),
         None => Backend::Daemon(connect(config)?),
     };
     *slot = Some(backend);
@@ -276,7 +333,7 @@ pub fn image_keeper(image: &std::path::Path) -> Option<i32> {
 
 /// At start-up in embedded mode: takes the image keeper (see [`KEEPER`]).
 pub fn keep_image() {
-    if let Some(image) = config().and_then(|c| c.image.as_deref()) {
+    if let Some(image) = config().and_then(|c| c.image.as_ref()).map(FixedPath::path) {
         image_keeper(image);
     }
 }

@@ -660,7 +660,9 @@ print("getpeername:", c.getpeername().replace(os.getcwd(), ""))
 
 /// What the kernel answers that a shim must answer too (issue 37): writes, fallocate and
 /// truncate by another user clear set-id bits (set-group-id also without group-execute for
-/// someone outside the group); chown naming the present owner is still the owner's to do; a
+/// someone outside the group), so does an access ACL set by an owner outside the file's group;
+/// fallocated blocks count in st_blocks; rewinddir lists names added since opendir; chown
+/// naming the present owner is still the owner's to do; a
 /// relative path is limited by its own length, not the working directory's; a bad path pointer
 /// is EFAULT, never a crash; a child that forks and drops its privileges keeps the file system
 /// and is checked with its new credentials. Runs as root; `nobody` must reach `$D`.
@@ -683,6 +685,36 @@ for m in 4777 2777 6777 2666 2676 4755; do
   chmod $m f$m; echo z >> f$m
   printf ' root %s\n' $(stat -c %a f$m)
 done
+echo x > acl; chown 65534:0 acl; chmod 2666 acl
+as_nobody setfacl -m u:1234:rw acl
+printf 'acl by the owner outside the group %s\n' $(stat -c %a acl)
+fallocate -o 4095 -l 2 pre; printf 'fallocated %s %s' $(stat -c '%s %b' pre)
+printf 'xy' | dd of=pre bs=1 seek=4095 conv=notrunc 2>/dev/null
+printf ' written %s %s\n' $(stat -c '%s %b' pre)
+python3 -c "
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.opendir.restype = ctypes.c_void_p
+libc.readdir.restype = ctypes.c_void_p
+libc.readdir.argtypes = libc.rewinddir.argtypes = libc.closedir.argtypes = [ctypes.c_void_p]
+os.mkdir('listed')
+for n in ('a', 'b'):
+    open('listed/' + n, 'w').close()
+def names(dp):
+    out = []
+    while True:
+        e = libc.readdir(dp)
+        if not e:
+            return sorted(n for n in out if n not in ('.', '..'))
+        out.append(ctypes.string_at(e + 19).decode())
+dp = libc.opendir(b'listed')
+print('listed', names(dp))
+for n in ('c', 'd', 'e'):
+    open('listed/' + n, 'w').close()
+libc.rewinddir(dp)
+print('after rewinddir', names(dp))
+libc.closedir(dp)
+"
 echo data > owned
 as_nobody sh -c 'chown 0:0 owned 2>/dev/null && echo chown allowed || echo chown refused'
 as_nobody sh -c 'chgrp 0 owned 2>/dev/null && echo chgrp allowed || echo chgrp refused'
@@ -728,4 +760,46 @@ if pid == 0:
     os._exit(0)
 os.waitpid(pid, 0)
 "
+"#;
+
+/// Programs that bring their own allocator (issue 38): jemalloc and tcmalloc preloaded beside
+/// the shim (their initialization calls readlink and open with their lock held), and Redis,
+/// which Debian links with jemalloc: an append-only file synced at every write, the data read
+/// back by a second server. What is not installed is skipped (the same on both sides).
+#[allow(dead_code)]
+pub const ALLOCATORS_SCRIPT: &str = r#"set -e
+cd /
+for lib in /usr/lib/x86_64-linux-gnu/libjemalloc.so.2 /usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4; do
+  [ -e "$lib" ] || continue
+  LD_PRELOAD="$LD_PRELOAD:$lib" timeout 20 python3 -c "
+import os, sys
+d = os.environ['D']
+with open(d + '/a', 'w') as f:
+    f.write('x' * 100000)
+os.rename(d + '/a', d + '/b')
+print(os.path.basename(sys.argv[1]).split('.')[0], os.path.getsize(d + '/b'), sorted(os.listdir(d)))
+os.unlink(d + '/b')
+" "$lib"
+done
+command -v redis-server >/dev/null || exit 0
+serve() {
+  timeout 30 redis-server --dir "$D" --port "$PORT" --appendonly yes --appendfsync always \
+    --save '' --daemonize no >/dev/null 2>&1 &
+  pid=$!
+  for _ in $(seq 1 100); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && return; sleep 0.05; done
+  echo "redis did not start"
+}
+serve
+redis-cli -p "$PORT" set k v
+redis-cli -p "$PORT" incr n
+redis-cli -p "$PORT" incr n
+redis-cli -p "$PORT" rpush l a b c
+redis-cli -p "$PORT" shutdown nosave >/dev/null 2>&1 || true
+wait $pid || true
+serve
+redis-cli -p "$PORT" get k
+redis-cli -p "$PORT" get n
+redis-cli -p "$PORT" lrange l 0 -1
+redis-cli -p "$PORT" shutdown nosave >/dev/null 2>&1 || true
+wait $pid || true
 "#;

@@ -178,12 +178,39 @@ impl FileState {
             && self.tail_block() != Some(block)
     }
 
-    /// Size and modification time as stat reports them (pending writes included).
+    /// Blocks `st_blocks` counts (in 4 KiB units): those the data holds, or, for a file with
+    /// ranges fallocate reserved, every block the ranges touch (as ext4 and tmpfs count a
+    /// preallocation, written or not) plus what the data holds outside them, whichever is more.
+    /// O(pieces inside the ranges); O(1) for a file without.
+    pub fn allocated_blocks(&self) -> u64 {
+        let data = self.data_bytes().div_ceil(BLOCK_SIZE);
+        if self.reserved.is_empty() {
+            return data;
+        }
+        let (mut touched, mut inside) = (0u64, 0u64);
+        let mut last_block: Option<u64> = None;
+        for &(start, end) in &self.reserved {
+            let (first, after) = (start / BLOCK_SIZE, end.div_ceil(BLOCK_SIZE));
+            // Two ranges may share a block at their edges: it counts once.
+            let shared = u64::from(last_block == Some(first));
+            touched += after - first - shared;
+            last_block = Some(after - 1);
+            inside += self
+                .map
+                .overlapping(start, end)
+                .map(|(o, p)| (o + p.len).min(end) - o.max(start))
+                .sum::<u64>();
+        }
+        let outside = self.data_bytes() - inside;
+        data.max(touched + outside.div_ceil(BLOCK_SIZE))
+    }
+
     /// Bytes the file's pieces hold (its data, holes excluded).
     pub fn data_bytes(&self) -> u64 {
         self.map.bytes()
     }
 
+    /// Size and modification time as stat reports them (pending writes included).
     pub fn size_and_mtime(&self) -> (u64, i64) {
         (self.size, self.mtime_ns)
     }

@@ -444,7 +444,7 @@ impl Fs {
             // Writes since the last commit live in DRAM until fsync; stat sees them.
             let state = file.lock();
             let (size, mtime_ns) = state.size_and_mtime();
-            attr.blocks = state.data_bytes().div_ceil(BLOCK_SIZE) * (BLOCK_SIZE / 512);
+            attr.blocks = state.allocated_blocks() * (BLOCK_SIZE / 512);
             drop(state);
             attr.size = size;
             attr.mtime_ns = mtime_ns;

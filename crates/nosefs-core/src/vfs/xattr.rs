@@ -45,6 +45,7 @@ pub fn xattr(fs: &Fs, cred: &Cred, attr: &Attr, call: XattrCall<'_>) -> Result<V
         XattrCall::Set(name, value, flags) => {
             let mode = core(XattrMode::from_flags(flags))?;
             permitted(fs, cred, attr, name, true)?;
+            acl_drops_setgid(fs, cred, attr.ino, name)?;
             core(fs.setxattr(attr.ino, name, value, mode)).map(|()| Vec::new())
         }
         XattrCall::Remove(name) => {
@@ -52,6 +53,24 @@ pub fn xattr(fs: &Fs, cred: &Cred, attr: &Attr, call: XattrCall<'_>) -> Result<V
             core(fs.removexattr(attr.ino, name)).map(|()| Vec::new())
         }
     }
+}
+
+/// Before an access ACL is set by `cred` on inode `ino`: set-group-id goes unless the caller is
+/// in the file's group or root (Linux's `posix_acl_update_mode`). Returns whether it went.
+pub fn acl_drops_setgid(fs: &Fs, cred: &Cred, ino: u64, name: &[u8]) -> Result<bool, Errno> {
+    if name != crate::namespace::acl::ACCESS || cred.is_root() {
+        return Ok(false);
+    }
+    let attr = core(fs.getattr(ino))?;
+    if attr.mode & crate::format::pinode::S_ISGID == 0 || cred.in_group(attr.gid) {
+        return Ok(false);
+    }
+    let change = crate::namespace::SetAttr {
+        mode: Some(attr.mode & 0o7777 & !crate::format::pinode::S_ISGID),
+        ..Default::default()
+    };
+    core(fs.setattr(ino, &change))?;
+    Ok(true)
 }
 
 /// `xattr_permission` and the namespace's own rules: `trusted.` needs root (a read without it
