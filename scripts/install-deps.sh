@@ -50,6 +50,9 @@ have rsync || apt_packages+=(rsync)
 [ -e /usr/lib/x86_64-linux-gnu/libjemalloc.so.2 ] || [ "$(uname -m)" != x86_64 ] || apt_packages+=(libjemalloc2)
 [ -e /usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4 ] || [ "$(uname -m)" != x86_64 ] || apt_packages+=(libtcmalloc-minimal4)
 have redis-server || apt_packages+=(redis-server)
+# MariaDB with its default configuration (InnoDB asks for io_uring and libaio) as a daemon
+# client.
+have mariadbd || apt_packages+=(mariadb-server)
 # LMDB with write-mapped commits (the shim's mapped-file test), through Debian's python3.
 [ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import lmdb' 2>/dev/null || apt_packages+=(python3-lmdb)
 if ! command -v cargo >/dev/null 2>&1; then
