@@ -515,10 +515,14 @@ impl Fs {
         match &shadow.tracker {
             Some(tracker) => {
                 let mut runs = Vec::new();
+                // Stores land only inside the file (a page past its end faults), so a mapping
+                // much larger than the file (LMDB maps its whole map_size) is scanned only as
+                // far as the file reaches: the cost follows the file, not the mapping.
+                let in_file = state.size.div_ceil(PAGE_BYTES) * PAGE_BYTES;
                 for (_, view, offset) in &state.shared {
                     // The part of this view inside the range, in whole pages of the view.
                     let from = first.max(*offset);
-                    let to = end.min(offset + view.len() as u64);
+                    let to = end.min(offset + view.len() as u64).min(in_file);
                     if from >= to {
                         continue;
                     }
