@@ -757,3 +757,45 @@ fn a_killed_server_loses_no_fsynced_file() {
     umount(&s.mnt);
     assert!(fsck(&s.image).status.success());
 }
+
+/// overlayfs with the mount as its upper layer (containers' layout): FUSE dentries count as
+/// remote, so overlayfs demands RENAME_WHITEOUT of them; deletions and renames of lower files
+/// leave whiteouts (character devices 0:0) in the upper layer, and the merged view reads as
+/// the same operations on tmpfs read.
+#[test]
+fn overlayfs_mounts_with_the_mount_as_its_upper_layer() {
+    if !fuse_usable() {
+        return;
+    }
+    let s = setup();
+    assert!(mount(&s).status.success());
+    let tmpfs = tmpfs_beside(&s);
+    let script = |upper_root: &Path| {
+        format!(
+            r#"set -e
+rm -rf lower merged; mkdir -p lower/dir merged {up}/upper {up}/work
+echo low > lower/l; echo low2 > lower/dir/x
+mount -t overlay overlay -o lowerdir=lower,upperdir={up}/upper,workdir={up}/work merged
+cd merged
+echo new > n; echo more >> l; rm dir/x; mv l l2; mkdir nd
+ls -R; cat l2
+cd ..; umount merged
+stat -c '%F %t:%T' {up}/upper/l {up}/upper/dir/x
+"#,
+            up = upper_root.display()
+        )
+    };
+    let work = s.mnt.with_file_name("overlay");
+    std::fs::create_dir(&work).unwrap();
+    let ours = sh_in(&work, &script(&s.mnt));
+    let theirs = sh_in(&work, &script(&tmpfs));
+    assert_eq!(ours, theirs);
+    assert!(
+        ours.contains("character special file 0:0\ncharacter special file 0:0\n"),
+        "{ours}"
+    );
+    let _ = Command::new("umount").arg(&tmpfs).status();
+    umount(&s.mnt);
+    let out = fsck(&s.image);
+    assert!(out.status.success(), "{out:?}");
+}

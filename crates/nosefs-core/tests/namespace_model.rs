@@ -343,6 +343,7 @@ fn run(fs: &Fs, thread: usize, op: &Op) -> Res {
             let f = RenameFlags {
                 noreplace: *flags == 1,
                 exchange: *flags == 2,
+                ..RenameFlags::default()
             };
             let (sd, dd) = (dir(src)?, dir(dst)?);
             e(fs.rename(sd, &last(src), dd, &last(dst), f))

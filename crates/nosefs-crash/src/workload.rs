@@ -18,6 +18,8 @@ pub enum Op {
     Rename(&'static str, &'static str),
     /// rename(from, to) with RENAME_EXCHANGE.
     Exchange(&'static str, &'static str),
+    /// RENAME_WHITEOUT: the source's name becomes a character device 0:0 (overlayfs).
+    Whiteout(&'static str, &'static str),
     /// link(existing, new).
     Link(&'static str, &'static str),
     /// symlink(target, path).
@@ -79,6 +81,7 @@ impl Op {
             Op::Rmdir(_) => "rmdir",
             Op::Rename(_, _) => "rename",
             Op::Exchange(_, _) => "exchange",
+            Op::Whiteout(_, _) => "whiteout",
             Op::Link(_, _) => "link",
             Op::Symlink(_, _) => "symlink",
             Op::Chmod(_, _) => "chmod",
@@ -182,10 +185,11 @@ pub fn run(fs: &Fs, op: &Op) -> Result<()> {
             let (d, n) = parent(fs, p)?;
             fs.rmdir(d, &n)
         }
-        Op::Rename(a, b) | Op::Exchange(a, b) => {
+        Op::Rename(a, b) | Op::Exchange(a, b) | Op::Whiteout(a, b) => {
             let ((da, na), (db, nb)) = (parent(fs, a)?, parent(fs, b)?);
             let flags = RenameFlags {
                 exchange: matches!(op, Op::Exchange(..)),
+                whiteout: matches!(op, Op::Whiteout(..)).then_some(owner),
                 ..RenameFlags::default()
             };
             fs.rename(da, &na, db, &nb, flags)
@@ -331,6 +335,8 @@ pub fn singles() -> Vec<Op> {
         Op::Rename("/a", "/d/c"), // replacing a target
         Op::Rename("/d", "/e/d"), // a directory across parents
         Op::Exchange("/a", "/d"),
+        Op::Whiteout("/a", "/e/a"), // across directories, a whiteout left at /a
+        Op::Whiteout("/d/c", "/a"), // over a target with another name
         Op::Link("/d/c", "/l"),
         Op::Symlink("/a", "/t"),
         Op::Unlink("/s"),

@@ -537,7 +537,7 @@ impl Filesystem for NoseFuse {
 
     fn rename(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         newparent: INodeNo,
@@ -545,13 +545,16 @@ impl Filesystem for NoseFuse {
         flags: fuser::RenameFlags,
         reply: ReplyEmpty,
     ) {
-        if flags.contains(fuser::RenameFlags::RENAME_WHITEOUT) {
-            reply.error(Errno::EINVAL);
-            return;
-        }
+        // The kernel checked CAP_MKNOD for a whiteout (overlayfs makes them).
+        let whiteout = flags.contains(fuser::RenameFlags::RENAME_WHITEOUT);
         let flags = RenameFlags {
             noreplace: flags.contains(fuser::RenameFlags::RENAME_NOREPLACE),
             exchange: flags.contains(fuser::RenameFlags::RENAME_EXCHANGE),
+            whiteout: whiteout.then_some(nosefs_core::namespace::Owner {
+                uid: req.uid(),
+                gid: req.gid(),
+                umask: 0,
+            }),
         };
         self.view.note_dir(newparent.0); // the kernel moves its entry there
         let result = self.fs().rename(

@@ -27,6 +27,9 @@ pub struct RenameFlags {
     pub noreplace: bool,
     /// Swap source and target, which must both exist.
     pub exchange: bool,
+    /// RENAME_WHITEOUT: leave a whiteout (a character device 0:0, what overlayfs reads as "this
+    /// name is deleted") owned by this owner at the source's name, in the same commit.
+    pub whiteout: Option<super::Owner>,
 }
 
 /// The two names of a rename, found and locked.
@@ -53,7 +56,7 @@ impl Fs {
                 e
             }
         })?;
-        if flags.noreplace && flags.exchange {
+        if flags.exchange && (flags.noreplace || flags.whiteout.is_some()) {
             return Err(Errno::EINVAL.into());
         }
         let from = self.dir_inode(p1)?;
@@ -194,6 +197,16 @@ impl Fs {
                 drop_plan = Some(plan);
             }
         }
+        let whiteout = match flags.whiteout {
+            Some(owner) => {
+                let (slot, p, long) = self.whiteout_pinode(s.from.ino, n1, owner, now)?;
+                buckets.push(self.bucket_index(h1));
+                txn.inserts.push((slot, p));
+                txn.long_names.extend(long);
+                Some(slot)
+            }
+            None => None,
+        };
         let (from_delta, to_delta) = self.subdir_deltas(s, flags);
         self.stage_dir_updates(s, locked, (from_delta, to_delta), now, &mut txn);
         let mut guards = self.lock_buckets(&buckets);
@@ -208,10 +221,55 @@ impl Fs {
             (h1, h2),
             &mut guards,
         );
+        if let Some(slot) = whiteout {
+            self.list_whiteout(&s.from, slot, h1, &mut guards);
+        }
         if let Some(x) = dir_xattrs {
             self.release_xattr_pinode(&x);
         }
         Ok(())
+    }
+
+    /// The pinode of a whiteout named `name` in directory `parent`: a character device 0:0
+    /// with no permission bits, as Linux's file systems make it. Its slot is allocated.
+    fn whiteout_pinode(
+        &self,
+        parent: u64,
+        name: &[u8],
+        owner: super::Owner,
+        now: i64,
+    ) -> Result<(u32, Pinode, NewLongName)> {
+        let slot = self.alloc_pinode()?;
+        let mut p = Pinode::zeroed();
+        p.ino = U64::new(self.new_ino());
+        p.parent = U64::new(parent);
+        p.flags = U32::new(pinode::FLAG_PRIMARY);
+        p.mode = U32::new(pinode::S_IFCHR);
+        (p.uid, p.gid) = (U32::new(owner.uid), U32::new(owner.gid));
+        p.nlink = U32::new(1);
+        (p.atime_ns, p.mtime_ns, p.ctime_ns) = (I64::new(now), I64::new(now), I64::new(now));
+        let long = self
+            .name_pinode(&mut p, name)
+            .inspect_err(|_| self.release(&[slot], &[]))?;
+        Ok((slot, p, long))
+    }
+
+    /// The DRAM side of a committed whiteout at `slot`, named with hash `hash` in `dir`.
+    fn list_whiteout(
+        &self,
+        dir: &Inode,
+        slot: u32,
+        hash: u64,
+        guards: &mut [(u64, super::mirror::BucketGuard<'_>)],
+    ) {
+        let p = self.image.pinode(u64::from(slot));
+        self.inodes
+            .insert(Arc::new(Inode::new(p.ino.get(), slot, p.mode.get(), None)));
+        let state = dir.dir().expect("directory");
+        let seq = state.next_seq();
+        self.guard_of(guards, self.bucket_index(hash))
+            .insert(MirrorEntry { hash, slot, seq });
+        state.children.insert(seq, slot);
     }
 
     /// The checks after the flags, in Linux's order: ancestry (EINVAL, or ENOTEMPTY for a target

@@ -344,6 +344,7 @@ fn rename_flags() {
     let both = RenameFlags {
         noreplace: true,
         exchange: true,
+        ..RenameFlags::default()
     };
     assert_eq!(
         errno(fs.rename(ROOT_INO, b"f", ROOT_INO, b"d", both)),
@@ -881,4 +882,45 @@ fn a_file_is_found_by_path_again_after_its_names_change() {
     assert_eq!(fs.path_of(f.ino).unwrap(), b"/h", "another name of it");
     fs.unlink(ROOT_INO, b"h").unwrap();
     assert_eq!(errno(fs.path_of(f.ino)), Errno::ENOENT, "no name left");
+}
+
+/// RENAME_WHITEOUT (overlayfs's upper layer): the source's name becomes a character device 0:0
+/// in the same commit, across directories and over an existing target; exchange refuses it.
+#[test]
+fn rename_with_whiteout_leaves_a_device_node_at_the_source() {
+    let mut h = fresh(None);
+    let fs = h.fs();
+    let d = fs.mkdir(ROOT_INO, b"d", 0o755, OWNER).unwrap();
+    let f = fs.create(ROOT_INO, b"f", 0o644, OWNER, true).unwrap();
+    fs.create(d.ino, b"old", 0o644, OWNER, true).unwrap();
+    let whiteout = RenameFlags {
+        whiteout: Some(OWNER),
+        ..RenameFlags::default()
+    };
+    fs.rename(ROOT_INO, b"f", d.ino, b"old", whiteout).unwrap();
+    let check = |fs: &Fs| {
+        let w = fs.lookup(ROOT_INO, b"f").unwrap();
+        assert_eq!(
+            (w.mode, w.rdev, w.nlink, w.uid),
+            (pinode::S_IFCHR, 0, 1, OWNER.uid)
+        );
+        assert_eq!(fs.lookup(d.ino, b"old").unwrap().ino, f.ino);
+    };
+    check(h.fs());
+    let both = RenameFlags {
+        exchange: true,
+        whiteout: Some(OWNER),
+        ..RenameFlags::default()
+    };
+    assert_eq!(
+        errno(h.fs().rename(ROOT_INO, b"f", d.ino, b"old", both)),
+        Errno::EINVAL
+    );
+    let tree = h.tree();
+    h.remount(false);
+    assert_eq!(h.tree(), tree);
+    check(h.fs());
+    // A whiteout is an ordinary name: it goes with unlink.
+    h.fs().unlink(ROOT_INO, b"f").unwrap();
+    h.remount(true);
 }

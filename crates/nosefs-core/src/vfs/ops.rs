@@ -6,7 +6,7 @@ use super::{core, Caller, Found};
 use crate::format::pinode;
 use crate::namespace::acl::Acl;
 use crate::namespace::perm::{self, Cred, MAY_EXEC, MAY_READ, MAY_WRITE};
-use crate::namespace::{Attr, Fs, RenameFlags, SetAttr};
+use crate::namespace::{Attr, Fs, Owner, RenameFlags, SetAttr};
 use crate::Errno;
 
 /// What an open file description refers to.
@@ -352,13 +352,22 @@ pub fn rename(fs: &Fs, cred: &Cred, from: &Found, to: &Found, flags: u32) -> Res
         // Moving a directory rewrites its "..": write permission on it, as the kernel asks.
         allowed(fs, &src, cred, MAY_WRITE)?;
     }
-    let known = libc::RENAME_NOREPLACE | libc::RENAME_EXCHANGE;
+    let known = libc::RENAME_NOREPLACE | libc::RENAME_EXCHANGE | libc::RENAME_WHITEOUT;
     if flags & !known != 0 {
         return Err(Errno::EINVAL);
+    }
+    let whiteout = flags & libc::RENAME_WHITEOUT != 0;
+    if whiteout && !cred.is_root() {
+        return Err(Errno::EPERM); // a whiteout is a device node: CAP_MKNOD
     }
     let flags = RenameFlags {
         noreplace: flags & libc::RENAME_NOREPLACE != 0,
         exchange: flags & libc::RENAME_EXCHANGE != 0,
+        whiteout: whiteout.then_some(Owner {
+            uid: cred.uid,
+            gid: cred.gid,
+            umask: 0,
+        }),
     };
     core(fs.rename(from.parent, &from.name, to.parent, &to.name, flags))
 }
