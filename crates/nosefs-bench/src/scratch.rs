@@ -321,7 +321,9 @@ impl ScratchMount {
         if !Path::new("/dev/fuse").exists() {
             return Err("/dev/fuse does not exist (no FUSE in this kernel or container)".into());
         }
-        let image = backing_dir.join(format!("nosefs-bench-{}-fuse.img", std::process::id()));
+        // The FUSE target and the client target may both be in one run: one image each.
+        let role = if serve_clients { "client" } else { "fuse" };
+        let image = backing_dir.join(format!("nosefs-bench-{}-{role}.img", std::process::id()));
         let backing_guard = cleanup::register(Undo::RemoveFile(image.clone()));
         let params = nosefs_core::format::layout::MkfsParams {
             image_bytes: size_bytes,
@@ -332,7 +334,7 @@ impl ScratchMount {
             .map_err(|e| format!("cannot format and mount {}: {e}", image.display()))
             .and_then(|fs| {
                 let dir =
-                    scratch_dir("fuse").map_err(|e| format!("cannot create mount point: {e}"))?;
+                    scratch_dir(role).map_err(|e| format!("cannot create mount point: {e}"))?;
                 Ok((fs, dir))
             });
         let (fs, dir) = match mounted {

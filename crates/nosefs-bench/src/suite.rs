@@ -261,6 +261,9 @@ fn run_unit(
     threads: usize,
     sizes: &Sizes,
 ) -> io::Result<Vec<Measured>> {
+    if let Workload::App(app) = workload {
+        return run_app(prepared, app, threads, sizes);
+    }
     match prepared {
         Prepared::Native { place, mode } => {
             let needs = workload.needs(threads, sizes);
@@ -285,6 +288,84 @@ fn run_unit(
                 mount.trim().map_err(io::Error::other)?;
             }
             measured
+        }
+    }
+}
+
+/// One run of an application workload: its programs on the target's directory, or under the
+/// shim (a fresh embedded image per run for `nosefs-preload`, as `nosefs run` maps it).
+fn run_app(
+    prepared: &Prepared,
+    app: crate::workload::apps::App,
+    threads: usize,
+    sizes: &Sizes,
+) -> io::Result<Vec<Measured>> {
+    use crate::cleanup::{self, Undo};
+    use crate::workload::apps::{run_once, Place, Shim};
+    let unsupported = |what: &str| {
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            format!("application workloads run programs: {what}"),
+        ))
+    };
+    match prepared {
+        Prepared::Native { .. } => unsupported(
+            "the native library has none (nosefs-preload and nosefs-client run them on noseFS)",
+        ),
+        Prepared::Floor { .. } => unsupported("the floor replays the library's calls only"),
+        Prepared::Dir { path, mount } => {
+            let dir = path.join("app");
+            std::fs::create_dir_all(&dir)?;
+            let place = Place {
+                dir: dir.clone(),
+                shim: None,
+            };
+            let result = run_once(app, &place, threads, sizes.app_ops);
+            let _ = std::fs::remove_dir_all(&dir);
+            if let Some(mount) = mount {
+                mount.trim().map_err(io::Error::other)?;
+            }
+            result
+        }
+        Prepared::Client { mount, lib } => {
+            let dir = mount.path().join("app");
+            std::fs::create_dir_all(&dir)?;
+            let place = Place {
+                dir: dir.clone(),
+                shim: Some(Shim {
+                    lib: lib.clone(),
+                    at: mount.path().to_path_buf(),
+                    image: None,
+                }),
+            };
+            let result = run_once(app, &place, threads, sizes.app_ops);
+            let _ = std::fs::remove_dir_all(&dir);
+            result
+        }
+        Prepared::Preload { place, lib } => {
+            let id = format!("nosefs-bench-app-{}", std::process::id());
+            let image = place.join(format!("{id}.img"));
+            let prefix = place.join(format!("{id}.d"));
+            let _image_undo = cleanup::register(Undo::RemoveFile(image.clone()));
+            let _prefix_undo = cleanup::register(Undo::RemoveTree(prefix.clone()));
+            let result = (|| {
+                let params = crate::target::params_for(Workload::App(app).needs(1, sizes));
+                nosefs_core::mkfs::mkfs(&image, &params)
+                    .map_err(|e| io::Error::other(format!("cannot prepare an image: {e}")))?;
+                std::fs::create_dir_all(&prefix)?;
+                let place = Place {
+                    dir: prefix.clone(),
+                    shim: Some(Shim {
+                        lib: lib.clone(),
+                        at: prefix.clone(),
+                        image: Some(image.clone()),
+                    }),
+                };
+                run_once(app, &place, threads, sizes.app_ops)
+            })();
+            let _ = std::fs::remove_file(&image);
+            let _ = std::fs::remove_dir_all(&prefix);
+            result
         }
     }
 }

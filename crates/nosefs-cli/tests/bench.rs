@@ -317,3 +317,57 @@ fn the_matrix_compares_every_target_normalized_to_the_best_and_cleans_up() {
     assert!(report.contains("![matrix-1t.svg](matrix-1t.svg)"));
     assert_eq!(leftovers(pid), Vec::<String>::new());
 }
+
+/// The application workloads run the real programs on a kernel directory and under the shim
+/// (issue 38), check their data afterwards, and report every operation; the native library,
+/// which runs no programs, says why it did not.
+#[test]
+fn application_workloads_run_the_programs_and_check_their_data() {
+    let redis = std::path::Path::new("/usr/bin/redis-server").exists();
+    if !is_root() || !redis || !std::path::Path::new("/usr/bin/python3").exists() {
+        return;
+    }
+    let out = tempfile::tempdir().unwrap();
+    let json = out.path().join("r.json");
+    let output = nosefs()
+        .args(["bench", "--runs", "1", "--threads", "1", "--quick"])
+        .args([
+            "--target",
+            "tmpfs",
+            "--target",
+            "nosefs-preload",
+            "--target",
+            "nosefs",
+        ])
+        .args(["--workload", "sqlite", "--workload", "redis", "--json"])
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let records: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    for target in ["tmpfs", "nosefs-preload"] {
+        for (workload, op) in [
+            ("sqlite", "insert"),
+            ("sqlite", "update"),
+            ("redis", "set"),
+            ("redis", "incr"),
+            ("redis", "lpush"),
+        ] {
+            let found = records
+                .iter()
+                .find(|r| r["target"] == target && r["workload"] == workload && r["op"] == op);
+            let r = found.unwrap_or_else(|| panic!("no {target} {workload} {op}: {output:?}"));
+            assert!(r["ops_per_sec"].as_f64().unwrap() > 0.0, "{r}");
+        }
+    }
+    assert!(
+        !records.iter().any(|r| r["target"] == "nosefs"),
+        "the native library runs no programs"
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.contains("not run: nosefs sqlite"),
+        "the reason is printed: {stdout}"
+    );
+}

@@ -8,6 +8,7 @@ use std::io;
 use crate::runner::Sample;
 use crate::target::{Needs, Target};
 
+pub mod apps;
 pub mod calls;
 pub mod dirops;
 pub mod filebench;
@@ -55,6 +56,8 @@ pub struct Sizes {
     pub macro_seconds: f64,
     /// `calls`: calls per thread in each phase.
     pub calls: usize,
+    /// Application workloads: operations per phase.
+    pub app_ops: usize,
 }
 
 impl Sizes {
@@ -73,6 +76,7 @@ impl Sizes {
             macro_scale: 0.1,
             macro_seconds: 10.0,
             calls: 1_000_000,
+            app_ops: 5_000,
         }
     }
 
@@ -91,6 +95,7 @@ impl Sizes {
             macro_scale: 0.01,
             macro_seconds: 3.0,
             calls: 200_000,
+            app_ops: 1_000,
         }
     }
 }
@@ -113,10 +118,12 @@ pub enum Workload {
     Macro(filebench::Profile),
     /// The cost of a call that does nothing, on the target's file and on a kernel file.
     Calls,
+    /// A real program's workload (`apps`).
+    App(apps::App),
 }
 
 /// Workload names accepted by `--workload`.
-pub const NAMES: [&str; 12] = [
+pub const NAMES: [&str; 14] = [
     "dirops",
     "fileops",
     "mmap",
@@ -129,6 +136,8 @@ pub const NAMES: [&str; 12] = [
     "webproxy",
     "webproxy-depths",
     "calls",
+    "sqlite",
+    "redis",
 ];
 
 /// The directory depths of seed 000 Fig. 3: webproxy's flat directory, then the same files spread
@@ -148,6 +157,8 @@ impl Workload {
             "mmap" => Ok(vec![Workload::Mmap]),
             "fragment" => Ok(vec![Workload::Fragment]),
             "calls" => Ok(vec![Workload::Calls]),
+            "sqlite" => Ok(vec![Workload::App(apps::App::Sqlite)]),
+            "redis" => Ok(vec![Workload::App(apps::App::Redis)]),
             "fileserver" | "fileserver-1k" | "varmail" | "varmail-1k" | "webserver"
             | "webproxy" => Ok(vec![Workload::Macro(macro_profile(
                 name,
@@ -175,6 +186,7 @@ impl Workload {
             Workload::Mmap => "mmap",
             Workload::Fragment => "fragment",
             Workload::Calls => "calls",
+            Workload::App(app) => app.name(),
             Workload::Macro(profile) => profile.name(),
         }
     }
@@ -199,6 +211,11 @@ impl Workload {
                 names: 1,
                 data_bytes: 0,
             },
+            // The programs' own files (a few MiB); the image is sized by the preload target.
+            Workload::App(_) => Needs {
+                names: 64,
+                data_bytes: 256 << 20,
+            },
             // Threads share the fileset, so it does not grow with them.
             Workload::Macro(profile) => return profile.needs(),
         };
@@ -221,6 +238,10 @@ impl Workload {
             Workload::Mmap => mmap::run_once(target, threads, sizes),
             Workload::Fragment => fragment::run_once(target, threads, sizes),
             Workload::Calls => calls::run_once(target, threads, sizes.calls),
+            Workload::App(_) => Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "application workloads run programs, not the library's calls",
+            )),
             Workload::Macro(profile) => {
                 let duration = std::time::Duration::from_secs_f64(sizes.macro_seconds);
                 filebench::run_once(target, threads, &profile, duration)

@@ -1,0 +1,349 @@
+//! Application workloads (issue 38): the real programs, unmodified, on the target, with their own
+//! durability settings, timed per operation by a small client, and their data checked after the
+//! run (a workload that loses or corrupts data fails the run loudly).
+//!
+//! - `sqlite`: Debian's python3 and its SQLite; one durable transaction per operation
+//!   (`synchronous=FULL`), inserts of 100-byte rows then updates of random rows (a database's
+//!   page rewrites), in rollback-journal and WAL mode; then `PRAGMA integrity_check` and the
+//!   row count.
+//! - `redis`: redis-server with `appendonly yes` and `appendfsync always` (every write durable
+//!   before its reply); one client sends SET, INCR and LPUSH over a socket, one at a time; then
+//!   the server is stopped without a save and started again, and must read back every key,
+//!   the counter and the list from its append-only file.
+//!
+//! Where the programs run: on the target's directory (tmpfs, a ramdisk, a FUSE mount), or under
+//! the preload shim (`nosefs-client`: clients of a noseFS mount's daemon; `nosefs-preload`: an
+//! embedded image made for the run, not populated, as `nosefs run` maps it). The SQLite driver
+//! runs under the shim itself; the Redis client talks to the server over TCP from outside it.
+//! One client: a thread count above one is reported as not run.
+
+use std::io;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::Measured;
+use crate::runner::Sample;
+use crate::stats::histogram;
+
+/// An application workload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum App {
+    /// SQLite through python3, rollback journal and WAL.
+    Sqlite,
+    /// Redis with an append-only file synced at every write.
+    Redis,
+}
+
+impl App {
+    /// The workload's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            App::Sqlite => "sqlite",
+            App::Redis => "redis",
+        }
+    }
+}
+
+/// How the programs of a run reach the target.
+#[derive(Debug, Clone)]
+pub struct Place {
+    /// The directory the programs work in (under the shim's prefix when `shim` is set).
+    pub dir: PathBuf,
+    /// The preload shim, the prefix it serves (`NOSEFS_AT`: a mount point in daemon mode) and,
+    /// for embedded mode, the image; `None`: the kernel's directory.
+    pub shim: Option<Shim>,
+}
+
+/// How the preload shim serves a place.
+#[derive(Debug, Clone)]
+pub struct Shim {
+    /// The shim library.
+    pub lib: PathBuf,
+    /// Its prefix.
+    pub at: PathBuf,
+    /// The image, in embedded mode; `None`: the daemon of the mount at `at`.
+    pub image: Option<PathBuf>,
+}
+
+impl Place {
+    /// `program`, set up to run on the target.
+    fn command(&self, program: &str) -> Command {
+        let mut c = Command::new(program);
+        c.stdin(Stdio::null()).env("LC_ALL", "C");
+        match &self.shim {
+            Some(Shim { lib, at, image }) => {
+                c.env("LD_PRELOAD", lib).env("NOSEFS_AT", at);
+                match image {
+                    Some(image) => c.env("NOSEFS_IMAGE", image),
+                    None => c.env_remove("NOSEFS_IMAGE"),
+                };
+            }
+            None => {
+                c.env_remove("LD_PRELOAD");
+            }
+        }
+        c
+    }
+
+    /// Runs `program args` on the place (so that a directory made in embedded mode is made in
+    /// the image, not in the kernel's directory under the prefix).
+    fn run(&self, program: &str, args: &[&std::ffi::OsStr]) -> io::Result<()> {
+        let out = self.command(program).args(args).output()?;
+        if !out.status.success() {
+            return Err(io::Error::other(format!(
+                "{program} failed: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Runs `app` once on `place` with `threads` clients.
+pub fn run_once(app: App, place: &Place, threads: usize, ops: usize) -> io::Result<Vec<Measured>> {
+    if threads != 1 {
+        return Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "application workloads run one client",
+        ));
+    }
+    match app {
+        App::Sqlite => sqlite(place, ops),
+        App::Redis => redis(place, ops),
+    }
+}
+
+const PYTHON: &str = "/usr/bin/python3";
+
+/// The SQLite driver: phases of one durable transaction each, latencies in ns, then the checks.
+const SQLITE_DRIVER: &str = r#"
+import json, os, random, sqlite3, sys, time
+path, journal, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+db = sqlite3.connect(path, isolation_level=None)
+db.execute('pragma journal_mode=' + journal)
+db.execute('pragma synchronous=full')
+db.execute('create table t (id integer primary key, v blob)')
+rnd = random.Random(7)
+phases = []
+for op in ('insert', 'update'):
+    lat = []
+    start = time.perf_counter_ns()
+    for i in range(n):
+        t = time.perf_counter_ns()
+        if op == 'insert':
+            db.execute('insert into t values (?, ?)', (i, os.urandom(100)))
+        else:
+            db.execute('update t set v = ? where id = ?', (os.urandom(100), rnd.randrange(n)))
+        lat.append(time.perf_counter_ns() - t)
+    phases.append({'op': op, 'elapsed_ns': time.perf_counter_ns() - start, 'lat': lat})
+check = db.execute('pragma integrity_check').fetchone()[0]
+rows = db.execute('select count(*) from t').fetchone()[0]
+db.close()
+print(json.dumps({'phases': phases, 'check': check, 'rows': rows}))
+"#;
+
+fn sqlite(place: &Place, ops: usize) -> io::Result<Vec<Measured>> {
+    let mut out = Vec::new();
+    for journal in ["delete", "wal"] {
+        let db = place.dir.join(format!("bench-{journal}.db"));
+        let report = run_driver(
+            place,
+            SQLITE_DRIVER,
+            &[path_arg(&db)?, journal, &ops.to_string()],
+        )?;
+        let check = report["check"].as_str().unwrap_or("");
+        let rows = report["rows"].as_u64().unwrap_or(0);
+        if check != "ok" || rows != ops as u64 {
+            return Err(io::Error::other(format!(
+                "SQLite ({journal}) lost or corrupted data: integrity_check {check:?}, {rows} rows of {ops}"
+            )));
+        }
+        for phase in report["phases"].as_array().into_iter().flatten() {
+            out.push(measured(phase, &format!("journal={journal}"), 100)?);
+        }
+        for suffix in ["", "-journal", "-wal", "-shm"] {
+            let file = format!("{}{suffix}", db.display());
+            place.run("rm", &["-f".as_ref(), file.as_ref()])?;
+        }
+    }
+    Ok(out)
+}
+
+/// The Redis client: `run PORT N` times SET, INCR and LPUSH one at a time; `check PORT N`
+/// verifies what a restarted server read back.
+const REDIS_DRIVER: &str = r#"
+import json, socket, sys, time
+mode, port, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+deadline = time.time() + 20
+while True:
+    try:
+        s = socket.create_connection(('127.0.0.1', port)); break
+    except OSError:
+        if time.time() > deadline: raise
+        time.sleep(0.02)
+s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+f = s.makefile('rb')
+def call(*args):
+    msg = b'*%d\r\n' % len(args) + b''.join(b'$%d\r\n%s\r\n' % (len(a), a) for a in args)
+    s.sendall(msg)
+    line = f.readline()
+    if line[:1] == b'$':
+        size = int(line[1:])
+        return None if size < 0 else f.read(size + 2)[:-2]
+    if line[:1] == b'-': raise RuntimeError(line)
+    return line[1:].strip()
+while True:
+    try:
+        call(b'PING'); break
+    except RuntimeError:
+        time.sleep(0.02)  # loading its append-only file
+value = b'v' * 100
+if mode == 'run':
+    phases = []
+    for op in ('set', 'incr', 'lpush'):
+        lat = []
+        start = time.perf_counter_ns()
+        for i in range(n):
+            t = time.perf_counter_ns()
+            if op == 'set': call(b'SET', b'key:%d' % i, value)
+            elif op == 'incr': call(b'INCR', b'counter')
+            else: call(b'LPUSH', b'list', value)
+            lat.append(time.perf_counter_ns() - t)
+        phases.append({'op': op, 'elapsed_ns': time.perf_counter_ns() - start, 'lat': lat})
+    print(json.dumps({'phases': phases}))
+else:
+    print(json.dumps({'keys': int(call(b'DBSIZE')), 'counter': int(call(b'GET', b'counter')),
+                      'list': int(call(b'LLEN', b'list'))}))
+try:
+    call(b'SHUTDOWN', b'NOSAVE')
+except (RuntimeError, OSError, ValueError):
+    pass
+"#;
+
+fn redis(place: &Place, ops: usize) -> io::Result<Vec<Measured>> {
+    let dir = place.dir.join("redis");
+    place.run("mkdir", &["-p".as_ref(), dir.as_os_str()])?;
+    let port = free_port()?;
+    let kernel = Place {
+        dir: place.dir.clone(),
+        shim: None,
+    };
+    let n = ops.to_string();
+    let mut server = redis_server(place, &dir, port)?;
+    let report = run_driver(&kernel, REDIS_DRIVER, &["run", &port.to_string(), &n]);
+    stop(&mut server);
+    let report = report?;
+    // A second server must find everything in the append-only file.
+    let mut server = redis_server(place, &dir, port)?;
+    let check = run_driver(&kernel, REDIS_DRIVER, &["check", &port.to_string(), &n]);
+    stop(&mut server);
+    let check = check?;
+    let want = (ops as u64 + 2, ops as u64, ops as u64);
+    let got = (
+        check["keys"].as_u64().unwrap_or(0),
+        check["counter"].as_u64().unwrap_or(0),
+        check["list"].as_u64().unwrap_or(0),
+    );
+    if got != want {
+        return Err(io::Error::other(format!(
+            "Redis lost data across a restart: (keys, counter, list) {got:?}, expected {want:?}"
+        )));
+    }
+    place.run("rm", &["-rf".as_ref(), dir.as_os_str()])?;
+    report["phases"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|phase| measured(phase, "appendfsync=always", 100))
+        .collect()
+}
+
+fn redis_server(place: &Place, dir: &Path, port: u16) -> io::Result<Child> {
+    place
+        .command("redis-server")
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--dir"])
+        .arg(dir)
+        .args([
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "always",
+            "--save",
+            "",
+        ])
+        .args(["--daemonize", "no", "--protected-mode", "no"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| io::Error::other(format!("cannot start redis-server: {e}")))
+}
+
+/// Waits for a server the driver told to shut down; kills it if it does not go.
+fn stop(server: &mut Child) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = server.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = server.kill();
+    let _ = server.wait();
+}
+
+fn free_port() -> io::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+fn path_arg(path: &Path) -> io::Result<&str> {
+    path.to_str()
+        .ok_or_else(|| io::Error::other("the target's path is not UTF-8"))
+}
+
+/// Runs a python driver on `place`; its JSON report.
+fn run_driver(place: &Place, script: &str, args: &[&str]) -> io::Result<serde_json::Value> {
+    let out = place
+        .command(PYTHON)
+        .arg("-c")
+        .arg(script)
+        .args(args)
+        .output()
+        .map_err(|e| io::Error::other(format!("cannot run {PYTHON}: {e}")))?;
+    if !out.status.success() {
+        return Err(io::Error::other(format!(
+            "the driver failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    serde_json::from_slice(&out.stdout)
+        .map_err(|e| io::Error::other(format!("the driver's report does not parse: {e}")))
+}
+
+/// One phase of a driver's report as a measurement.
+fn measured(phase: &serde_json::Value, variant: &str, io_size: u64) -> io::Result<Measured> {
+    let bad = || io::Error::other("the driver's phase is malformed");
+    let op = phase["op"].as_str().ok_or_else(bad)?.to_string();
+    let elapsed_ns = phase["elapsed_ns"].as_u64().ok_or_else(bad)?;
+    let mut hist = histogram();
+    let mut ops = 0;
+    for l in phase["lat"].as_array().ok_or_else(bad)? {
+        hist.record(l.as_u64().ok_or_else(bad)?.max(1))
+            .map_err(|e| io::Error::other(e.to_string()))?;
+        ops += 1;
+    }
+    Ok(Measured {
+        op,
+        io_size,
+        variant: variant.to_string(),
+        sample: Sample {
+            ops,
+            elapsed_ns,
+            hist,
+            flushes: None,
+            fences: None,
+        },
+    })
+}
