@@ -174,51 +174,96 @@ const PAGE_BYTES: usize = 4096;
 /// Bumped whenever the program unmaps or moves memory: pages found readable before may not be.
 static MAP_GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
+/// Readable `[start, end)` ranges a thread knows, the mapping generation they were found in, and
+/// the next slot to replace.
+type KnownRanges = ([(usize, usize); 8], u64, usize);
+
 thread_local! {
-    /// Pages this thread found readable (at most 8, replaced round-robin), in the mapping
-    /// generation they were found in, so the paths a program passes again and again (its stack,
-    /// its strings) cost no system call.
-    static READABLE_PAGES: Cell<([usize; 8], u64, usize)> = const { Cell::new(([usize::MAX; 8], 0, 0)) };
+    /// Readable mappings this thread found (at most 8 `[start, end)` ranges, replaced
+    /// round-robin), in the mapping generation they were found in: the paths a program passes
+    /// come from a few mappings (its stack, heap, strings), so nearly every check is a lookup.
+    static READABLE_RANGES: Cell<KnownRanges> =
+        const { Cell::new(([(0, 0); 8], 0, 0)) };
 }
 
-/// Whether the page at address `page` can be read: asked of the kernel (`process_vm_readv` of
-/// one byte from this process, which fails with EFAULT instead of faulting), remembered per
-/// thread until the program next unmaps memory. Where the kernel refuses the call itself (a
-/// seccomp filter), the page is taken as readable, as before this check.
+/// Whether the page at address `page` can be read, as the kernel would find it: from this
+/// thread's cache of readable mappings, else from `/proc/self/maps` (read with raw system calls
+/// into a fixed buffer: no allocation, since a hook may run inside malloc), whose mapping is then
+/// cached until the program next unmaps memory. Where the maps cannot be read, the page is taken
+/// as readable, as before this check.
 fn page_readable(page: usize) -> bool {
     let generation = MAP_GENERATION.load(std::sync::atomic::Ordering::Acquire);
-    let (mut pages, known, next) = READABLE_PAGES.with(Cell::get);
-    if known == generation && pages.contains(&page) {
+    let (mut ranges, known, next) = READABLE_RANGES.with(Cell::get);
+    if known == generation && ranges.iter().any(|&(a, b)| a <= page && page < b) {
         return true;
     }
-    let mut byte = 0u8;
-    let local = libc::iovec {
-        iov_base: (&mut byte as *mut u8).cast(),
-        iov_len: 1,
+    let Some(found) = readable_mapping(page) else {
+        return false;
     };
-    let remote = libc::iovec {
-        iov_base: page as *mut c_void,
-        iov_len: 1,
+    let Some(range) = found else {
+        return true; // the maps could not be read: the kernel answers for us, as before
     };
-    // SAFETY: the kernel copies one byte from `page` into `byte`, or fails; nothing is read by
-    // this process directly.
-    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
-    let readable = n == 1 || (n < 0 && errno_now() != libc::EFAULT);
-    if readable {
-        if known != generation {
-            pages = [usize::MAX; 8];
-        }
-        pages[next % 8] = page;
-        READABLE_PAGES.with(|c| c.set((pages, generation, next + 1)));
+    if known != generation {
+        ranges = [(0, 0); 8];
     }
-    readable
+    ranges[next % 8] = range;
+    READABLE_RANGES.with(|c| c.set((ranges, generation, next + 1)));
+    true
 }
 
-fn errno_now() -> c_int {
-    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+/// The readable mapping of `/proc/self/maps` that holds `addr`: `None` when no readable one does,
+/// `Some(None)` when the maps cannot be read.
+fn readable_mapping(addr: usize) -> Option<Option<(usize, usize)>> {
+    use rustix::fs::{Mode, OFlags};
+    let Ok(maps) = rustix::fs::open(
+        c"/proc/self/maps",
+        OFlags::RDONLY | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) else {
+        return Some(None);
+    };
+    // Each line opens with `start-end perms`: a small state machine over the bytes, so a line
+    // split between two reads costs nothing.
+    let (mut start, mut end, mut field, mut perm_at) = (0usize, 0usize, 0u8, 0u8);
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = match rustix::io::read(&maps, &mut buf) {
+            Ok(0) => return None,
+            Ok(n) => n,
+            Err(_) => return Some(None),
+        };
+        for &b in &buf[..n] {
+            match (field, b) {
+                (_, b'\n') => (start, end, field, perm_at) = (0, 0, 0, 0),
+                (0, b'-') => field = 1,
+                (0, _) => start = start.wrapping_mul(16).wrapping_add(hex(b)),
+                (1, b' ') => field = 2,
+                (1, _) => end = end.wrapping_mul(16).wrapping_add(hex(b)),
+                (2, _) => {
+                    if perm_at == 0 && b == b'r' && start <= addr && addr < end {
+                        return Some(Some((start, end)));
+                    }
+                    perm_at = perm_at.saturating_add(1);
+                    if perm_at >= 4 {
+                        field = 3; // the rest of the line does not matter
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
 }
 
-/// After the program unmapped or moved memory.
+fn hex(b: u8) -> usize {
+    match b {
+        b'0'..=b'9' => usize::from(b - b'0'),
+        b'a'..=b'f' => usize::from(b - b'a' + 10),
+        _ => 0,
+    }
+}
+
+/// After the program unmapped or moved memory: what the threads know of readable mappings may be
+/// stale.
 fn forget_readable_pages() {
     MAP_GENERATION.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
 }
