@@ -53,6 +53,8 @@ have redis-server || apt_packages+=(redis-server)
 # MariaDB with its default configuration (InnoDB asks for io_uring and libaio) as a daemon
 # client.
 have mariadbd || apt_packages+=(mariadb-server)
+# PostgreSQL, a server of many processes, as daemon clients (postgresql-contrib: amcheck).
+compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || apt_packages+=(postgresql postgresql-contrib)
 # LMDB with write-mapped commits (the shim's mapped-file test), through Debian's python3.
 [ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import lmdb' 2>/dev/null || apt_packages+=(python3-lmdb)
 if ! command -v cargo >/dev/null 2>&1; then

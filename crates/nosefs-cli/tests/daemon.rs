@@ -848,6 +848,40 @@ fn programs_with_their_own_allocator_and_redis_run_as_clients() {
     m.unmount_and_fsck();
 }
 
+/// PostgreSQL 15 with its default configuration (issue 38), a server of many processes, all
+/// daemon clients, run as the postgres user: initdb, pgbench's tables, a restart, every row
+/// there and amcheck's verdict on the primary key.
+#[test]
+fn postgresql_runs_with_its_default_configuration() {
+    let bin = Path::new("/usr/lib/postgresql/15/bin");
+    if !usable() || !bin.join("initdb").exists() {
+        return;
+    }
+    let m = mount_with(&["allow_other"]);
+    let script = r#"set -e
+bin=/usr/lib/postgresql/15/bin
+mkdir "$D/pg"; chown postgres:postgres "$D/pg"
+sock="$(mktemp -d /tmp/nosefs-pg.XXXXXX)"; chown postgres "$sock"
+trap 'pkill -9 -f -- "-D $D/pg/data" || true; rm -rf "$sock"' EXIT
+as_pg() { setpriv --reuid=postgres --regid=postgres --init-groups "$@"; }
+cd /
+as_pg timeout 120 $bin/initdb -D "$D/pg/data" >/dev/null
+ctl() { as_pg timeout 120 $bin/pg_ctl -D "$D/pg/data" -o "-k $sock -p 54330 -c listen_addresses=" -l "$sock/log" -w "$@" >/dev/null; }
+ctl start
+as_pg timeout 120 $bin/pgbench -h "$sock" -p 54330 -i -s 1 -q postgres >/dev/null 2>&1
+as_pg timeout 120 $bin/pgbench -h "$sock" -p 54330 -c 2 -t 200 -n postgres >/dev/null
+ctl stop
+ctl start
+as_pg psql -h "$sock" -p 54330 -Atq postgres -c "select count(*) from pgbench_accounts" -c "create extension amcheck" -c "select bt_index_check('pgbench_accounts_pkey')" -c "select count(*) from pgbench_history"
+ctl stop
+"#;
+    let out = m.run(script);
+    assert!(out.status.success(), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(stdout, "100000\n\n400\n", "{}", text(&out));
+    m.unmount_and_fsck();
+}
+
 /// MariaDB with its default configuration (issue 38): InnoDB asks for io_uring, then libaio,
 /// both of which the shim refuses as a kernel without them does, and falls back to its own
 /// threads; the data is there after a restart and CHECK TABLE finds it sound.
