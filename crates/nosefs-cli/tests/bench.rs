@@ -324,7 +324,11 @@ fn the_matrix_compares_every_target_normalized_to_the_best_and_cleans_up() {
 #[test]
 fn application_workloads_run_the_programs_and_check_their_data() {
     let redis = std::path::Path::new("/usr/bin/redis-server").exists();
-    if !is_root() || !redis || !std::path::Path::new("/usr/bin/python3").exists() {
+    let lmdb = std::process::Command::new("/usr/bin/python3")
+        .args(["-c", "import lmdb"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !is_root() || !redis || !lmdb {
         return;
     }
     let out = tempfile::tempdir().unwrap();
@@ -339,7 +343,15 @@ fn application_workloads_run_the_programs_and_check_their_data() {
             "--target",
             "nosefs",
         ])
-        .args(["--workload", "sqlite", "--workload", "redis", "--json"])
+        .args([
+            "--workload",
+            "sqlite",
+            "--workload",
+            "redis",
+            "--workload",
+            "kv",
+        ])
+        .arg("--json")
         .arg(&json)
         .output()
         .unwrap();
@@ -353,6 +365,9 @@ fn application_workloads_run_the_programs_and_check_their_data() {
             ("redis", "set"),
             ("redis", "incr"),
             ("redis", "lpush"),
+            ("kv", "ycsb-a"),
+            ("kv", "ycsb-e"),
+            ("kv", "ycsb-f"),
         ] {
             let found = records
                 .iter()

@@ -123,7 +123,7 @@ pub enum Workload {
 }
 
 /// Workload names accepted by `--workload`.
-pub const NAMES: [&str; 14] = [
+pub const NAMES: [&str; 15] = [
     "dirops",
     "fileops",
     "mmap",
@@ -138,6 +138,7 @@ pub const NAMES: [&str; 14] = [
     "calls",
     "sqlite",
     "redis",
+    "kv",
 ];
 
 /// The directory depths of seed 000 Fig. 3: webproxy's flat directory, then the same files spread
@@ -159,6 +160,7 @@ impl Workload {
             "calls" => Ok(vec![Workload::Calls]),
             "sqlite" => Ok(vec![Workload::App(apps::App::Sqlite)]),
             "redis" => Ok(vec![Workload::App(apps::App::Redis)]),
+            "kv" => Ok(vec![Workload::App(apps::App::Kv)]),
             "fileserver" | "fileserver-1k" | "varmail" | "varmail-1k" | "webserver"
             | "webproxy" => Ok(vec![Workload::Macro(macro_profile(
                 name,
