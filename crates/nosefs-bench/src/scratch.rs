@@ -351,6 +351,9 @@ impl ScratchMount {
             MountOption::DefaultPermissions,
         ];
         config.n_threads = Some(threads.max(1));
+        // Other users may use it, as on the scratch tmpfs and ramdisks (PostgreSQL runs as its
+        // own user); the kernel still checks every permission.
+        config.acl = fuser::SessionACL::All;
         let unmount_guard = cleanup::register(Undo::Unmount(dir.clone()));
         let fs = std::sync::Arc::new(fs);
         let frontend = nosefs_fuse::NoseFuse::shared(fs.clone());
@@ -361,7 +364,7 @@ impl ScratchMount {
                 let _ = notifier_slot.set(session.notifier());
                 let server = if serve_clients {
                     let options = nosefs_daemon::server::Options {
-                        allow_other: false,
+                        allow_other: true,
                         invalidate: Some(Box::new(nosefs_fuse::Invalidator::new(
                             session.notifier(),
                             kernel_view,

@@ -350,6 +350,8 @@ fn application_workloads_run_the_programs_and_check_their_data() {
             "redis",
             "--workload",
             "kv",
+            "--workload",
+            "oltp",
         ])
         .arg("--json")
         .arg(&json)
@@ -376,9 +378,21 @@ fn application_workloads_run_the_programs_and_check_their_data() {
             assert!(r["ops_per_sec"].as_f64().unwrap() > 0.0, "{r}");
         }
     }
+    if std::path::Path::new("/usr/lib/postgresql/15/bin/initdb").exists() {
+        let tpcb = records
+            .iter()
+            .find(|r| r["target"] == "tmpfs" && r["workload"] == "oltp" && r["op"] == "tpcb");
+        assert!(tpcb.is_some(), "pgbench on tmpfs: {output:?}");
+    }
     assert!(
         !records.iter().any(|r| r["target"] == "nosefs"),
         "the native library runs no programs"
+    );
+    assert!(
+        !records
+            .iter()
+            .any(|r| r["target"] == "nosefs-preload" && r["workload"] == "oltp"),
+        "a server of many processes is not run in embedded mode"
     );
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(

@@ -123,7 +123,7 @@ pub enum Workload {
 }
 
 /// Workload names accepted by `--workload`.
-pub const NAMES: [&str; 15] = [
+pub const NAMES: [&str; 16] = [
     "dirops",
     "fileops",
     "mmap",
@@ -139,6 +139,7 @@ pub const NAMES: [&str; 15] = [
     "sqlite",
     "redis",
     "kv",
+    "oltp",
 ];
 
 /// The directory depths of seed 000 Fig. 3: webproxy's flat directory, then the same files spread
@@ -161,6 +162,7 @@ impl Workload {
             "sqlite" => Ok(vec![Workload::App(apps::App::Sqlite)]),
             "redis" => Ok(vec![Workload::App(apps::App::Redis)]),
             "kv" => Ok(vec![Workload::App(apps::App::Kv)]),
+            "oltp" => Ok(vec![Workload::App(apps::App::Oltp)]),
             "fileserver" | "fileserver-1k" | "varmail" | "varmail-1k" | "webserver"
             | "webproxy" => Ok(vec![Workload::Macro(macro_profile(
                 name,
