@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The main job: build noseFS and run the benchmark suite, the native library side by side with a
-# private tmpfs and an ext4 ramdisk on the micro workloads (dirops, fileops, mmap), and write the
-# report (table, JSON, plots) under results/. Needs root for the scratch mounts.
+# private tmpfs and an ext4 ramdisk on the micro workloads (dirops, fileops, mmap), then the
+# application workloads (SQLite, Redis, YCSB on LMDB, pgbench on PostgreSQL: the programs
+# themselves) on tmpfs, the ext4 ramdisk and noseFS through the shim (daemon clients and
+# embedded), and write the reports (table, JSON, plots) under results/. Needs root for the
+# scratch mounts.
 #
 #   NOSEFS_BENCH_ARGS="--quick"   extra arguments for `nosefs bench` (e.g. --quick, --target ...)
 #   NOSEFS_RESULTS=DIR            where the report goes (default results/YYYY-MM-DD-HHMMSS)
@@ -20,5 +23,11 @@ mkdir -p "$out"
 # shellcheck disable=SC2086
 target/release/nosefs bench ${NOSEFS_BENCH_ARGS:-} --json "$out/results.json" --out "$out" \
   | tee "$out/table.md"
+mkdir -p "$out/apps"
+# shellcheck disable=SC2086
+target/release/nosefs bench ${NOSEFS_BENCH_ARGS:-} --threads 1 \
+  --target tmpfs --target ramdisk:ext4 --target nosefs-client --target nosefs-preload \
+  --workload sqlite --workload redis --workload kv --workload oltp \
+  --json "$out/apps/results.json" --out "$out/apps" | tee "$out/apps/table.md"
 echo
-echo "main job: the report is in $out/report.md (plots and results.json beside it)"
+echo "main job: the reports are in $out/report.md and $out/apps/report.md (plots and results.json beside them)"
