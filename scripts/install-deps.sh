@@ -53,6 +53,8 @@ have redis-server || apt_packages+=(redis-server)
 # MariaDB with its default configuration (InnoDB asks for io_uring and libaio) as a daemon
 # client.
 have mariadbd || apt_packages+=(mariadb-server)
+# RocksDB's db_bench and ldb, an LSM store's synced writes.
+have db_bench || apt_packages+=(rocksdb-tools)
 # PostgreSQL, a server of many processes, as daemon clients (postgresql-contrib: amcheck).
 compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || apt_packages+=(postgresql postgresql-contrib)
 # LMDB with write-mapped commits (the shim's mapped-file test), through Debian's python3.

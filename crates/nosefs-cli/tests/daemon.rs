@@ -882,6 +882,30 @@ ctl stop
     m.unmount_and_fsck();
 }
 
+/// RocksDB's db_bench (issue 38): 3,000 synced writes, then another process finds every key
+/// (readrandom) and ldb scans exactly that many.
+#[test]
+fn rocksdb_keeps_every_synced_write() {
+    if !usable() || !Path::new("/usr/bin/db_bench").exists() {
+        return;
+    }
+    let m = mount_with(&[]);
+    let script = r#"set -e
+db_bench --benchmarks=fillseq --sync=1 --num=3000 --value_size=100 --db="$D/rocks" >/dev/null
+db_bench --benchmarks=readrandom --use_existing_db=1 --num=3000 --reads=3000 --db="$D/rocks" | grep -o '([0-9]* of [0-9]* found)'
+ldb --db="$D/rocks" scan | wc -l
+"#;
+    let out = m.run(script);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "(3000 of 3000 found)\n3000\n",
+        "{}",
+        text(&out)
+    );
+    m.unmount_and_fsck();
+}
+
 /// MariaDB with its default configuration (issue 38): InnoDB asks for io_uring, then libaio,
 /// both of which the shim refuses as a kernel without them does, and falls back to its own
 /// threads; the data is there after a restart and CHECK TABLE finds it sound.
