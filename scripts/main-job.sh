@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The main job: build noseFS and run the benchmark suite, the native library side by side with a
 # private tmpfs and an ext4 ramdisk on the micro workloads (dirops, fileops, mmap), then the
-# application workloads (SQLite, Redis, YCSB on LMDB, pgbench on PostgreSQL: the programs
-# themselves) on tmpfs, the ext4 ramdisk and noseFS through the shim (daemon clients and
+# application workloads (SQLite, Redis, YCSB on LMDB, pgbench on PostgreSQL, tar/git/make/rsync:
+# the programs themselves) on tmpfs, the ext4 ramdisk and noseFS through the shim (daemon clients and
 # embedded), and write the reports (table, JSON, plots) under results/. Needs root for the
 # scratch mounts.
 #
@@ -27,7 +27,7 @@ mkdir -p "$out/apps"
 # shellcheck disable=SC2086
 target/release/nosefs bench ${NOSEFS_BENCH_ARGS:-} --threads 1 \
   --target tmpfs --target ramdisk:ext4 --target nosefs-client --target nosefs-preload \
-  --workload sqlite --workload redis --workload kv --workload oltp \
+  --workload sqlite --workload redis --workload kv --workload oltp --workload tools \
   --json "$out/apps/results.json" --out "$out/apps" | tee "$out/apps/table.md"
 echo
 echo "main job: the reports are in $out/report.md and $out/apps/report.md (plots and results.json beside them)"

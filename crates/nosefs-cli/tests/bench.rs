@@ -352,6 +352,8 @@ fn application_workloads_run_the_programs_and_check_their_data() {
             "kv",
             "--workload",
             "oltp",
+            "--workload",
+            "tools",
         ])
         .arg("--json")
         .arg(&json)
@@ -383,6 +385,12 @@ fn application_workloads_run_the_programs_and_check_their_data() {
             .iter()
             .find(|r| r["target"] == "tmpfs" && r["workload"] == "oltp" && r["op"] == "tpcb");
         assert!(tpcb.is_some(), "pgbench on tmpfs: {output:?}");
+    }
+    for op in ["untar", "git-commit", "git-clone", "make", "rsync"] {
+        let found = records
+            .iter()
+            .any(|r| r["target"] == "tmpfs" && r["workload"] == "tools" && r["op"] == op);
+        assert!(found, "tools {op} on tmpfs: {output:?}");
     }
     assert!(
         !records.iter().any(|r| r["target"] == "nosefs"),

@@ -20,6 +20,11 @@
 //!   pgbench's log); then the server is restarted and must hold one history row per committed
 //!   transaction, with amcheck's verdict on the accounts' primary key. A server of many
 //!   processes: not in embedded mode, which serves one process at a time.
+//! - `tools`: a source tree of 2,000 files in 40 directories unpacked with tar, committed with git,
+//!   cloned with git, built with make -j2 (every source file copied to an output by a rule), and
+//!   copied with rsync -a; each step one timed operation, every output compared with its source
+//!   afterwards. Several processes at once (make's jobs, git clone's and rsync's helpers): not in
+//!   embedded mode.
 //!
 //! Where the programs run: on the target's directory (tmpfs, a ramdisk, a FUSE mount), or under
 //! the preload shim (`nosefs-client`: clients of a noseFS mount's daemon; `nosefs-preload`: an
@@ -48,6 +53,8 @@ pub enum App {
     Kv,
     /// pgbench on PostgreSQL.
     Oltp,
+    /// tar, git, make and rsync on a source tree.
+    Tools,
 }
 
 impl App {
@@ -58,6 +65,7 @@ impl App {
             App::Redis => "redis",
             App::Kv => "kv",
             App::Oltp => "oltp",
+            App::Tools => "tools",
         }
     }
 }
@@ -130,6 +138,7 @@ pub fn run_once(app: App, place: &Place, threads: usize, ops: usize) -> io::Resu
         App::Redis => redis(place, ops),
         App::Kv => kv(place, ops),
         App::Oltp => oltp(place, ops),
+        App::Tools => tools(place),
     }
 }
 
@@ -546,6 +555,115 @@ fn oltp_run(
             fences: None,
         },
     }])
+}
+
+/// The tools' steps, run in the place's directory: (operation, shell command).
+const TOOLS_STEPS: [(&str, &str); 5] = [
+    ("untar", "mkdir tree && tar -xf \"$TARBALL\" -C tree"),
+    (
+        "git-commit",
+        "cd tree && git init -q && git add -A && git -c user.name=b -c user.email=b@b commit -qm tree",
+    ),
+    ("git-clone", "git clone -q tree clone"),
+    ("make", "make -s -j2 -C clone"),
+    ("rsync", "rsync -a clone/ copy/"),
+];
+
+/// Checks after the steps: every output of the build equals its source, the copy equals the
+/// clone, and the clone's files are the committed ones.
+const TOOLS_CHECK: &str = r#"set -e
+cd clone
+for f in d*/*.c; do cmp -s "$f" "${f%.c}.out" || { echo "bad build output $f"; exit 1; }; done
+git status --porcelain --untracked-files=no | grep -q . && { echo "the clone differs from the commit"; exit 1; }
+cd ..
+diff -r clone copy >/dev/null || { echo "the rsync copy differs"; exit 1; }
+ls clone/d*/*.c | wc -l
+"#;
+
+fn tools(place: &Place) -> io::Result<Vec<Measured>> {
+    if matches!(&place.shim, Some(s) if s.image.is_some()) {
+        return Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "make -j2, git clone and rsync run several processes at once; embedded mode serves one",
+        ));
+    }
+    let tarball = source_tarball()?;
+    let work = place.dir.join("tools");
+    place.run("mkdir", &["-p".as_ref(), work.as_os_str()])?;
+    let result = (|| {
+        let mut out = Vec::new();
+        for (op, script) in TOOLS_STEPS {
+            let mut c = place.command("sh");
+            c.args(["-c", script])
+                .current_dir(&work)
+                .env("TARBALL", &tarball);
+            let started = Instant::now();
+            checked(c, op)?;
+            let elapsed_ns = started.elapsed().as_nanos() as u64;
+            let mut hist = histogram();
+            hist.record(elapsed_ns.max(1))
+                .map_err(|e| io::Error::other(e.to_string()))?;
+            out.push(Measured {
+                op: op.to_string(),
+                io_size: 0,
+                variant: "2000 files".into(),
+                sample: Sample {
+                    ops: 1,
+                    elapsed_ns,
+                    hist,
+                    flushes: None,
+                    fences: None,
+                },
+            });
+        }
+        let mut check = place.command("sh");
+        check.args(["-c", TOOLS_CHECK]).current_dir(&work);
+        let files = checked(check, "the tools' check")?;
+        if files.trim() != TOOLS_FILES.to_string() {
+            return Err(io::Error::other(format!(
+                "the build has {} sources, expected {TOOLS_FILES}",
+                files.trim()
+            )));
+        }
+        Ok(out)
+    })();
+    place.run("rm", &["-rf".as_ref(), work.as_os_str()])?;
+    let _ = std::fs::remove_file(&tarball);
+    result
+}
+
+/// Files in the tools' source tree.
+const TOOLS_FILES: usize = 2000;
+
+/// Writes the tools' source tree into a tarball in /tmp (the kernel's): 40 directories of 50
+/// "sources" of 1-8 KB, and a Makefile whose rule copies each to an output.
+fn source_tarball() -> io::Result<PathBuf> {
+    let root = tempfile_dir("nosefs-bench-tree")?;
+    let mut make =
+        String::from("SRC := $(wildcard d*/*.c)\nall: $(SRC:.c=.out)\n%.out: %.c\n\tcp $< $@\n");
+    let mut x: u64 = 0x9e37_79b9;
+    for d in 0..TOOLS_FILES / 50 {
+        let dir = root.join(format!("d{d:02}"));
+        std::fs::create_dir_all(&dir)?;
+        for f in 0..50 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let len = 1024 + (x % 7168) as usize;
+            let body: String = (0..len)
+                .map(|i| (b'a' + ((x as usize + i) % 26) as u8) as char)
+                .collect();
+            std::fs::write(dir.join(format!("f{f:02}.c")), body)?;
+        }
+    }
+    make.push('\n');
+    std::fs::write(root.join("Makefile"), make)?;
+    let tarball = root.with_extension("tar");
+    let mut tar = Command::new("tar");
+    tar.arg("-cf").arg(&tarball).arg("-C").arg(&root).arg(".");
+    checked(tar, "tar -c")?;
+    std::fs::remove_dir_all(&root)?;
+    Ok(tarball)
 }
 
 /// A new empty directory in /tmp (the kernel's), for sockets and logs.

@@ -123,7 +123,7 @@ pub enum Workload {
 }
 
 /// Workload names accepted by `--workload`.
-pub const NAMES: [&str; 16] = [
+pub const NAMES: [&str; 17] = [
     "dirops",
     "fileops",
     "mmap",
@@ -140,6 +140,7 @@ pub const NAMES: [&str; 16] = [
     "redis",
     "kv",
     "oltp",
+    "tools",
 ];
 
 /// The directory depths of seed 000 Fig. 3: webproxy's flat directory, then the same files spread
@@ -163,6 +164,7 @@ impl Workload {
             "redis" => Ok(vec![Workload::App(apps::App::Redis)]),
             "kv" => Ok(vec![Workload::App(apps::App::Kv)]),
             "oltp" => Ok(vec![Workload::App(apps::App::Oltp)]),
+            "tools" => Ok(vec![Workload::App(apps::App::Tools)]),
             "fileserver" | "fileserver-1k" | "varmail" | "varmail-1k" | "webserver"
             | "webproxy" => Ok(vec![Workload::Macro(macro_profile(
                 name,
