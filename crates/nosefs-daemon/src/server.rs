@@ -837,18 +837,18 @@ fn execute(
                 match local.walk_in(dir.ino, dir_path, name, follow)? {
                     Some(found) => {
                         reply.u8(1).found(&found);
-                        open(
+                        Ok(open(
                             shared,
                             conn,
                             &local,
                             &found,
                             (flags, mode, umask),
                             &mut reply,
-                        )
+                        ))
                     }
                     None => {
                         reply.u8(0);
-                        Ok(())
+                        Ok(Ok(()))
                     }
                 }
             })?;
@@ -896,7 +896,7 @@ fn execute(
                 reply.buf.truncate(mark);
                 let walked = local.walk(path.clone(), follow)?;
                 reply.walked(&walked);
-                match &walked {
+                Ok(match &walked {
                     Walked::Found(found) => open(
                         shared,
                         conn,
@@ -906,7 +906,7 @@ fn execute(
                         &mut reply,
                     ),
                     Walked::Outside(_) => Ok(()),
-                }
+                })
             })?;
         }
         op::CLOSE => {

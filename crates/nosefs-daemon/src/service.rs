@@ -86,13 +86,12 @@ pub trait Service {
         mode: u32,
         umask: u32,
     ) -> Result<OpenedPath, Errno> {
-        match self.walk(path, follow_last)? {
-            Walked::Outside(p) => Ok(OpenedPath::Outside(p)),
-            Walked::Found(found) => {
-                let opened = self.open(&found, flags, mode, umask)?;
-                Ok(OpenedPath::Opened(Box::new(found), opened))
-            }
-        }
+        open_again(flags, || match self.walk(path.clone(), follow_last)? {
+            Walked::Outside(p) => Ok(Ok(OpenedPath::Outside(p))),
+            Walked::Found(found) => Ok(self
+                .open(&found, flags, mode, umask)
+                .map(|opened| OpenedPath::Opened(Box::new(found), opened))),
+        })
     }
     /// [`Service::walk_in`] then [`Service::open`] on what it found, in one round trip to a
     /// daemon: `None` when the name needs a full walk.
@@ -107,13 +106,14 @@ pub trait Service {
         mode: u32,
         umask: u32,
     ) -> Result<Option<(Box<Found>, Opened)>, Errno> {
-        match self.walk_in(dir, dir_path, name, follow_last)? {
-            None => Ok(None),
-            Some(found) => {
-                let opened = self.open(&found, flags, mode, umask)?;
-                Ok(Some((Box::new(found), opened)))
+        open_again(flags, || {
+            match self.walk_in(dir, dir_path, name, follow_last)? {
+                None => Ok(Ok(None)),
+                Some(found) => Ok(self
+                    .open(&found, flags, mode, umask)
+                    .map(|opened| Some((Box::new(found), opened)))),
             }
-        }
+        })
     }
     /// `unlinkat` of a plain name in an open directory: [`Service::walk_in`] then
     /// [`Service::unlink`], in one round trip to a daemon; `false` when the name needs a full
@@ -399,12 +399,17 @@ impl Service for Local<'_> {
 
 /// An open with O_CREAT whose name went away between the walk and the open (another thread,
 /// process or client unlinked it) walks again and creates it, as the kernel's open retries its
-/// lookup: ENOENT is no answer to O_CREAT while the directory exists. `open` walks and opens
-/// once; the daemon's open requests and the shim's opens both go through here.
-pub fn open_again<T>(flags: i32, mut open: impl FnMut() -> Result<T, Errno>) -> Result<T, Errno> {
+/// lookup: ENOENT is no answer to O_CREAT while the directory exists. `open` walks (an error of
+/// the walk is the answer: a missing directory is ENOENT at once, as from the kernel) and then
+/// opens (its ENOENT is the race, retried); the daemon's open requests and the embedded shim's
+/// opens go through here, once each.
+pub fn open_again<T>(
+    flags: i32,
+    mut open: impl FnMut() -> Result<Result<T, Errno>, Errno>,
+) -> Result<T, Errno> {
     let mut attempts = 0;
     loop {
-        match open() {
+        match open()? {
             Err(e) if e == Errno::ENOENT && flags & libc::O_CREAT != 0 && attempts < 100 => {
                 // The name keeps going away: let whoever removes it run.
                 attempts += 1;

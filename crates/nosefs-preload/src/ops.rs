@@ -94,20 +94,28 @@ pub fn open_path(
     flags: i32,
     mode: u32,
 ) -> Result<Result<i32, Vec<u8>>, Errno> {
+    // The service walks again when the name went away between its walk and its open
+    // (`service::open_again`: in this process, or in the daemon); here only a file removed
+    // between the service's open and its counting (embedded mode) is opened again.
     service::open_again(flags, || open_path_once(path.clone(), follow, flags, mode))
 }
 
+/// One open: the outer error is the answer, the inner one a file removed before it was counted.
 fn open_path_once(
     path: Vec<u8>,
     follow: bool,
     flags: i32,
     mode: u32,
-) -> Result<Result<i32, Vec<u8>>, Errno> {
+) -> Result<Result<Result<i32, Vec<u8>>, Errno>, Errno> {
     let umask = state::umask();
     match with_service(|s| s.open_path(path.clone(), follow, flags, mode, umask)) {
-        Ok(OpenedPath::Outside(path)) => Ok(Err(path)),
-        Ok(OpenedPath::Opened(found, opened)) => opened_descriptor(&found, &opened, flags).map(Ok),
-        Err(e) if e == Errno(libc::ENXIO) => special_open(&path, follow, flags).map(Ok),
+        Ok(OpenedPath::Outside(path)) => Ok(Ok(Err(path))),
+        Ok(OpenedPath::Opened(found, opened)) => {
+            Ok(opened_descriptor(&found, &opened, flags).map(Ok))
+        }
+        Err(e) if e == Errno(libc::ENXIO) => {
+            special_open(&path, follow, flags).map(|fd| Ok(Ok(fd)))
+        }
         Err(e) => Err(e),
     }
 }
@@ -152,28 +160,29 @@ pub fn open_in(
     service::open_again(flags, || open_in_once(dir, name, follow, flags, mode))
 }
 
+/// One open, as [`open_path_once`].
 fn open_in_once(
     dir: &OpenFile,
     name: &[u8],
     follow: bool,
     flags: i32,
     mode: u32,
-) -> Result<Result<i32, Vec<u8>>, Errno> {
+) -> Result<Result<Result<i32, Vec<u8>>, Errno>, Errno> {
     let umask = state::umask();
     let opened = match with_service(|s| {
         s.open_in(dir.handle, &dir.path, name, follow, flags, mode, umask)
     }) {
         Err(e) if e == Errno(libc::ENXIO) => {
             let path = nosefs_core::vfs::walk::join(&dir.path, name);
-            return special_open(&path, follow, flags).map(Ok);
+            return special_open(&path, follow, flags).map(|fd| Ok(Ok(fd)));
         }
         opened => opened?,
     };
     match opened {
-        Some((found, opened)) => opened_descriptor(&found, &opened, flags).map(Ok),
+        Some((found, opened)) => Ok(opened_descriptor(&found, &opened, flags).map(Ok)),
         None => {
             let path = nosefs_core::vfs::walk::join(&dir.path, name);
-            open_path(path, follow, flags, mode)
+            open_path(path, follow, flags, mode).map(Ok)
         }
     }
 }
