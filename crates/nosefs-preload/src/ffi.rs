@@ -175,8 +175,13 @@ const PAGE_BYTES: usize = 4096;
 static MAP_GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Readable `[start, end)` ranges a thread knows, the mapping generation they were found in, and
-/// the next slot to replace.
+/// how many it has learnt in that generation (the next slot to replace).
 type KnownRanges = ([(usize, usize); 8], u64, usize);
+
+/// Pages a thread asks the kernel about one by one before it reads the whole map: most
+/// processes pass few paths (a short-lived `cp` pays one system call per page, not a read of
+/// `/proc/self/maps`), a busy one soon learns whole mappings.
+const PAGES_BEFORE_MAPS: usize = 16;
 
 thread_local! {
     /// Readable mappings this thread found (at most 8 `[start, end)` ranges, replaced
@@ -187,28 +192,54 @@ thread_local! {
 }
 
 /// Whether the page at address `page` can be read, as the kernel would find it: from this
-/// thread's cache of readable mappings, else from `/proc/self/maps` (read with raw system calls
-/// into a fixed buffer: no allocation, since a hook may run inside malloc), whose mapping is then
-/// cached until the program next unmaps memory. Where the maps cannot be read, the page is taken
-/// as readable, as before this check.
+/// thread's cache of readable ranges, else from the kernel (the page alone, for the first
+/// [`PAGES_BEFORE_MAPS`] misses; then the whole mapping from `/proc/self/maps`, read with raw
+/// system calls into a fixed buffer: no allocation, since a hook may run inside malloc), which
+/// is then cached until the program next unmaps memory.
 fn page_readable(page: usize) -> bool {
     let generation = MAP_GENERATION.load(std::sync::atomic::Ordering::Acquire);
-    let (mut ranges, known, next) = READABLE_RANGES.with(Cell::get);
+    let (mut ranges, known, mut next) = READABLE_RANGES.with(Cell::get);
     if known == generation && ranges.iter().any(|&(a, b)| a <= page && page < b) {
         return true;
     }
-    let Some(found) = readable_mapping(page) else {
-        return false;
-    };
-    let Some(range) = found else {
-        return true; // the maps could not be read: the kernel answers for us, as before
-    };
     if known != generation {
-        ranges = [(0, 0); 8];
+        (ranges, next) = ([(0, 0); 8], 0);
     }
+    let range = if next < PAGES_BEFORE_MAPS {
+        if !page_mapped(page) {
+            return false;
+        }
+        (page, page + PAGE_BYTES)
+    } else {
+        match readable_mapping(page) {
+            None => return false,
+            Some(Some(range)) => range,
+            // The maps could not be read: the kernel answers for us, as before this check.
+            Some(None) => return true,
+        }
+    };
     ranges[next % 8] = range;
     READABLE_RANGES.with(|c| c.set((ranges, generation, next + 1)));
     true
+}
+
+/// Whether one page can be read, asked of the kernel: `process_vm_readv` of one byte from this
+/// process fails with EFAULT instead of faulting. A kernel that refuses the call itself (a
+/// seccomp filter) leaves the page taken as readable.
+fn page_mapped(page: usize) -> bool {
+    let mut byte = 0u8;
+    let local = libc::iovec {
+        iov_base: (&mut byte as *mut u8).cast(),
+        iov_len: 1,
+    };
+    let remote = libc::iovec {
+        iov_base: page as *mut c_void,
+        iov_len: 1,
+    };
+    // SAFETY: the kernel copies one byte from `page` into `byte`, or fails; nothing is read by
+    // this process directly.
+    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+    n == 1 || (n < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EFAULT))
 }
 
 /// The readable mapping of `/proc/self/maps` that holds `addr`: `None` when no readable one does,
