@@ -14,6 +14,7 @@
 //! At the end each worker writes its model's description to the manifest directory, if given,
 //! so that [`verify`] can check the tree again after an unmount, fsck and remount.
 
+mod expect;
 pub mod model;
 pub mod ops;
 mod sys;
