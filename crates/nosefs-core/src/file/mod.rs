@@ -37,6 +37,7 @@ pub mod holes;
 pub mod journal;
 pub mod mmap;
 mod mmap_sys;
+mod privs;
 mod ranges;
 pub(crate) mod reserve;
 #[cfg(test)]
@@ -53,7 +54,6 @@ use crate::format::pinode::Pinode;
 use crate::format::BLOCK_SIZE;
 use crate::mkfs::now_ns;
 use crate::namespace::inode::Inode;
-use crate::namespace::perm::Cred;
 use crate::namespace::Fs;
 use filemap::{BlockRefs, FileMap, Piece, Punched};
 use journal::FileCommit;
@@ -381,41 +381,6 @@ impl Fs {
         let offset = self.write_at(&inode, None, data)?;
         self.write_shadowed(ino, offset, data)?;
         Ok(offset)
-    }
-
-    /// [`Fs::write`] (`offset` given) or [`Fs::append`] by a caller other than the kernel's
-    /// FUSE client: first the set-id bits the write clears for `cred` (Linux's
-    /// `file_remove_privs`), which costs one load for a file without them.
-    pub fn write_by(
-        &self,
-        ino: u64,
-        offset: Option<u64>,
-        data: &[u8],
-        cred: impl FnOnce() -> Cred,
-    ) -> Result<u64> {
-        self.writable()?;
-        let inode = self.inode(ino)?;
-        if inode.has_setid() {
-            self.drop_setid(ino, &cred())?;
-        }
-        let offset = self.write_at(&inode, offset, data)?;
-        self.write_shadowed(ino, offset, data)?;
-        Ok(offset)
-    }
-
-    /// Clears the set-id bits a change of `ino`'s data by `cred` clears; whether the mode
-    /// changed.
-    pub fn drop_setid(&self, ino: u64, cred: &Cred) -> Result<bool> {
-        let attr = self.getattr(ino)?;
-        let Some(mode) = crate::namespace::perm::mode_after_write(&attr, cred) else {
-            return Ok(false);
-        };
-        let change = crate::namespace::SetAttr {
-            mode: Some(mode),
-            ..Default::default()
-        };
-        self.setattr(ino, &change)?;
-        Ok(true)
     }
 
     fn write_at(&self, inode: &Inode, offset: Option<u64>, data: &[u8]) -> Result<u64> {
