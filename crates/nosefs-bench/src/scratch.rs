@@ -207,7 +207,8 @@ pub struct ScratchMount {
     _backing: Option<Registered>,
 }
 
-fn scratch_dir(label: &str) -> std::io::Result<PathBuf> {
+/// A directory of this run in the kernel's temporary directory, named by `label`.
+pub(crate) fn scratch_dir(label: &str) -> std::io::Result<PathBuf> {
     let dir = std::env::temp_dir().join(format!("nosefs-bench-{}-{label}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     Ok(dir)

@@ -164,14 +164,6 @@ pub(super) fn checked(mut c: Command, what: &str) -> io::Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// A new empty directory in /tmp (the kernel's), for sockets and logs.
-pub(super) fn tempfile_dir(prefix: &str) -> io::Result<PathBuf> {
-    let dir =
-        std::env::temp_dir().join(format!("{prefix}-{}-{}", std::process::id(), free_port()?));
-    std::fs::create_dir_all(&dir)?;
-    Ok(dir)
-}
-
 pub(super) fn free_port() -> io::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }

@@ -5,7 +5,8 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
-use super::{checked, free_port, tempfile_dir, timed, Measured, Place};
+use super::{checked, free_port, timed, Measured, Place};
+use crate::scratch::scratch_dir;
 
 const PG_BIN: &str = "/usr/lib/postgresql/15/bin";
 
@@ -32,8 +33,8 @@ pub(super) fn run(place: &Place, ops: usize) -> io::Result<Vec<Measured>> {
         ));
     }
     let data = place.dir.join("pg");
-    let sock = tempfile_dir("nosefs-bench-pg")?;
-    let logs = tempfile_dir("nosefs-bench-pgbench")?;
+    let sock = scratch_dir("app-pg")?;
+    let logs = scratch_dir("app-pgbench")?;
     let result = oltp_run(place, &data, &sock, &logs, ops);
     // Whatever happened, no server stays behind.
     let _ = as_postgres(place, "pg_ctl")

@@ -5,7 +5,8 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Instant;
 
-use super::{checked, tempfile_dir, timed, Measured, Place};
+use super::{checked, timed, Measured, Place};
+use crate::scratch::scratch_dir;
 
 /// The tools' steps, run in the place's directory: (operation, shell command).
 const TOOLS_STEPS: [(&str, &str); 5] = [
@@ -75,7 +76,7 @@ const TOOLS_FILES: usize = 2000;
 /// Writes the tools' source tree into a tarball in /tmp (the kernel's): 40 directories of 50
 /// "sources" of 1-8 KB, and a Makefile whose rule copies each to an output.
 fn source_tarball() -> io::Result<PathBuf> {
-    let root = tempfile_dir("nosefs-bench-tree")?;
+    let root = scratch_dir("app-tree")?;
     let mut make =
         String::from("SRC := $(wildcard d*/*.c)\nall: $(SRC:.c=.out)\n%.out: %.c\n\tcp $< $@\n");
     let mut x: u64 = 0x9e37_79b9;
