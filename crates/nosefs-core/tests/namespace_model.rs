@@ -239,6 +239,11 @@ impl Model {
         if s == Node::Dir && dst.starts_with(src) {
             return Err(Errno::EINVAL);
         }
+        // The kernel checks "target is an ancestor of the source" before the
+        // types: ENOTEMPTY for a plain rename, EINVAL for an exchange.
+        if !exchange && src.starts_with(dst) {
+            return Err(Errno::ENOTEMPTY);
+        }
         if exchange {
             if d == Some(Node::Dir) && src.starts_with(dst) {
                 return Err(Errno::EINVAL);
