@@ -799,3 +799,52 @@ stat -c '%F %t:%T' {up}/upper/l {up}/upper/dir/x
     let out = fsck(&s.image);
     assert!(out.status.success(), "{out:?}");
 }
+
+/// O_TMPFILE through the mount (FUSE_TMPFILE): an unnamed file takes data, a link with
+/// AT_EMPTY_PATH names it, O_EXCL keeps it unnameable, an unnamed file is gone at its close,
+/// and a read-only one is refused: each answer as on tmpfs. The named file and its data are
+/// there after a remount and the image is clean.
+#[test]
+fn o_tmpfile_works_on_the_mount_as_on_tmpfs() {
+    if !fuse_usable() {
+        return;
+    }
+    let s = setup();
+    assert!(mount(&s).status.success());
+    let tmpfs = tmpfs_beside(&s);
+    let script = r#"python3 -c "
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+def flink(fd, name):
+    return 0 if libc.linkat(fd, b'', -100, name.encode(), 0x1000) == 0 else ctypes.get_errno()
+fd = os.open('.', os.O_TMPFILE | os.O_RDWR, 0o640)
+os.write(fd, b'hello tmpfile')
+print('unnamed nlink', os.fstat(fd).st_nlink, oct(os.fstat(fd).st_mode))
+print('flink', flink(fd, 'named'), 'nlink', os.fstat(fd).st_nlink)
+os.close(fd)
+fd = os.open('.', os.O_TMPFILE | os.O_EXCL | os.O_RDWR, 0o600)
+print('excl flink errno', flink(fd, 'excl'))
+os.close(fd)
+fd = os.open('.', os.O_TMPFILE | os.O_WRONLY, 0o600)
+os.write(fd, b'x' * 100000)
+os.close(fd)
+try:
+    os.open('.', os.O_TMPFILE | os.O_RDONLY)
+except OSError as e:
+    print('read-only', e.errno)
+print(sorted(os.listdir('.')), open('named').read())
+"
+"#;
+    let ours = sh_in(&s.mnt, script);
+    let theirs = sh_in(&tmpfs, script);
+    let _ = Command::new("umount").arg(&tmpfs).status();
+    assert_eq!(ours, theirs, "noseFS:\n{ours}\ntmpfs:\n{theirs}");
+    assert!(ours.contains("flink 0 nlink 1"), "{ours}");
+    umount(&s.mnt);
+    let out = fsck(&s.image);
+    assert!(out.status.success(), "{out:?}");
+    assert!(mount(&s).status.success());
+    let named = std::fs::read(s.mnt.join("named")).unwrap();
+    assert_eq!(named, b"hello tmpfile");
+    umount(&s.mnt);
+}

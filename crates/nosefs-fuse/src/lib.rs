@@ -896,6 +896,41 @@ impl Filesystem for NoseFuse {
             Err(e) => reply.error(errno(e)),
         }
     }
+    /// O_TMPFILE (FUSE_TMPFILE, served by our patched fuser): a file with no name in `parent`,
+    /// opened at once, freed at its last release unless a link (`linkat` with AT_EMPTY_PATH,
+    /// or through /proc/self/fd) names it first. The kernel has checked write and search
+    /// permission on `parent` and keeps O_EXCL files unlinkable itself; the core refuses
+    /// those too.
+    fn tmpfile(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let (owner, perm) = self.new_owner(req, parent.0, pinode::S_IFREG | (mode & 0o7777), umask);
+        let linkable = flags & libc::O_EXCL == 0;
+        let created = self
+            .fs()
+            .create_tmpfile(parent.0, perm, owner, linkable)
+            .and_then(|a| self.fs().open(a.ino).map(|()| a));
+        let created = created.and_then(|a| {
+            self.view.note_inode(a.ino);
+            self.fs().getattr(a.ino)
+        });
+        match created {
+            Ok(a) => reply.created(
+                &TTL,
+                &file_attr(&a),
+                Generation(0),
+                FileHandle(0),
+                FopenFlags::empty(),
+            ),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
 }
 
 /// The credentials a request was made with: its uid and gid, and the caller's supplementary
