@@ -185,8 +185,8 @@ fn inherited(actions: &[FileAction]) -> Vec<Inherited> {
     let mut fds: Vec<(Inherited, bool)> = fdtable::all()
         .into_iter()
         .filter_map(|(fd, file)| {
-            let placeholder = crate::ffi::kernel_ino(fd)?;
-            let survives = crate::ffi::survives_exec(fd);
+            let placeholder = crate::sys::kernel_ino(fd)?;
+            let survives = crate::sys::survives_exec(fd);
             Some((
                 Inherited {
                     fd,
@@ -390,7 +390,7 @@ pub fn failed() {
 
 /// Reads and closes the descriptor table an exec handed over in memfd `fd`.
 fn take_table(fd: i32) -> Option<String> {
-    let owned = crate::ffi::take_descriptor(fd)?;
+    let owned = crate::fdtable::take_handed_over(fd)?;
     let mut out = Vec::new();
     let mut buf = [0u8; 4096];
     let mut offset = 0;
@@ -472,7 +472,7 @@ pub fn adopt() {
     for e in lines.filter_map(parse_entry) {
         if e.fd < 0
             || e.fd as usize >= fdtable::MAX_FDS
-            || crate::ffi::kernel_ino(e.fd) != Some(e.placeholder)
+            || crate::sys::kernel_ino(e.fd) != Some(e.placeholder)
         {
             continue;
         }
@@ -484,7 +484,7 @@ pub fn adopt() {
                 // The kernel description the previous program shared its locks through.
                 *file.lock_fd.get_mut() = e
                     .lock_fd
-                    .and_then(crate::ffi::take_descriptor)
+                    .and_then(crate::fdtable::take_handed_over)
                     .and_then(fdtable::LockFd::moved_high);
                 let file = Arc::new(file);
                 descriptions.push((e.number, file.clone()));

@@ -101,7 +101,7 @@ static LOCK_FD_COUNT: AtomicUsize = AtomicUsize::new(0);
 /// A kernel descriptor the shim keeps as its own, high and marked so: in daemon mode one through
 /// the FUSE mount (a file's, for record locks and shared mappings, `kernel`; or a description's,
 /// for flock and OFD locks); in embedded mode a memfd copy of a shared object dlopen loaded
-/// (`ffi::nosefs_stored_library`).
+/// (`ffi::stored::nosefs_stored_library`).
 #[derive(Debug)]
 pub struct LockFd(OwnedFd);
 
@@ -267,9 +267,29 @@ pub fn insert(fd: RawFd, file: Arc<OpenFile>) -> Option<Arc<OpenFile>> {
     drop(files);
     if fd <= 2 {
         // glibc's stdin/stdout/stderr write through internal calls the shim never sees.
-        crate::ffi::std_stream_became_ours(fd);
+        if let Some(hook) = STD_STREAM_HOOK.get() {
+            hook(fd);
+        }
     }
     old
+}
+
+/// Called when descriptor 0, 1 or 2 becomes noseFS's (the C boundary swaps glibc's standard
+/// stream for one that reaches the hooks); set once at start-up.
+static STD_STREAM_HOOK: std::sync::OnceLock<fn(RawFd)> = std::sync::OnceLock::new();
+
+/// Sets what runs when a standard descriptor becomes noseFS's (see [`insert`]).
+pub fn on_std_stream_ours(hook: fn(RawFd)) {
+    let _ = STD_STREAM_HOOK.set(hook);
+}
+
+/// Takes ownership of descriptor `fd`, which the previous program handed over across exec for
+/// the shim alone, unless the shim already uses it.
+pub fn take_handed_over(fd: RawFd) -> Option<std::os::fd::OwnedFd> {
+    if is_ours(fd) || is_internal(fd) {
+        return None;
+    }
+    crate::sys::take_descriptor(fd)
 }
 
 /// Forgets descriptor `fd`; returns its description (dropping it may close the inode).

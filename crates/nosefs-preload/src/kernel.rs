@@ -16,7 +16,7 @@
 //! kernel descriptor itself is closed once no description of the file is open in the process and
 //! nothing maps it.
 //!
-//! Shared mappings (`ffi::map_copy`) map this descriptor: every process mapping the file
+//! Shared mappings (`ffi::mmap::map_copy`) map this descriptor: every process mapping the file
 //! (clients and programs the shim does not serve) shares the kernel's page cache, the kernel
 //! writes dirty pages back as FUSE writes (pending in the daemon, not durable), and msync reaches
 //! the daemon as a FUSE fsync, which commits them as one unit. This process's own read, write,
@@ -253,7 +253,7 @@ pub fn closed(ino: u64) {
             // stored to reach the daemon first. Otherwise the next holder (SQLite's -shm: the
             // process that finds itself alone) truncates through the daemon, and these pages
             // land after, over what it writes (measured: SIGBUS in the next holder's mapping).
-            crate::ffi::write_back_fd(k.raw(), false);
+            crate::sys::write_back_fd(k.raw(), false);
         }
         let _ = rustix::fs::fcntl_lock(&k.fd, rustix::fs::FlockOperation::NonBlockingUnlock);
     }
@@ -296,4 +296,22 @@ fn forget_unused() {
         keep
     });
     LIVE.store(all.len(), Ordering::Release);
+}
+
+/// Daemon mode, before this process reads, writes, truncates or syncs file `ino` through the
+/// daemon: the dirty pages of its mappings through the kernel are written back (FUSE writes,
+/// pending in the daemon, not committed), so the call sees them and they cannot land later over
+/// what it writes. `sync`: fsync instead (the kernel writes back, then the daemon commits).
+pub fn write_back_mapped(ino: u64, sync: bool) {
+    if let Some(file) = mapped_file(ino) {
+        crate::sys::write_back_fd(file.raw(), sync);
+    }
+}
+
+/// Daemon mode, after this process changed the size of file `ino` through the daemon: the
+/// kernel's idea of it (which its mappings fault against) is refreshed.
+pub fn refresh_mapped_size(ino: u64) {
+    if let Some(file) = mapped_file(ino) {
+        refresh_size(&file);
+    }
 }

@@ -6,11 +6,16 @@
 //! call goes to the real libc function. See README ("Run a program on noseFS") for what is
 //! covered and what is not, and ARCHITECTURE.md for how.
 //!
-//! Modules: [`ffi`] the exported libc entry points (the only `unsafe`), [`route`] paths,
-//! [`fdtable`] descriptors, [`offsets`] offsets shared across fork and exec, [`ops`] the
-//! operations, [`maps`] embedded mode's mappings, [`kernel`] daemon mode's descriptors on the
-//! FUSE mount (record locks, shared mappings), [`state`] the mounted image, credentials and fork,
-//! [`exec`] the hand-over across exec.
+//! Layers, each importing only the ones below: [`ffi`] the exported libc entry points, a file
+//! per call family; the safe modules: [`route`] paths, [`fdtable`] descriptors, [`offsets`]
+//! offsets shared across fork and exec, [`ops`] the operations, [`maps`] embedded mode's
+//! mappings, [`kernel`] daemon mode's descriptors on the FUSE mount (record locks, shared
+//! mappings), [`state`] the mounted image, credentials and fork, [`exec`] the hand-over across
+//! exec; and `sys`, the real libc functions and raw calls. `ffi` and `sys` hold the crate's
+//! only `unsafe`.
+
+#[macro_use]
+mod sys;
 
 pub mod exec;
 pub mod fdtable;

@@ -2,7 +2,7 @@
 //! `munmap`, `msync` and `mremap` find them. Every mapping of a file in the process shares the
 //! file's shadow, and msync, fsync and fdatasync commit the pages stored to, atomically
 //! (`nosefs_core::file::mmap`). Daemon mode maps shared through the kernel's FUSE mount (`kernel`)
-//! and private mappings as copies (`ffi::map_copy`).
+//! and private mappings as copies (`ffi::mmap::map_copy`).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 

@@ -43,7 +43,7 @@ fn io(e: rustix::io::Errno) -> Errno {
 fn map(fd: OwnedFd) -> Result<Area, Errno> {
     let high = rustix::io::fcntl_dupfd_cloexec(&fd, fdtable::internal_fd_floor()).map_err(io)?;
     drop(fd);
-    let words = crate::ffi::map_shared_words(high.as_fd(), SLOTS)?;
+    let words = crate::sys::map_shared_words(high.as_fd(), SLOTS)?;
     fdtable::set_internal(Internal::Offsets, Some(high.as_raw_fd()));
     Ok(Area { fd: high, words })
 }
@@ -64,7 +64,7 @@ fn area() -> Option<&'static Area> {
 /// At start-up after exec: the area the previous program handed over in descriptor `fd`.
 pub fn adopt_area(fd: RawFd) {
     // The descriptor is ours to take: the previous program left it open for us alone.
-    let Some(owned) = crate::ffi::take_descriptor(fd) else {
+    let Some(owned) = crate::fdtable::take_handed_over(fd) else {
         return;
     };
     let _ = AREA.set(map(owned));

@@ -224,7 +224,7 @@ fn file_of(fd: i32) -> Result<Arc<OpenFile>, Errno> {
 pub fn read(fd: i32, buf: &mut [u8]) -> Result<usize, Errno> {
     let file = file_of(fd)?;
     readable_file(&file)?;
-    crate::ffi::write_back_mapped(file.ino, false);
+    crate::kernel::write_back_mapped(file.ino, false);
     let mut offset = file.offset.lock();
     let n = with_service(|s| s.read(file.handle, *offset, buf))?;
     *offset += n as u64;
@@ -253,7 +253,7 @@ pub fn pread(fd: i32, buf: &mut [u8], offset: i64) -> Result<usize, Errno> {
     let file = file_of(fd)?;
     readable_file(&file)?;
     let offset = u64::try_from(offset).map_err(|_| Errno::EINVAL)?;
-    crate::ffi::write_back_mapped(file.ino, false);
+    crate::kernel::write_back_mapped(file.ino, false);
     with_service(|s| s.read(file.handle, offset, buf))
 }
 
@@ -261,7 +261,7 @@ pub fn pread(fd: i32, buf: &mut [u8], offset: i64) -> Result<usize, Errno> {
 pub fn write(fd: i32, data: &[u8]) -> Result<usize, Errno> {
     let file = file_of(fd)?;
     writable_file(&file)?;
-    crate::ffi::write_back_mapped(file.ino, false);
+    crate::kernel::write_back_mapped(file.ino, false);
     let mut offset = file.offset.lock();
     let append = file.flags.load(Ordering::Relaxed) & libc::O_APPEND != 0;
     let end = with_service(|s| {
@@ -270,7 +270,7 @@ pub fn write(fd: i32, data: &[u8]) -> Result<usize, Errno> {
         Ok(at + data.len() as u64)
     })?;
     *offset = end;
-    crate::ffi::refresh_mapped_size(file.ino);
+    crate::kernel::refresh_mapped_size(file.ino);
     Ok(data.len())
 }
 
@@ -288,13 +288,13 @@ pub fn pwrite(fd: i32, data: &[u8], offset: i64) -> Result<usize, Errno> {
     writable_file(&file)?;
     let offset = u64::try_from(offset).map_err(|_| Errno::EINVAL)?;
     let append = file.flags.load(Ordering::Relaxed) & libc::O_APPEND != 0;
-    crate::ffi::write_back_mapped(file.ino, false);
+    crate::kernel::write_back_mapped(file.ino, false);
     let n = with_service(|s| {
         s.write(file.handle, offset, data, append)?;
         sync_if_asked(s, &file)?;
         Ok(data.len())
     })?;
-    crate::ffi::refresh_mapped_size(file.ino);
+    crate::kernel::refresh_mapped_size(file.ino);
     Ok(n)
 }
 
@@ -342,7 +342,7 @@ pub fn lseek(fd: i32, offset: i64, whence: i32) -> Result<i64, Errno> {
 pub fn fsync(fd: i32) -> Result<(), Errno> {
     let file = file_of(fd)?;
     if file.kind == Kind::File {
-        crate::ffi::write_back_mapped(file.ino, true);
+        crate::kernel::write_back_mapped(file.ino, true);
         with_service(|s| s.fsync(file.handle))?;
     }
     Ok(())
@@ -365,9 +365,9 @@ pub fn ftruncate(fd: i32, size: i64) -> Result<(), Errno> {
         return Err(Errno::EINVAL);
     }
     let size = u64::try_from(size).map_err(|_| Errno::EINVAL)?;
-    crate::ffi::write_back_mapped(file.ino, false);
+    crate::kernel::write_back_mapped(file.ino, false);
     with_service(|s| s.ftruncate(file.handle, size))?;
-    crate::ffi::refresh_mapped_size(file.ino);
+    crate::kernel::refresh_mapped_size(file.ino);
     Ok(())
 }
 
@@ -383,9 +383,9 @@ pub fn fallocate(fd: i32, mode: i32, offset: i64, len: i64) -> Result<(), Errno>
         return Err(Errno(libc::ENODEV));
     }
     writable_file(&file)?;
-    crate::ffi::write_back_mapped(file.ino, false);
+    crate::kernel::write_back_mapped(file.ino, false);
     with_service(|s| s.fallocate(file.handle, mode, offset, len))?;
-    crate::ffi::refresh_mapped_size(file.ino);
+    crate::kernel::refresh_mapped_size(file.ino);
     Ok(())
 }
 

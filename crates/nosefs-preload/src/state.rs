@@ -122,8 +122,8 @@ pub fn config() -> Option<&'static Config> {
 
 /// Reads the environment with libc's `getenv` (no allocation, no lock) into fixed storage.
 fn read_config() -> Option<Config> {
-    let image = crate::ffi::env_bytes(c"NOSEFS_IMAGE").filter(|i| !i.is_empty());
-    let mut prefix = crate::ffi::env_bytes(c"NOSEFS_AT")?;
+    let image = crate::sys::env_bytes(c"NOSEFS_IMAGE").filter(|i| !i.is_empty());
+    let mut prefix = crate::sys::env_bytes(c"NOSEFS_AT")?;
     while prefix.len() > 1 && prefix.ends_with(b"/") {
         prefix = &prefix[..prefix.len() - 1];
     }
@@ -141,7 +141,7 @@ fn read_config() -> Option<Config> {
         }
         other => other.flatten(),
     };
-    let options = crate::ffi::env_bytes(c"NOSEFS_OPTIONS").unwrap_or_default();
+    let options = crate::sys::env_bytes(c"NOSEFS_OPTIONS").unwrap_or_default();
     let option = |name: &[u8]| options.split(|&b| b == b',').any(|x| x == name);
     Some(Config {
         image,
@@ -160,10 +160,7 @@ fn say_static(line: &str) {
 }
 
 /// Prints one line on stderr, with raw system calls (never through the hooked `write`).
-pub fn say(line: &str) {
-    let text = format!("nosefs: {line}\n");
-    let _ = rustix::io::write(rustix::stdio::stderr(), text.as_bytes());
-}
+pub use crate::sys::say;
 
 /// Whether this process is served by a daemon.
 pub fn daemon_mode() -> bool {
@@ -229,7 +226,7 @@ fn mount() -> Result<(), Errno> {
     };
     *slot = Some(backend);
     if !EXIT_HOOK_REGISTERED.swap(true, Ordering::Relaxed) {
-        crate::ffi::register_exit_hook();
+        crate::sys::register_exit_hook(exit_hook);
     }
     Ok(())
 }
@@ -342,7 +339,7 @@ pub fn keep_image() {
 fn adopt_keeper(image: &std::path::Path) -> Option<i32> {
     let fd: i32 = std::env::var(ENV_IMAGE_FD).ok()?.parse().ok()?;
     let want = rustix::fs::stat(image).ok()?;
-    let have = crate::ffi::kernel_dev_ino(fd)?;
+    let have = crate::sys::kernel_dev_ino(fd)?;
     (have == (want.st_dev, want.st_ino)).then_some(fd)
 }
 
@@ -463,6 +460,16 @@ pub fn read_small(path: &[u8]) -> Option<String> {
 }
 
 /// At exit: flush stdio streams (which may hold noseFS data), then commit and unmount.
+/// Registered at the first mount: unmounts at exit.
+extern "C" fn exit_hook() {
+    // Buffered stdio data may be bound for noseFS: flush it while the image is mounted, outside
+    // the guard, so that the shim's streams reach the hooks (inside it they would pass to the
+    // kernel's placeholder).
+    crate::sys::flush_all_streams();
+    let _guard = crate::sys::Guard::enter();
+    at_exit();
+}
+
 pub fn at_exit() {
     unmount();
 }

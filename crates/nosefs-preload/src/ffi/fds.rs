@@ -1,0 +1,301 @@
+//! Descriptors.
+
+use std::ffi::{c_int, c_ulong, c_void};
+use std::sync::atomic::Ordering;
+
+use libc::{off64_t, off_t};
+use nosefs_core::Errno;
+
+use super::open::refuse_internal;
+use super::{fail, in_shim, int, serve};
+use crate::fdtable;
+use crate::ops;
+
+/// Registers `new` as another descriptor of `old`'s description after the kernel duplicated it.
+fn adopt_dup(old: c_int, new: c_int) {
+    if new < 0 {
+        return;
+    }
+    let _ = serve(|| {
+        let dropped = match fdtable::get(old) {
+            Some(file) if (new as usize) < fdtable::MAX_FDS => fdtable::insert(new, file),
+            _ => fdtable::remove(new),
+        };
+        ops::descriptor_closed(dropped);
+        Ok(())
+    });
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
+    let new = unsafe { real!(dup: fn(c_int) -> c_int)(fd) };
+    if fdtable::is_ours(fd) {
+        adopt_dup(fd, new);
+    }
+    new
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
+    if fdtable::is_internal(new) && !in_shim() {
+        return refuse_internal(new, "dup2");
+    }
+    let rc = unsafe { real!(dup2: fn(c_int, c_int) -> c_int)(old, new) };
+    if rc >= 0 && old != new && (fdtable::is_ours(old) || fdtable::is_ours(new)) {
+        adopt_dup(old, rc);
+    }
+    rc
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
+    if fdtable::is_internal(new) && !in_shim() {
+        return refuse_internal(new, "dup3");
+    }
+    let rc = unsafe { real!(dup3: fn(c_int, c_int, c_int) -> c_int)(old, new, flags) };
+    if rc >= 0 && (fdtable::is_ours(old) || fdtable::is_ours(new)) {
+        adopt_dup(old, rc);
+    }
+    rc
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nosefs_hook_fcntl(fd: c_int, cmd: c_int, arg: *mut c_void) -> c_int {
+    let f = real!(fcntl: fn(c_int, c_int, *mut c_void) -> c_int);
+    if !fdtable::is_ours(fd) || in_shim() {
+        return unsafe { f(fd, cmd, arg) };
+    }
+    match cmd {
+        libc::F_DUPFD | libc::F_DUPFD_CLOEXEC => {
+            let new = unsafe { f(fd, cmd, arg) };
+            adopt_dup(fd, new);
+            new
+        }
+        libc::F_GETFL => match fdtable::get(fd) {
+            Some(file) => file.flags.load(Ordering::Relaxed),
+            None => fail(Errno::EBADF),
+        },
+        libc::F_SETFL => match fdtable::get(fd) {
+            Some(file) => {
+                let settable = libc::O_APPEND | libc::O_NONBLOCK | libc::O_NOATIME | libc::O_DIRECT;
+                let new = arg as usize as c_int;
+                let old = file.flags.load(Ordering::Relaxed);
+                file.flags
+                    .store((old & !settable) | (new & settable), Ordering::Relaxed);
+                0
+            }
+            None => fail(Errno::EBADF),
+        },
+        libc::F_SETLK | libc::F_SETLKW | libc::F_GETLK => {
+            if arg.is_null() {
+                return fail(Errno(libc::EFAULT));
+            }
+            // SAFETY: the lock commands take a struct flock, which the caller passed.
+            let lock = unsafe { &mut *arg.cast::<libc::flock>() };
+            record_lock(fd, cmd, lock)
+        }
+        libc::F_OFD_SETLK | libc::F_OFD_SETLKW | libc::F_OFD_GETLK => {
+            if arg.is_null() {
+                return fail(Errno(libc::EFAULT));
+            }
+            // SAFETY: as above.
+            let lock = unsafe { &mut *arg.cast::<libc::flock>() };
+            match serve(|| ops::lock_fd(fd)) {
+                // Embedded mode serves one process: granted, and no conflicting lock found.
+                Ok(None) => {
+                    if cmd == libc::F_OFD_GETLK {
+                        lock.l_type = libc::F_UNLCK as i16;
+                    }
+                    0
+                }
+                // Daemon mode: on the description's kernel descriptor through the FUSE mount.
+                Ok(Some((file, kernel_fd))) => {
+                    let offset = *file.offset.lock();
+                    unsafe { kernel_lock(kernel_fd, cmd, lock, offset) }
+                }
+                Err(e) => fail(e),
+            }
+        }
+        // Descriptor flags (FD_CLOEXEC) live on the placeholder, in the kernel.
+        libc::F_GETFD | libc::F_SETFD => unsafe { f(fd, cmd, arg) },
+        libc::F_ADD_SEALS | libc::F_GET_SEALS => fail(Errno::EINVAL),
+        libc::F_GETPIPE_SZ | libc::F_SETPIPE_SZ => fail(Errno::EBADF),
+        _ => fail(Errno::EINVAL),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nosefs_hook_ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int {
+    if fdtable::is_ours(fd) && !in_shim() {
+        return match request {
+            FS_IOC_FIEMAP => int(serve(|| unsafe { fiemap(fd, arg) })),
+            FIONREAD => match serve(|| ops::unread_bytes(fd)) {
+                Ok(n) if !arg.is_null() => {
+                    // SAFETY: FIONREAD's argument is an int the caller owns.
+                    unsafe { *arg.cast::<c_int>() = n.min(c_int::MAX as u64) as c_int };
+                    0
+                }
+                Ok(_) => fail(Errno(libc::EFAULT)),
+                Err(e) => fail(e),
+            },
+            _ => fail(Errno(libc::ENOTTY)),
+        };
+    }
+    unsafe { real!(ioctl: fn(c_int, c_ulong, *mut c_void) -> c_int)(fd, request, arg) }
+}
+
+/// `_IOWR('f', 11, struct fiemap)`.
+const FS_IOC_FIEMAP: c_ulong = 0xC020_660B;
+const FIONREAD: c_ulong = 0x541B;
+/// `struct fiemap`'s header and one `struct fiemap_extent`, in bytes.
+const FIEMAP_HEADER_BYTES: usize = 32;
+const FIEMAP_EXTENT_BYTES: usize = 56;
+const FIEMAP_FLAG_SYNC: u32 = 1;
+const FIEMAP_EXTENT_LAST: u32 = 0x1;
+const FIEMAP_EXTENT_NOT_ALIGNED: u32 = 0x100;
+
+/// FS_IOC_FIEMAP on a noseFS file: the runs of its data in the asked range, from the core's map.
+/// With `fm_extent_count` 0 only their number; an unknown flag is EBADR with the flags it does
+/// not know left in `fm_flags`, as the kernel answers.
+unsafe fn fiemap(fd: c_int, arg: *mut c_void) -> Result<(), Errno> {
+    if arg.is_null() {
+        return Err(Errno(libc::EFAULT));
+    }
+    let header = arg.cast::<u8>();
+    // SAFETY: FS_IOC_FIEMAP's argument is a struct fiemap the caller owns: a 32-byte header and
+    // room for fm_extent_count extents after it (the kernel's contract too).
+    let mut h = [0u8; FIEMAP_HEADER_BYTES];
+    unsafe { std::ptr::copy_nonoverlapping(header, h.as_mut_ptr(), FIEMAP_HEADER_BYTES) };
+    let field64 = |at: usize| u64::from_le_bytes(h[at..at + 8].try_into().expect("8 bytes"));
+    let field32 = |at: usize| u32::from_le_bytes(h[at..at + 4].try_into().expect("4 bytes"));
+    let (start, len, flags, count) = (field64(0), field64(8), field32(16), field32(24));
+    let put32 = |at: usize, v: u32| {
+        // SAFETY: inside the caller's header (see above).
+        unsafe { std::ptr::copy_nonoverlapping(v.to_le_bytes().as_ptr(), header.add(at), 4) }
+    };
+    if flags & !FIEMAP_FLAG_SYNC != 0 {
+        put32(16, flags & !FIEMAP_FLAG_SYNC);
+        return Err(Errno(libc::EBADR));
+    }
+    if flags & FIEMAP_FLAG_SYNC != 0 {
+        ops::fsync(fd)?;
+    }
+    let max = if count == 0 { 1 << 16 } else { count as usize };
+    let runs = ops::data_map(fd, start, len, max)?;
+    put32(20, runs.len() as u32);
+    if count == 0 {
+        return Ok(());
+    }
+    for (i, run) in runs.iter().enumerate() {
+        let mut e = [0u8; FIEMAP_EXTENT_BYTES];
+        e[0..8].copy_from_slice(&run.logical.to_le_bytes());
+        e[8..16].copy_from_slice(&run.physical.to_le_bytes());
+        e[16..24].copy_from_slice(&run.length.to_le_bytes());
+        let aligned = (run.logical | run.physical | run.length) % 4096 == 0;
+        let mut fe_flags = 0;
+        if run.last {
+            fe_flags |= FIEMAP_EXTENT_LAST;
+        }
+        if !aligned {
+            fe_flags |= FIEMAP_EXTENT_NOT_ALIGNED;
+        }
+        e[40..44].copy_from_slice(&fe_flags.to_le_bytes());
+        // SAFETY: extent i < fm_extent_count lies in the room the caller gave (see above).
+        unsafe {
+            let at = header.add(FIEMAP_HEADER_BYTES + i * FIEMAP_EXTENT_BYTES);
+            std::ptr::copy_nonoverlapping(e.as_ptr(), at, FIEMAP_EXTENT_BYTES);
+        }
+    }
+    Ok(())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn flock(fd: c_int, op: c_int) -> c_int {
+    let real_flock = real!(flock: fn(c_int, c_int) -> c_int);
+    if fdtable::is_ours(fd) && !in_shim() {
+        return match serve(|| ops::lock_fd(fd)) {
+            // As record locks: one process, granted (see nosefs_hook_fcntl).
+            Ok(None) => 0,
+            Ok(Some((_file, kernel_fd))) => unsafe { real_flock(kernel_fd, op) },
+            Err(e) => fail(e),
+        };
+    }
+    unsafe { real_flock(fd, op) }
+}
+
+/// POSIX record locks of noseFS descriptor `fd`: embedded mode serves one process, where they
+/// never conflict (granted; F_GETLK finds no conflicting lock); daemon mode takes them on the
+/// file's kernel descriptor through the FUSE mount, where the kernel arbitrates between processes
+/// (`kernel`, `ops::record_lock_file`).
+fn record_lock(fd: c_int, cmd: c_int, lock: &mut libc::flock) -> c_int {
+    match serve(|| ops::record_lock_file(fd, lock.l_type as c_int, cmd != libc::F_GETLK)) {
+        Ok(None) => {
+            if cmd == libc::F_GETLK {
+                lock.l_type = libc::F_UNLCK as i16;
+            }
+            0
+        }
+        Ok(Some((kernel, offset))) => {
+            let rc = unsafe { kernel_lock(kernel.raw(), cmd, lock, offset) };
+            if rc == 0 && cmd != libc::F_GETLK && lock.l_type != libc::F_UNLCK as i16 {
+                kernel.note_locked();
+            }
+            rc
+        }
+        Err(e) => fail(e),
+    }
+}
+
+/// A lock command on kernel descriptor `kernel_fd`, for a description at `offset` (whose offset
+/// the kernel descriptor does not share: SEEK_CUR is made absolute).
+///
+/// # Safety
+/// `kernel_fd` is one of the shim's kernel descriptors.
+unsafe fn kernel_lock(kernel_fd: c_int, cmd: c_int, lock: &mut libc::flock, offset: u64) -> c_int {
+    let mut asked = *lock;
+    if asked.l_whence == libc::SEEK_CUR as i16 {
+        asked.l_start = asked.l_start.saturating_add(offset as i64);
+        asked.l_whence = libc::SEEK_SET as i16;
+    }
+    let f = real!(fcntl: fn(c_int, c_int, *mut c_void) -> c_int);
+    // SAFETY: the lock commands take a struct flock; `asked` is one.
+    let rc = unsafe { f(kernel_fd, cmd, (&raw mut asked).cast()) };
+    if rc == 0 && (cmd == libc::F_GETLK || cmd == libc::F_OFD_GETLK) {
+        *lock = asked;
+    }
+    rc
+}
+
+/// lockf, as glibc makes it of fcntl (its own fcntl call does not reach the shim's).
+#[no_mangle]
+pub unsafe extern "C" fn lockf(fd: c_int, cmd: c_int, len: off_t) -> c_int {
+    if !fdtable::is_ours(fd) || in_shim() {
+        return unsafe { real!(lockf: fn(c_int, c_int, off_t) -> c_int)(fd, cmd, len) };
+    }
+    // SAFETY: struct flock is plain data.
+    let mut lock: libc::flock = unsafe { std::mem::zeroed() };
+    lock.l_whence = libc::SEEK_CUR as i16;
+    lock.l_len = len;
+    let (command, l_type) = match cmd {
+        libc::F_TEST => (libc::F_GETLK, libc::F_RDLCK),
+        libc::F_ULOCK => (libc::F_SETLK, libc::F_UNLCK),
+        libc::F_LOCK => (libc::F_SETLKW, libc::F_WRLCK),
+        libc::F_TLOCK => (libc::F_SETLK, libc::F_WRLCK),
+        _ => return fail(Errno::EINVAL),
+    };
+    lock.l_type = l_type as i16;
+    let rc = record_lock(fd, command, &mut lock);
+    if rc != 0 || cmd != libc::F_TEST {
+        return rc;
+    }
+    if lock.l_type == libc::F_UNLCK as i16 || lock.l_pid == std::process::id() as i32 {
+        0
+    } else {
+        fail(Errno(libc::EACCES))
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn lockf64(fd: c_int, cmd: c_int, len: off64_t) -> c_int {
+    unsafe { lockf(fd, cmd, len) }
+}
