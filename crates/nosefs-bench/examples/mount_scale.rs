@@ -17,7 +17,8 @@ use nosefs_bench::sys::{live_heap_bytes, CountingAllocator};
 /// on (below that, fixed costs dominate).
 const HEAP_PER_NAME_BUDGET: f64 = 200.0;
 use nosefs_core::format::layout::MkfsParams;
-use nosefs_core::namespace::{Fs, MountOptions, Owner, ROOT_INO};
+use nosefs_core::fs::{Fs, MountOptions};
+use nosefs_core::namespace::{Owner, ROOT_INO};
 
 #[global_allocator]
 static ALLOCATOR: CountingAllocator = CountingAllocator;

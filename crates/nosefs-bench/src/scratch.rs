@@ -318,7 +318,7 @@ impl ScratchMount {
         serve_clients: bool,
     ) -> Result<ScratchMount, String> {
         use fuser::{Config, MountOption};
-        use nosefs_core::namespace::{Fs, MountOptions};
+        use nosefs_core::fs::{Fs, MountOptions};
         if !Path::new("/dev/fuse").exists() {
             return Err("/dev/fuse does not exist (no FUSE in this kernel or container)".into());
         }

@@ -18,8 +18,9 @@ use crate::scratch::RamdiskKind;
 use crate::sys;
 use nosefs_core::file::mmap::Mapping;
 use nosefs_core::format::layout::{Geometry, MkfsParams};
+use nosefs_core::fs::{Fs, MountOptions};
 use nosefs_core::image::Image;
-use nosefs_core::namespace::{Fs, MountOptions, Owner, RenameFlags, ROOT_INO};
+use nosefs_core::namespace::{Owner, RenameFlags, ROOT_INO};
 use nosefs_core::pmem::{counters, Counters, Region};
 
 /// A target as named on the command line.

@@ -15,7 +15,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fuser::{Config, MountOption, SessionACL};
-use nosefs_core::namespace::{AtimeMode, Fs, MountOptions, OnDamage};
+use nosefs_core::fs::{Fs, MountOptions, OnDamage};
+use nosefs_core::namespace::AtimeMode;
 use nosefs_fuse::NoseFuse;
 
 /// Arguments of `nosefs mount`.

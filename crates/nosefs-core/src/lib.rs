@@ -12,6 +12,7 @@ pub mod alloc;
 pub mod error;
 pub mod file;
 pub mod format;
+pub mod fs;
 pub mod fsck;
 pub mod image;
 pub mod info;
@@ -19,6 +20,8 @@ pub mod mkfs;
 pub mod namespace;
 pub mod padded;
 pub mod pmem;
+pub(crate) mod pool;
 pub mod vfs;
 
 pub use error::{Errno, Error, Result};
+pub use fs::{Fs, MountOptions};

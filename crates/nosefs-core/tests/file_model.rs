@@ -8,8 +8,9 @@ mod common;
 
 use common::{crash_image, fsck_and_mount, model_cases, track_durable};
 use nosefs_core::format::layout::{Geometry, MkfsParams};
+use nosefs_core::fs::{Fs, MountOptions};
 use nosefs_core::image::Image;
-use nosefs_core::namespace::{Fs, MountOptions, Owner, ROOT_INO};
+use nosefs_core::namespace::{Owner, ROOT_INO};
 use nosefs_core::pmem::Region;
 use proptest::prelude::*;
 

@@ -5,10 +5,11 @@ mod common;
 use common::*;
 use nosefs_core::format::journal::{DirEntry, DIR_OP_INSERT};
 use nosefs_core::format::pinode::{self, Pinode};
+use nosefs_core::fs::{Fs, MountOptions};
 use nosefs_core::fsck::{fsck, FsckOptions, FsckReport};
 use nosefs_core::image::Image;
 use nosefs_core::namespace::txn;
-use nosefs_core::namespace::{Fs, MountOptions, ROOT_INO};
+use nosefs_core::namespace::ROOT_INO;
 use zerocopy::little_endian::{U32, U64};
 
 const SIZE: u64 = 4 << 20;

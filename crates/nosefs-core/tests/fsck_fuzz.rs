@@ -13,9 +13,10 @@ use std::path::Path;
 use nosefs_core::error::Errno;
 use nosefs_core::format::layout::{MkfsParams, Zone};
 use nosefs_core::format::marks::{Table, MARKS_OFFSET};
+use nosefs_core::fs::{Fs, MountOptions, OnDamage};
 use nosefs_core::fsck::{fsck, FsckOptions};
 use nosefs_core::image::Image;
-use nosefs_core::namespace::{Fs, MountOptions, OnDamage, Owner, XattrMode, ROOT_INO};
+use nosefs_core::namespace::{Owner, XattrMode, ROOT_INO};
 use nosefs_core::pmem::Access;
 
 const OWNER: Owner = Owner {

@@ -5,7 +5,8 @@
 
 mod common;
 
-use nosefs_core::namespace::{Fs, MountOptions, Owner, ROOT_INO};
+use nosefs_core::fs::{Fs, MountOptions};
+use nosefs_core::namespace::{Owner, ROOT_INO};
 
 const OWNER: Owner = Owner {
     uid: 0,

@@ -8,8 +8,9 @@ mod common;
 
 use common::{crash_image, fsck_and_mount, model_cases, track_durable};
 use nosefs_core::format::layout::{Geometry, MkfsParams};
+use nosefs_core::fs::{Fs, MountOptions};
 use nosefs_core::image::Image;
-use nosefs_core::namespace::{Fs, MountOptions, Owner, RenameFlags, SetAttr, XattrMode, ROOT_INO};
+use nosefs_core::namespace::{Owner, RenameFlags, SetAttr, XattrMode, ROOT_INO};
 use nosefs_core::pmem::Region;
 use nosefs_core::Errno;
 use proptest::prelude::*;

@@ -5,7 +5,8 @@ mod common;
 
 use nosefs_core::error::{Errno, Result};
 use nosefs_core::format::pinode::{S_IFCHR, S_IFREG};
-use nosefs_core::namespace::{Fs, MountOptions, Owner, RenameFlags, SetAttr, ROOT_INO};
+use nosefs_core::fs::{Fs, MountOptions};
+use nosefs_core::namespace::{Owner, RenameFlags, SetAttr, ROOT_INO};
 
 const OWNER: Owner = Owner {
     uid: 0,

@@ -22,9 +22,10 @@ use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use nosefs_core::format::layout::{Geometry, MkfsParams};
+use nosefs_core::fs::{Fs, MountOptions};
 use nosefs_core::fsck::{fsck_region, FsckOptions};
 use nosefs_core::image::Image;
-use nosefs_core::namespace::{Fs, MountOptions, Owner, ROOT_INO};
+use nosefs_core::namespace::{Owner, ROOT_INO};
 use nosefs_core::pmem::Region;
 
 use states::{image_key, Carry, CrashPoint, Enumerator};

@@ -2,7 +2,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use nosefs_core::namespace::{Fs, ROOT_INO};
+use nosefs_core::fs::Fs;
+use nosefs_core::namespace::ROOT_INO;
 
 /// One name.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,6 +1,7 @@
 //! Operations the checker runs, over a small fixed set of names (ACE-style bounded workloads).
 
-use nosefs_core::namespace::{acl, Fs, Owner, RenameFlags, SetAttr, XattrMode, ROOT_INO};
+use nosefs_core::fs::Fs;
+use nosefs_core::namespace::{acl, Owner, RenameFlags, SetAttr, XattrMode, ROOT_INO};
 use nosefs_core::Result;
 
 /// One namespace operation, on absolute paths.

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nosefs_core::format::layout::MkfsParams;
-use nosefs_core::namespace::{Fs, MountOptions};
+use nosefs_core::fs::{Fs, MountOptions};
 use nosefs_daemon::client::Remote;
 use nosefs_daemon::server::{Options, Server};
 use nosefs_daemon::service::{OpenedPath, Service};

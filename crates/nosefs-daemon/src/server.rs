@@ -28,8 +28,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use nosefs_core::fs::Fs;
 use nosefs_core::namespace::perm::Cred;
-use nosefs_core::namespace::Fs;
 use nosefs_core::vfs::{Found, OpenKind, Walked};
 use nosefs_core::Errno;
 use parking_lot::Mutex;

@@ -9,8 +9,9 @@
 //! daemon issued at open otherwise.
 
 use nosefs_core::file::holes::DataExtent;
+use nosefs_core::fs::Fs;
 use nosefs_core::namespace::perm::Cred;
-use nosefs_core::namespace::{Attr, DirEntry, Fs, SetAttr};
+use nosefs_core::namespace::{Attr, DirEntry, SetAttr};
 use nosefs_core::vfs::{self, Caller, Found, OpenKind, Walked, XattrCall};
 use nosefs_core::Errno;
 

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use nosefs_core::format::layout::MkfsParams;
-use nosefs_core::namespace::{Fs, MountOptions};
+use nosefs_core::fs::{Fs, MountOptions};
 use nosefs_core::vfs::Walked;
 use nosefs_core::Errno;
 use nosefs_daemon::client::Remote;

@@ -30,7 +30,8 @@ use fuser::{
 };
 use nosefs_core::file::holes::Seek;
 use nosefs_core::format::pinode;
-use nosefs_core::namespace::{Attr, Fs, Owner, RenameFlags, SetAttr, XattrMode};
+use nosefs_core::fs::Fs;
+use nosefs_core::namespace::{Attr, Owner, RenameFlags, SetAttr, XattrMode};
 
 /// How long the kernel may cache names and attributes. Every change goes through this mount, and
 /// the kernel invalidates what each request changes, so a second is safe, as libfuse's default.

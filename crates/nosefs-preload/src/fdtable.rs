@@ -16,7 +16,7 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use nosefs_core::namespace::Fs;
+use nosefs_core::fs::Fs;
 use nosefs_core::Errno;
 use parking_lot::RwLock;
 

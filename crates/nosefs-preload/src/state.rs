@@ -18,8 +18,8 @@ use std::sync::OnceLock;
 
 use std::sync::atomic::AtomicU64;
 
+use nosefs_core::fs::{Fs, MountOptions};
 use nosefs_core::namespace::perm::Cred;
-use nosefs_core::namespace::{Fs, MountOptions};
 use nosefs_core::{Errno, Error};
 use nosefs_daemon::client::Remote;
 use nosefs_daemon::service::{Handle, Local, Service};

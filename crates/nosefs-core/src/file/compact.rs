@@ -39,8 +39,8 @@ use smallvec::SmallVec;
 use crate::error::{Errno, Result};
 use crate::format::extent::{self, Extent};
 use crate::format::BLOCK_SIZE;
+use crate::fs::Fs;
 use crate::namespace::inode::Inode;
-use crate::namespace::Fs;
 
 use super::filemap::{Piece, Punched};
 use super::journal::{self, FileCommit};
@@ -623,8 +623,9 @@ fn keep_off_cpu(allowed: &rustix::thread::CpuSet, cpu: usize) {
 mod tests {
     use std::sync::Arc;
 
+    use crate::fs::Fs;
     use crate::namespace::tests::{fresh, Harness, OWNER};
-    use crate::namespace::{Fs, ROOT_INO};
+    use crate::namespace::ROOT_INO;
 
     /// 40 small writes in window 0 of a new file, committed in one fsync: a crowded window.
     fn crowded_file(fs: &Fs) -> (u64, Vec<u8>) {

@@ -8,8 +8,8 @@
 //! and costs O(pieces in the range), not O(bytes).
 
 use crate::error::{Errno, Result};
+use crate::fs::Fs;
 use crate::mkfs::now_ns;
-use crate::namespace::Fs;
 
 use super::filemap::Punched;
 use super::MAX_FILE_BYTES;

@@ -37,8 +37,8 @@ use parking_lot::Mutex;
 
 use super::mmap_sys::{View, WriteTracker, PAGE_BYTES};
 use crate::error::{Errno, Error, Result};
+use crate::fs::Fs;
 use crate::namespace::inode::Inode;
-use crate::namespace::Fs;
 
 /// The shadows of this process's mapped files.
 #[derive(Debug, Default)]
@@ -51,11 +51,11 @@ pub(crate) struct Shadows {
     tracker: OnceLock<Option<Arc<WriteTracker>>>,
     /// Use the fallback even where the kernel could track ([`MountOptions::compare_mapped_pages`]).
     ///
-    /// [`MountOptions::compare_mapped_pages`]: crate::namespace::MountOptions::compare_mapped_pages
+    /// [`MountOptions::compare_mapped_pages`]: crate::fs::MountOptions::compare_mapped_pages
     compare_only: bool,
     /// Every page of a mapped file is written at every sync ([`MountOptions::msync_whole_file`]).
     ///
-    /// [`MountOptions::msync_whole_file`]: crate::namespace::MountOptions::msync_whole_file
+    /// [`MountOptions::msync_whole_file`]: crate::fs::MountOptions::msync_whole_file
     whole_file: bool,
 }
 

@@ -52,9 +52,9 @@ use crate::error::{Errno, Result};
 use crate::format::extent::{self, Extent};
 use crate::format::pinode::Pinode;
 use crate::format::BLOCK_SIZE;
+use crate::fs::Fs;
 use crate::mkfs::now_ns;
 use crate::namespace::inode::Inode;
-use crate::namespace::Fs;
 use filemap::{BlockRefs, FileMap, Piece, Punched};
 use journal::FileCommit;
 

@@ -3,8 +3,8 @@
 //! ordinary files pay nothing more.
 
 use crate::error::Result;
+use crate::fs::Fs;
 use crate::namespace::perm::Cred;
-use crate::namespace::Fs;
 
 impl Fs {
     /// [`Fs::write`] (`offset` given) or [`Fs::append`] by a caller other than the kernel's

@@ -12,8 +12,8 @@ use std::sync::atomic::Ordering;
 
 use crate::error::{Errno, Result};
 use crate::format::BLOCK_SIZE;
+use crate::fs::Fs;
 use crate::mkfs::now_ns;
-use crate::namespace::Fs;
 
 use super::filemap::Punched;
 use super::MAX_FILE_BYTES;
@@ -117,7 +117,7 @@ mod tests {
     const B: usize = 4096;
 
     /// Asserts the file holds `want`, naming the first byte that differs.
-    fn assert_holds(fs: &crate::namespace::Fs, ino: u64, want: &[u8]) {
+    fn assert_holds(fs: &crate::fs::Fs, ino: u64, want: &[u8]) {
         let got = content(fs, ino);
         assert_eq!(got.len(), want.len(), "size");
         if let Some(i) = got.iter().zip(want).position(|(a, b)| a != b) {
@@ -125,7 +125,7 @@ mod tests {
         }
     }
 
-    fn content(fs: &crate::namespace::Fs, ino: u64) -> Vec<u8> {
+    fn content(fs: &crate::fs::Fs, ino: u64) -> Vec<u8> {
         let size = fs.getattr(ino).unwrap().size as usize;
         let mut buf = vec![0u8; size];
         assert_eq!(fs.read(ino, 0, &mut buf).unwrap(), size);

@@ -23,8 +23,8 @@ use std::sync::atomic::Ordering;
 use crate::error::{Errno, Result};
 use crate::format::xattr::{BLOB_MAX, RESERVED_RANGES_MAX};
 use crate::format::BLOCK_SIZE;
+use crate::fs::Fs;
 use crate::namespace::inode::{Inode, InodeData};
-use crate::namespace::Fs;
 
 use super::filemap::FileMap;
 use super::MAX_FILE_BYTES;

@@ -2,9 +2,10 @@
 //! truncate, limits, ENOSPC, fences, and crash recovery of commits.
 
 use super::*;
+use crate::fs::MountOptions;
 use crate::image::Image;
 use crate::namespace::tests::{errno, fresh, Harness, OWNER};
-use crate::namespace::{MountOptions, RenameFlags, SetAttr, ROOT_INO};
+use crate::namespace::{RenameFlags, SetAttr, ROOT_INO};
 
 fn new_file(h: &Harness, name: &[u8]) -> u64 {
     h.fs()

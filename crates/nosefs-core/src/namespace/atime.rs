@@ -6,7 +6,7 @@
 use std::sync::atomic::Ordering;
 
 use super::inode::Inode;
-use super::Fs;
+use crate::fs::Fs;
 use crate::mkfs::now_ns;
 
 /// When reads update access times (the `noatime`, `relatime`, `strictatime` mount options).

@@ -10,10 +10,11 @@ use zerocopy::little_endian::{I64, U32, U64};
 use super::inode::{Inode, InodeData};
 use super::mirror::MirrorEntry;
 use super::txn::{InPlace, Txn};
-use super::{check_name_len, check_new_name, Attr, Fs};
+use super::{check_name_len, check_new_name, Attr};
 use crate::error::{Errno, Result};
 use crate::format::long_name::LongName;
 use crate::format::pinode::{self, Pinode, INLINE_NAME_MAX};
+use crate::fs::Fs;
 use crate::mkfs::now_ns;
 use smallvec::{smallvec, SmallVec};
 

@@ -10,8 +10,7 @@ use zerocopy::little_endian::U32;
 
 use super::inode::{Inode, InodeTable};
 use super::mirror::MirrorEntry;
-use super::pool::SlotPools;
-use super::{txn, Fs, MountOptions, MountReport, ROOT_INO};
+use super::{txn, ROOT_INO};
 use crate::error::{Error, Result};
 use crate::file::filemap::Space;
 use crate::file::journal as fjournal;
@@ -23,12 +22,14 @@ use crate::format::marks::Table;
 use crate::format::pinode::{self, Pinode, INLINE_NAME_MAX};
 use crate::format::xattr::XATTR_PINODE_NAME;
 use crate::format::BLOCK_SIZE;
+use crate::fs::{Fs, MountOptions, MountReport};
 use crate::image::Image;
+use crate::pool::SlotPools;
 
 /// Offset of `nlink` in a pinode.
 const NLINK_OFFSET: u64 = 64;
 
-pub(super) fn mount(image: Image, options: &MountOptions) -> Result<Fs> {
+pub(crate) fn mount(image: Image, options: &MountOptions) -> Result<Fs> {
     if image.geometry().read_only_features && !options.read_only {
         return Err(Error::Unsupported(
             "the image uses read-only-compatible features this build does not know; it cannot be mounted for writing".into(),

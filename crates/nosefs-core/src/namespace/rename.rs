@@ -15,9 +15,10 @@ use super::inode::Inode;
 use super::mirror::MirrorEntry;
 use super::ops::{held, held_mut, DataGuard, DropPlan, NewLongName};
 use super::txn::Txn;
-use super::{check_name_len, check_new_name, Fs, ROOT_INO};
+use super::{check_name_len, check_new_name, ROOT_INO};
 use crate::error::{Errno, Result};
 use crate::format::pinode::{self, Pinode};
+use crate::fs::Fs;
 use crate::mkfs::now_ns;
 
 /// rename(2) flags.

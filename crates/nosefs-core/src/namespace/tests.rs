@@ -2,7 +2,9 @@ use std::collections::BTreeMap;
 
 use super::*;
 use crate::format::layout::MkfsParams;
+use crate::fs::{Fs, MountOptions, MountReport};
 use crate::fsck::{fsck_region, FsckOptions};
+use crate::image::Image;
 use crate::pmem::Region;
 
 pub(crate) const OWNER: Owner = Owner {

@@ -21,7 +21,6 @@ use zerocopy::little_endian::{I64, U16, U32, U64};
 use super::acl::{self, Acl};
 use super::inode::{Inode, InodeData};
 use super::txn::Txn;
-use super::Fs;
 use crate::error::{Errno, Error, Result};
 use crate::format::extent::{Extent, EXTENT_BYTES};
 use crate::format::pinode::{self, Pinode};
@@ -29,6 +28,7 @@ use crate::format::xattr::{
     is_valid_name, XattrSet, BLOB_MAX, LIST_MAX, NAME_MAX, VALUE_MAX, XATTR_PINODE_NAME,
 };
 use crate::format::BLOCK_SIZE;
+use crate::fs::Fs;
 use crate::mkfs::now_ns;
 
 pub use crate::format::xattr::{BLOB_MAX as XATTR_BLOB_MAX, VALUE_MAX as XATTR_VALUE_MAX};

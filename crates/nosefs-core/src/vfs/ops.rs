@@ -4,9 +4,10 @@
 
 use super::{core, Caller, Found};
 use crate::format::pinode;
+use crate::fs::Fs;
 use crate::namespace::acl::Acl;
 use crate::namespace::perm::{self, Cred, MAY_EXEC, MAY_READ, MAY_WRITE};
-use crate::namespace::{Attr, Fs, Owner, RenameFlags, SetAttr};
+use crate::namespace::{Attr, Owner, RenameFlags, SetAttr};
 use crate::Errno;
 
 /// What an open file description refers to.

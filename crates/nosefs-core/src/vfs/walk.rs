@@ -7,8 +7,9 @@ use std::collections::VecDeque;
 
 use super::{core, Found};
 use crate::format::pinode;
+use crate::fs::Fs;
 use crate::namespace::perm::{Cred, MAY_EXEC};
-use crate::namespace::{Attr, Fs, MAX_SYMLINKS, ROOT_INO};
+use crate::namespace::{Attr, MAX_SYMLINKS, ROOT_INO};
 use crate::Errno;
 
 /// Where a logical path leads.

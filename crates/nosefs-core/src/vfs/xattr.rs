@@ -4,8 +4,9 @@
 
 use super::core;
 use crate::format::pinode;
+use crate::fs::Fs;
 use crate::namespace::perm::{Cred, MAY_READ, MAY_WRITE};
-use crate::namespace::{acl, Attr, Fs, XattrMode};
+use crate::namespace::{acl, Attr, XattrMode};
 use crate::Errno;
 
 /// One extended-attribute call.

@@ -182,7 +182,7 @@ pub fn model_cases(default: u32) -> u32 {
 }
 
 /// Checks an image with fsck (it must be clean) and mounts a copy of it with pools for `cpus`.
-pub fn fsck_and_mount(bytes: &[u8], cpus: usize) -> nosefs_core::namespace::Fs {
+pub fn fsck_and_mount(bytes: &[u8], cpus: usize) -> nosefs_core::fs::Fs {
     fsck_and_mount_with(bytes, cpus, false)
 }
 
@@ -191,9 +191,9 @@ pub fn fsck_and_mount_with(
     bytes: &[u8],
     cpus: usize,
     compare_mapped_pages: bool,
-) -> nosefs_core::namespace::Fs {
+) -> nosefs_core::fs::Fs {
+    use nosefs_core::fs::{Fs, MountOptions};
     use nosefs_core::fsck::{fsck_region, FsckOptions};
-    use nosefs_core::namespace::{Fs, MountOptions};
     use nosefs_core::pmem::Region;
     let report = fsck_region(
         Region::recording_from(bytes).unwrap(),
@@ -213,7 +213,7 @@ pub fn fsck_and_mount_with(
 /// Starts tracking what a power loss would keep, so that a crash remount mounts exactly that:
 /// every store not yet written back and fenced by its thread is lost (a lazily cleared directory
 /// log's clear among them, whose record is then replayed; a write not yet fsynced).
-pub fn track_durable(fs: nosefs_core::namespace::Fs) -> nosefs_core::namespace::Fs {
+pub fn track_durable(fs: nosefs_core::fs::Fs) -> nosefs_core::fs::Fs {
     let region = fs.image().region();
     let now = region.snapshot();
     region.recorder().unwrap().track_durable(now);
@@ -221,7 +221,7 @@ pub fn track_durable(fs: nosefs_core::namespace::Fs) -> nosefs_core::namespace::
 }
 
 /// The image a power loss would leave now ([`track_durable`] must be on).
-pub fn crash_image(fs: &nosefs_core::namespace::Fs) -> Vec<u8> {
+pub fn crash_image(fs: &nosefs_core::fs::Fs) -> Vec<u8> {
     let region = fs.image().region();
     let image = region.recorder().unwrap().durable_image();
     image.expect("durable tracking is on")
