@@ -1,4 +1,4 @@
-//! `nosefs`: format, inspect and check noseFS images.
+//! `nosefs`: make, check, mount, benchmark and stress noseFS images, and run programs on them.
 
 #![forbid(unsafe_code)]
 
@@ -25,7 +25,12 @@ use size::{format_bytes, parse_size};
 
 /// noseFS: a file system for persistent memory.
 #[derive(Debug, Parser)]
-#[command(name = "nosefs", version, about)]
+#[command(
+    name = "nosefs",
+    version,
+    about = "noseFS, a file system for persistent memory: make and check images, mount them, run programs on them, benchmark and stress them",
+    after_help = "Use it: nosefs mkfs IMG --size 4G; nosefs mount IMG MNT -o allow_other; nosefs run --at MNT -- PROGRAM. Reference: docs/usage.md and docs/shim.md."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -38,8 +43,10 @@ enum Command {
     /// Serve IMAGE at MOUNTPOINT through FUSE. Returns once the mount is live (or stays in the
     /// foreground with -f). Unmounting, SIGINT or SIGTERM commit every file and mark it clean.
     Mount(mount::MountArgs),
-    /// Run PROGRAM with the preload shim: its calls on paths under --at are served by noseFS in
-    /// its own process, at library speed (embedded mode: one process holds the image at a time).
+    /// Run PROGRAM with the preload shim: its calls on paths under --at are served by noseFS.
+    /// With --image, inside the process at library speed (embedded mode: one process holds the
+    /// image at a time); with --at a `nosefs mount` mountpoint alone, by that mount's daemon
+    /// (any number of processes).
     Run(run::RunArgs),
     /// Print the zones of IMAGE and how much of each is in use.
     Info {

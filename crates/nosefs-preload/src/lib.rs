@@ -3,7 +3,7 @@
 //!
 //! `nosefs run --image IMAGE --at DIR -- PROGRAM` loads this library into PROGRAM with
 //! LD_PRELOAD. Paths under DIR and the descriptors opened through them are noseFS's; every other
-//! call goes to the real libc function. See README ("Run a program on noseFS") for what is
+//! call goes to the real libc function. See docs/shim.md for what is
 //! covered and what is not, and ARCHITECTURE.md for how.
 //!
 //! Layers, each importing only the ones below: [`ffi`] the exported libc entry points, a file
