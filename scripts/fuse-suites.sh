@@ -9,6 +9,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 log() { printf 'fuse-suites: %s\n' "$*" >&2; }
+# shellcheck source=scripts/fsck-clean.sh
+source scripts/fsck-clean.sh
 
 if [ ! -e /dev/fuse ] || [ "$(id -u)" != 0 ]; then
   log "skipped: needs /dev/fuse and root"
@@ -56,15 +58,4 @@ fi
 tail -n 1 "$work/fsx.log" >&2
 
 umount "$mnt"
-# The server commits and releases the image after the unmount; fsck waits for it.
-for _ in $(seq 100); do
-  if "$nosefs" fsck "$image" >"$work/fsck.log" 2>&1; then
-    log "fsck after the suites: clean"
-    exit 0
-  fi
-  grep -q "in use" "$work/fsck.log" || break
-  sleep 0.1
-done
-cat "$work/fsck.log" >&2
-log "fsck after the suites found problems"
-exit 1
+fsck_clean "$image" "after the suites"

@@ -12,6 +12,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 log() { printf 'preload-suites: %s\n' "$*" >&2; }
+# shellcheck source=scripts/fsck-clean.sh
+source scripts/fsck-clean.sh
 
 if [ "$(id -u)" != 0 ]; then
   log "skipped: pjdfstest needs root"
@@ -40,11 +42,7 @@ suite() { # name, then the command to run under the shim on a fresh image at $wo
     log "$name failed"
     exit 1
   fi
-  if ! "$nosefs" fsck "$work/$name.img" >"$work/$name.fsck" 2>&1; then
-    cat "$work/$name.fsck" >&2
-    log "fsck after $name found problems"
-    exit 1
-  fi
+  fsck_clean "$work/$name.img" "after $name"
 }
 
 log "pjdfstest under the shim (expected failures: scripts/suites/pjdfstest-preload.toml)"
@@ -92,14 +90,4 @@ for _ in $(seq 300); do
   sleep 0.1
 done
 mountpoint -q "$dmnt" && umount "$dmnt"
-for _ in $(seq 100); do
-  if "$nosefs" fsck "$dimage" >"$work/daemon.fsck" 2>&1; then
-    log "fsck after the daemon-mode suites: clean"
-    exit 0
-  fi
-  grep -q "in use" "$work/daemon.fsck" || break
-  sleep 0.1
-done
-cat "$work/daemon.fsck" >&2
-log "fsck after the daemon-mode suites found problems"
-exit 1
+fsck_clean "$dimage" "after the daemon-mode suites"

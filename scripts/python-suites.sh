@@ -44,26 +44,15 @@ run() { # label, log file, then the command
   log "$label: $(grep -E '^(All [0-9]+ tests OK|Total duration)' "$out" | tr '\n' ' ' || true)"
 }
 
-fsck_clean() { # image, label
-  for _ in $(seq 100); do
-    if "$nosefs" fsck "$1" >"$work/fsck.log" 2>&1; then
-      log "fsck after $2: clean"
-      return 0
-    fi
-    grep -q "in use" "$work/fsck.log" || break
-    sleep 0.1
-  done
-  cat "$work/fsck.log" >&2
-  log "fsck after $2 found problems"
-  exit 1
-}
+# shellcheck source=scripts/fsck-clean.sh
+source scripts/fsck-clean.sh
 
 log "embedded mode: ${both[*]}"
 "$nosefs" mkfs --size 8G "$work/e.img" >/dev/null
 mkdir "$work/e"
 run "embedded mode" "$work/embedded.log" "$nosefs" run --image "$work/e.img" --at "$work/e" -- \
   sh -c "mkdir -p '$work/e/tmp' && cd '$work/e' && TMPDIR='$work/e/tmp' exec $python -m test ${ignore[*]} ${both[*]}"
-fsck_clean "$work/e.img" "embedded mode"
+fsck_clean "$work/e.img" "after embedded mode"
 
 if [ ! -e /dev/fuse ]; then
   log "daemon mode skipped: needs /dev/fuse"
@@ -84,4 +73,4 @@ for _ in $(seq 100); do
   umount "$work/d" 2>/dev/null && break
   sleep 0.1
 done
-fsck_clean "$work/d.img" "daemon mode"
+fsck_clean "$work/d.img" "after daemon mode"

@@ -37,19 +37,9 @@ cleanup() {
 trap cleanup EXIT
 
 # fsck once the server has committed and let go of the image (it does so after the unmount).
-check_image() {
-  local what="$1"
-  for _ in $(seq 1 100); do
-    if "$nosefs" fsck "$image" >"$work/fsck.log" 2>&1; then
-      return 0
-    fi
-    grep -q "in use" "$work/fsck.log" || break
-    sleep 0.1
-  done
-  cat "$work/fsck.log" >&2
-  log "fsck $what found problems"
-  exit 1
-}
+# shellcheck source=scripts/fsck-clean.sh
+source scripts/fsck-clean.sh
+check_image() { fsck_clean "$image" "$1"; }
 
 fresh() {
   rm -rf "$image" "$manifest"

@@ -85,7 +85,7 @@ pub fn write_plots(records: &[Record], dir: &Path) -> Result<Vec<String>, String
             &latency,
             "latency (ns, log)",
             "fraction of ops",
-            true,
+            XAxis::Log,
         )?;
         written.push(name);
 
@@ -119,30 +119,73 @@ pub fn write_plots(records: &[Record], dir: &Path) -> Result<Vec<String>, String
                 })
                 .collect();
             let name = format!("{workload}-threads.svg");
-            draw(&dir.join(&name), &throughput, "threads", "ops/s", false)?;
+            draw(
+                &dir.join(&name),
+                &throughput,
+                "threads",
+                "ops/s",
+                XAxis::Counts,
+            )?;
             written.push(name);
         }
     }
     Ok(written)
 }
 
+/// How a panel's x axis is drawn.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum XAxis {
+    /// Logarithmic (latencies), lines only: a CDF has a point per histogram bucket.
+    Log,
+    /// Integer ticks (thread counts), a marker on every measured point.
+    Counts,
+}
+
+/// Width of the column right of each panel that holds its legend, outside the data.
+const LEGEND_WIDTH_PX: u32 = 150;
+
 fn draw(
     path: &Path,
     panels: &[Panel],
     x_desc: &str,
     y_desc: &str,
-    log_x: bool,
+    x_axis: XAxis,
 ) -> Result<(), String> {
     let cols = panels.len().clamp(1, 3);
     let rows = panels.len().div_ceil(cols).max(1);
-    let size = (420 * cols as u32, 320 * rows as u32);
+    let size = ((420 + LEGEND_WIDTH_PX) * cols as u32, 320 * rows as u32);
     let root = SVGBackend::new(path, size).into_drawing_area();
     let err = |e: &dyn std::fmt::Display| format!("cannot draw {}: {e}", path.display());
     root.fill(&WHITE).map_err(|e| err(&e))?;
     for (area, panel) in root.split_evenly((rows, cols)).iter().zip(panels) {
-        draw_panel(area, panel, x_desc, y_desc, log_x).map_err(|e| err(&e))?;
+        let width = area.dim_in_pixel().0;
+        let (plot, legend) = area.split_horizontally(width.saturating_sub(LEGEND_WIDTH_PX));
+        draw_panel(&plot, panel, x_desc, y_desc, x_axis).map_err(|e| err(&e))?;
+        draw_legend(&legend, panel).map_err(|e| err(&e))?;
     }
     root.present().map_err(|e| err(&e))
+}
+
+/// The panel's targets, one line sample and name each, in the column beside its plot.
+fn draw_legend(area: &Area<'_>, panel: &Panel) -> Result<(), Box<dyn std::error::Error>> {
+    for (i, (name, _)) in panel.lines.iter().enumerate() {
+        let color = series_color(i);
+        let y = 40 + 18 * i as i32;
+        area.draw(&PathElement::new(
+            vec![(4, y), (22, y)],
+            color.stroke_width(2),
+        ))?;
+        area.draw(&Text::new(
+            name.clone(),
+            (28, y - 7),
+            ("sans-serif", 13).into_font(),
+        ))?;
+    }
+    Ok(())
+}
+
+fn series_color(i: usize) -> RGBAColor {
+    Palette99::pick(i).to_rgba()
 }
 
 /// `1500000` as `1.5M`, `0.25` as `0.25`: axis labels that stay short.
@@ -165,7 +208,7 @@ fn draw_panel(
     panel: &Panel,
     x_desc: &str,
     y_desc: &str,
-    log_x: bool,
+    x_axis: XAxis,
 ) -> Result<(), Box<dyn std::error::Error>> {
     let all = panel.lines.iter().flat_map(|(_, pts)| pts.iter());
     let (x_lo, x_hi, y_hi) = all.fold((f64::MAX, f64::MIN, 0f64), |(lo, hi, y), &(px, py)| {
@@ -174,11 +217,6 @@ fn draw_panel(
     if x_lo > x_hi {
         return Ok(());
     }
-    let x_range = if log_x {
-        (x_lo * 0.8).max(1.0)..(x_hi * 1.25)
-    } else {
-        (x_lo - 0.5).max(0.0)..(x_hi + 0.5)
-    };
     let y_range = 0f64..(y_hi * 1.1).max(1e-9);
     let mut builder = ChartBuilder::on(area);
     builder
@@ -186,10 +224,10 @@ fn draw_panel(
         .margin(8)
         .x_label_area_size(32)
         .y_label_area_size(60);
-    let colors = |i: usize| Palette99::pick(i).to_rgba();
-    macro_rules! lines {
-        ($chart:expr) => {{
-            let chart = &mut $chart;
+    match x_axis {
+        XAxis::Log => {
+            let x_range = (x_lo * 0.8).max(1.0)..(x_hi * 1.25);
+            let mut chart = builder.build_cartesian_2d(x_range.log_scale(), y_range)?;
             chart
                 .configure_mesh()
                 .x_desc(x_desc)
@@ -199,27 +237,32 @@ fn draw_panel(
                 .y_label_formatter(&|v| short_number(*v))
                 .light_line_style(WHITE)
                 .draw()?;
-            for (i, (name, pts)) in panel.lines.iter().enumerate() {
-                let color = colors(i);
-                chart
-                    .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))?
-                    .label(name.as_str())
-                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color));
+            for (i, (_, pts)) in panel.lines.iter().enumerate() {
+                let style = series_color(i).stroke_width(2);
+                chart.draw_series(LineSeries::new(pts.iter().copied(), style))?;
             }
+        }
+        XAxis::Counts => {
+            // Whole numbers from one below the smallest count to one above the largest: the
+            // ticks fall on counts, never between them.
+            let x_range = (x_lo as i64 - 1).max(0)..(x_hi as i64 + 1);
+            let ticks = (x_range.end - x_range.start + 1) as usize;
+            let mut chart = builder.build_cartesian_2d(x_range, y_range)?;
             chart
-                .configure_series_labels()
-                .position(SeriesLabelPosition::UpperLeft)
-                .background_style(WHITE.mix(0.85))
-                .border_style(BLACK)
+                .configure_mesh()
+                .x_desc(x_desc)
+                .y_desc(y_desc)
+                .x_labels(ticks.min(17))
+                .y_label_formatter(&|v| short_number(*v))
+                .light_line_style(WHITE)
                 .draw()?;
-        }};
-    }
-    if log_x {
-        let mut chart = builder.build_cartesian_2d(x_range.log_scale(), y_range)?;
-        lines!(chart);
-    } else {
-        let mut chart = builder.build_cartesian_2d(x_range, y_range)?;
-        lines!(chart);
+            for (i, (_, pts)) in panel.lines.iter().enumerate() {
+                let color = series_color(i);
+                let counted = pts.iter().map(|&(x, y)| (x as i64, y));
+                chart.draw_series(LineSeries::new(counted.clone(), color.stroke_width(2)))?;
+                chart.draw_series(counted.map(|p| Circle::new(p, 4, color.filled())))?;
+            }
+        }
     }
     Ok(())
 }
