@@ -38,6 +38,9 @@ pub struct Sizes {
     pub writes: usize,
     /// `fileops`: sizes of the byte-granular random overwrites, each followed by fsync.
     pub overwrite_sizes: Vec<usize>,
+    /// `fileops`: sizes of the page-aligned random overwrites (each at a multiple of its size:
+    /// database pages), each followed by fsync.
+    pub aligned_sizes: Vec<usize>,
     /// `fileops`: sizes of the random reads.
     pub read_sizes: Vec<usize>,
     /// `mmap`: sizes of the mapped file, in MiB.
@@ -67,6 +70,7 @@ impl Sizes {
             files: vec![100_000],
             writes: 20_000,
             overwrite_sizes: vec![1024, 2048, 4096, 8192, 16384],
+            aligned_sizes: vec![4096, 8192, 16384],
             read_sizes: vec![1024, 4096, 16384, 65536, 262_144],
             mmap_mib: vec![1, 4, 8, 12],
             mmap_writes: 20_000,
@@ -86,6 +90,7 @@ impl Sizes {
             files: vec![20_000],
             writes: 5_000,
             overwrite_sizes: vec![1024, 4096, 16384],
+            aligned_sizes: vec![4096, 8192, 16384],
             read_sizes: vec![4096, 65536, 262_144],
             mmap_mib: vec![1, 12],
             mmap_writes: 5_000,
