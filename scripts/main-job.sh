@@ -8,6 +8,8 @@
 #
 #   NOSEFS_BENCH_ARGS="--quick"   extra arguments for `nosefs bench` (e.g. --quick, --target ...)
 #   NOSEFS_RESULTS=DIR            where the report goes (default results/YYYY-MM-DD-HHMMSS)
+#   NOSEFS_STANDING=0             leave docs/benchmarks.md alone (by default its "Where noseFS
+#                                 stands" section is rewritten from this run: scripts/standing.py)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,6 +22,9 @@ fi
 cargo build --release --locked -p nosefs-cli
 out="${NOSEFS_RESULTS:-results/$(date +%Y-%m-%d-%H%M%S)}"
 mkdir -p "$out"
+commit="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+git diff --quiet HEAD 2>/dev/null || commit="$commit with uncommitted changes"
+echo "$commit" >"$out/commit"
 # shellcheck disable=SC2086
 target/release/nosefs bench ${NOSEFS_BENCH_ARGS:-} --json "$out/results.json" --out "$out" \
   | tee "$out/table.md"
@@ -29,5 +34,8 @@ target/release/nosefs bench ${NOSEFS_BENCH_ARGS:-} --threads 1 \
   --target tmpfs --target ramdisk:ext4 --target nosefs-client --target nosefs-preload \
   --workload sqlite --workload redis --workload kv --workload oltp --workload tools \
   --json "$out/apps/results.json" --out "$out/apps" | tee "$out/apps/table.md"
+if [ "${NOSEFS_STANDING:-1}" != 0 ]; then
+  python3 scripts/standing.py "$out" --doc docs/benchmarks.md
+fi
 echo
 echo "main job: the reports are in $out/report.md and $out/apps/report.md (plots and results.json beside them)"

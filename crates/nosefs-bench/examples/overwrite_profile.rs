@@ -3,8 +3,10 @@
 //! image, each on a file of its own (what the fileops workload's thread sweep does), to find
 //! what they share; with a third, that many overwrites per thread from the freshly written file
 //! (the fileops phase's regime) instead of six seconds.
-//! With `append` instead of a size, 4 KiB appends with fsync (the fileops append phase) instead.
-//! `cargo run --release --example overwrite_profile -- 1024|append [threads] [overwrites]`.
+//! With `append` instead of a size, 4 KiB appends with fsync (the fileops append phase) instead;
+//! with `aligned4096` (any size after `aligned`), overwrites at multiples of their size (the
+//! fileops aligned-overwrite phase: database pages).
+//! `cargo run --release --example overwrite_profile -- 1024|aligned8192|append [threads] [overwrites]`.
 
 use nosefs_bench::target::{cname, Native, Needs, Target};
 
@@ -14,7 +16,10 @@ fn main() -> std::io::Result<()> {
     let mut args = std::env::args().skip(1);
     let first = args.next();
     let append = first.as_deref() == Some("append");
-    let io: usize = first.and_then(|a| a.parse().ok()).unwrap_or(4096);
+    let aligned = first.as_deref().is_some_and(|a| a.starts_with("aligned"));
+    let io: usize = first
+        .and_then(|a| a.trim_start_matches("aligned").parse().ok())
+        .unwrap_or(4096);
     let threads: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(1);
     let count: Option<u64> = args.next().and_then(|a| a.parse().ok());
     let needs = Needs {
@@ -36,7 +41,7 @@ fn main() -> std::io::Result<()> {
                     if append {
                         append_all(target, t, count)
                     } else {
-                        overwrite(target, t, io, count)
+                        overwrite(target, t, io, aligned, count)
                     }
                 })
             })
@@ -46,7 +51,13 @@ fn main() -> std::io::Result<()> {
     })
 }
 
-fn overwrite(target: &Native, thread: u64, io: usize, count: Option<u64>) -> std::io::Result<()> {
+fn overwrite(
+    target: &Native,
+    thread: u64,
+    io: usize,
+    aligned: bool,
+    count: Option<u64>,
+) -> std::io::Result<()> {
     let file = target.open(target.root(), &cname(&format!("bench{thread}")), true)?;
     let chunk = vec![1u8; 1 << 20];
     for offset in (0..FILE_BYTES).step_by(1 << 20) {
@@ -61,7 +72,12 @@ fn overwrite(target: &Native, thread: u64, io: usize, count: Option<u64>) -> std
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
-        target.pwrite(&file, x % (FILE_BYTES - io as u64), &data)?;
+        let at = if aligned {
+            x % (FILE_BYTES / io as u64) * io as u64
+        } else {
+            x % (FILE_BYTES - io as u64)
+        };
+        target.pwrite(&file, at, &data)?;
         target.fsync(&file)?;
         n += 1;
     }

@@ -142,7 +142,46 @@ fn a_small_run_writes_table_json_report_and_plots_and_cleans_up() {
             "{plot}"
         );
     }
+    standing_is_written_from_the_run(&results);
     assert_eq!(leftovers(pid), Vec::<String>::new());
+}
+
+/// scripts/standing.py turns the run into "Where noseFS stands": a table per workload with
+/// every target's rate and noseFS's ratios, spliced between its markers (twice: replaced, not
+/// added again).
+fn standing_is_written_from_the_run(results: &std::path::Path) {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/standing.py");
+    let doc = results.join("benchmarks.md");
+    std::fs::write(
+        &doc,
+        "# Benchmarks\n\nIntro.\n\n## History\n\nOld figures.\n",
+    )
+    .unwrap();
+    for _ in 0..2 {
+        let out = Command::new("python3")
+            .arg(script)
+            .arg(results)
+            .arg("--doc")
+            .arg(&doc)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+    }
+    let text = std::fs::read_to_string(&doc).unwrap();
+    assert_eq!(text.matches("## Where noseFS stands").count(), 1, "{text}");
+    assert!(
+        text.find("## Where noseFS stands") < text.find("## History"),
+        "{text}"
+    );
+    for wanted in [
+        "### dirops",
+        "### fileops",
+        "| nosefs | tmpfs | ramdisk:ext4 | nosefs / tmpfs | nosefs / ramdisk:ext4 |",
+        "| create (files=300) | 1 |",
+        "| aligned-overwrite+fsync 4K | 1 |",
+    ] {
+        assert!(text.contains(wanted), "no {wanted:?} in:\n{text}");
+    }
 }
 
 #[test]

@@ -164,15 +164,62 @@ impl Rng {
 /// a crash between syncs exactly the last one (atomic: never a mix).
 #[test]
 fn a_model_of_stores_writes_and_syncs_with_crashes() {
-    model(false);
+    model(false, false);
 }
 
 #[test]
 fn the_same_model_with_the_compare_fallback() {
-    model(true);
+    model(true, false);
 }
 
-fn model(compare: bool) {
+/// The model over a file with holes: views protect only the pages that held data when they
+/// were made, so stores into holes, and into pages `write` filled after the mapping was made,
+/// must be found all the same.
+#[test]
+fn the_same_model_over_a_sparse_file() {
+    model(false, true);
+}
+
+/// A large sparse mapping (LMDB maps its whole map size): reading holes through it leaves
+/// them holes, and a sync writes only the pages stored to, in holes and in data alike.
+#[test]
+fn a_sparse_mapping_stays_sparse_and_syncs_only_the_stored_pages() {
+    let t = common::fresh_image(64 << 20);
+    let fs = Fs::mount(&t.path, &MountOptions::default()).unwrap();
+    let len = 16384 * PAGE; // 64 MiB, one page of data
+    let ino = fs.create(ROOT_INO, b"s", 0o644, OWNER, true).unwrap().ino;
+    fs.truncate(ino, len as u64).unwrap();
+    fs.write(ino, 10 * PAGE as u64, &[5u8; PAGE]).unwrap();
+    fs.fsync(ino).unwrap();
+    assert_eq!(fs.file_pieces(ino).unwrap(), 1);
+    let m = fs.map(ino, 0, len, true).unwrap();
+    let mut page = vec![0u8; PAGE];
+    for p in (100..1100).chain([10]) {
+        m.load(p * PAGE, &mut page);
+    }
+    let before = fs.free_data_blocks();
+    fs.msync(&m).unwrap();
+    assert_eq!(fs.file_pieces(ino).unwrap(), 1, "reads made no data");
+    assert_eq!(before, fs.free_data_blocks(), "reads took no space");
+    m.store(5000 * PAGE + 7, b"hole");
+    m.store(10 * PAGE + 3, b"data");
+    fs.msync(&m).unwrap();
+    assert!(
+        before - fs.free_data_blocks() <= 4,
+        "msync copied more than the two stored pages"
+    );
+    drop(m);
+    let mut got = vec![0u8; 4];
+    fs.read(ino, 5000 * PAGE as u64 + 7, &mut got).unwrap();
+    assert_eq!(&got, b"hole");
+    fs.read(ino, 10 * PAGE as u64 + 3, &mut got).unwrap();
+    assert_eq!(&got, b"data");
+    fs.read(ino, 4000 * PAGE as u64, &mut got).unwrap();
+    assert_eq!(got, [0u8; 4], "a hole still reads as zeros");
+    drop(fs.unmount());
+}
+
+fn model(compare: bool, sparse: bool) {
     for seed in 1..=6u64 {
         let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
         let t = common::fresh_image(16 << 20);
@@ -182,9 +229,29 @@ fn model(compare: bool) {
             assert!(fs.write_tracking().starts_with("compare"));
         }
         let len = 32 * PAGE;
-        let ino = file_with(&fs, b"m", &vec![1u8; len]);
-        let fs = common::track_durable(fs);
         let mut model = vec![1u8; len];
+        if sparse {
+            // Data in every other run of four pages, holes between.
+            for (p, chunk) in model.chunks_mut(PAGE).enumerate() {
+                if (p / 4) % 2 == 1 {
+                    chunk.fill(0);
+                }
+            }
+        }
+        let ino = if sparse {
+            let ino = fs.create(ROOT_INO, b"m", 0o644, OWNER, true).unwrap().ino;
+            fs.truncate(ino, len as u64).unwrap();
+            for (p, chunk) in model.chunks(PAGE).enumerate() {
+                if (p / 4) % 2 == 0 {
+                    fs.write(ino, (p * PAGE) as u64, chunk).unwrap();
+                }
+            }
+            fs.fsync(ino).unwrap();
+            ino
+        } else {
+            file_with(&fs, b"m", &model)
+        };
+        let fs = common::track_durable(fs);
         let mut synced = model.clone();
         let m = fs.map(ino, 0, len, true).unwrap();
         for step in 0..60 {

@@ -12,6 +12,11 @@
 //! (`UFFD_FEATURE_WP_ASYNC`): the first store to a page costs the kernel ~1-2 us and marks it
 //! written, with no message to us; `PAGEMAP_SCAN` lists the written pages and protects them again
 //! in one call (~30-40 us for a clean 64 MiB mapping, measured in shared/research/preload.md §4).
+//! A new view protects only the pages that hold data: protecting a page that is not there
+//! costs a page-table entry that every scan walks (a 2 GiB LMDB map of 30 MiB of data: 0.5 ms
+//! per scan), while a page left bare gets its entry only when touched, and the scan reports it
+//! then; a hole that was only read, and still reads as zeros, is dropped. A sync therefore walks
+//! what the file holds and what was touched, not the mapping.
 //! Where the kernel cannot (before 6.7), the fallback compares the shadow with the file's data at
 //! each sync: no cost per store, O(file size) per sync. [`Fs::write_tracking`] says which.
 //!
@@ -258,7 +263,13 @@ impl Fs {
         let view = Arc::new(view);
         let id = if shared {
             if let Some(tracker) = &shadow.tracker {
-                tracker.track(&view).map_err(io_error)?;
+                if populate {
+                    tracker.track(&view).map_err(io_error)?;
+                } else {
+                    // Only the pages that hold data are protected: see `track_ranges`.
+                    let data = data_pages(&shadow.memfd, offset, view.len()).map_err(io_error)?;
+                    tracker.track_ranges(&view, &data).map_err(io_error)?;
+                }
             }
             let mut state = shadow.state.lock();
             let id = state.next_id;
@@ -491,6 +502,34 @@ impl Fs {
         Ok(())
     }
 
+    /// Views protect only the pages that held data when they were made (`track_ranges`), so a
+    /// page of a hole that the program only read comes back as written. Those that lie in a
+    /// hole of the file and read as zeros are dropped: writing them would turn holes into data
+    /// (space, SEEK_HOLE) for nothing.
+    fn drop_read_holes(
+        &self,
+        inode: &Inode,
+        state: &ShadowState,
+        pages: &mut BTreeSet<u64>,
+    ) -> Result<()> {
+        if pages.is_empty() {
+            return Ok(());
+        }
+        let file = self.file_of(inode)?;
+        let data = file.lock();
+        let mut page = [0u8; PAGE_BYTES as usize];
+        pages.retain(|&p| {
+            let at = p * PAGE_BYTES;
+            if data.map.overlapping(at, at + PAGE_BYTES).next().is_some() {
+                return true;
+            }
+            let n = (state.size.saturating_sub(at)).min(PAGE_BYTES) as usize;
+            state.view.read(at as usize, &mut page[..n]);
+            page[..n].iter().any(|&b| b != 0)
+        });
+        Ok(())
+    }
+
     /// Pages of the shadow written since the last sync, ascending.
     fn written_pages(
         &self,
@@ -536,6 +575,9 @@ impl Fs {
                         let first = (offset + at as u64) / PAGE_BYTES;
                         pages.extend(first..first + (len as u64).div_ceil(PAGE_BYTES));
                     }
+                }
+                if tracker.tracks_unpopulated() {
+                    self.drop_read_holes(inode, state, &mut pages)?;
                 }
             }
             None => {
@@ -596,4 +638,33 @@ impl Shadows {
             })
             .clone()
     }
+}
+
+/// The pages of `memfd` in `[offset, offset + len)` that hold data (SEEK_DATA to SEEK_HOLE), as
+/// (offset from `offset`, bytes) runs of whole pages: what a new view of the range protects
+/// (`WriteTracker::track_ranges`).
+fn data_pages(memfd: &OwnedFd, offset: u64, len: usize) -> std::io::Result<Vec<(usize, usize)>> {
+    use rustix::fs::SeekFrom;
+    let end = offset + len as u64;
+    let mut runs = Vec::new();
+    let mut at = offset;
+    while at < end {
+        let data = match rustix::fs::seek(memfd, SeekFrom::Data(at)) {
+            Ok(d) => d,
+            Err(rustix::io::Errno::NXIO) => break, // no data at or past `at`
+            Err(e) => return Err(e.into()),
+        };
+        if data >= end {
+            break;
+        }
+        let hole = rustix::fs::seek(memfd, SeekFrom::Hole(data))?.min(end);
+        let first = data / PAGE_BYTES * PAGE_BYTES;
+        let last = hole
+            .div_ceil(PAGE_BYTES)
+            .saturating_mul(PAGE_BYTES)
+            .min(end);
+        runs.push(((first - offset) as usize, (last - first) as usize));
+        at = last;
+    }
+    Ok(runs)
 }

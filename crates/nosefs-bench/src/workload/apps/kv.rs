@@ -1,4 +1,6 @@
-//! `kv`: YCSB's core workloads A-F on LMDB.
+//! `kv`: YCSB's core workloads A-F on LMDB, in its default mode (reads from a read-only
+//! mapping, writes with pwrite and fdatasync: variant `lmdb`) and with `writemap` (stores into
+//! a writable mapping of the whole map size, synced with msync: variant `lmdb-writemap`).
 
 use std::io;
 
@@ -6,11 +8,13 @@ use super::{measured, path_arg, run_driver, Measured, Place};
 
 /// The YCSB driver on LMDB: a load of `records` in one transaction, then `n` operations of each
 /// core workload, every write its own durable transaction; then every key's value is checked.
+/// A third argument `writemap` opens the environment with writemap.
 const KV_DRIVER: &str = r#"
 import bisect, json, lmdb, random, sys, time
 path, n = sys.argv[1], int(sys.argv[2])
+writemap = len(sys.argv) > 3 and sys.argv[3] == 'writemap'
 records = 10000
-env = lmdb.open(path, map_size=1 << 30)
+env = lmdb.open(path, map_size=1 << 30, writemap=writemap)
 rnd = random.Random(11)
 def value(k, version):
     return (b'%d:%d:' % (k, version)).ljust(1000, b'x')
@@ -74,11 +78,22 @@ with env.begin() as t:
 print(json.dumps({'phases': phases, 'bad': bad, 'count': count, 'want': len(versions)}))
 "#;
 
-/// The `kv` workload.
+/// The `kv` workload: both modes, each on a fresh environment.
 pub(super) fn run(place: &Place, ops: usize) -> io::Result<Vec<Measured>> {
+    let mut all = run_mode(place, ops, "lmdb")?;
+    all.extend(run_mode(place, ops, "lmdb-writemap")?);
+    Ok(all)
+}
+
+fn run_mode(place: &Place, ops: usize, variant: &str) -> io::Result<Vec<Measured>> {
     let dir = place.dir.join("lmdb");
     place.run("mkdir", &["-p".as_ref(), dir.as_os_str()])?;
-    let report = run_driver(place, KV_DRIVER, &[path_arg(&dir)?, &ops.to_string()]);
+    let mode = if variant == "lmdb-writemap" {
+        "writemap"
+    } else {
+        "default"
+    };
+    let report = run_driver(place, KV_DRIVER, &[path_arg(&dir)?, &ops.to_string(), mode]);
     place.run("rm", &["-rf".as_ref(), dir.as_os_str()])?;
     let report = report?;
     let (bad, count, want) = (
@@ -88,13 +103,13 @@ pub(super) fn run(place: &Place, ops: usize) -> io::Result<Vec<Measured>> {
     );
     if bad != 0 || count != want {
         return Err(io::Error::other(format!(
-            "LMDB lost or corrupted data: {bad} records differ, {count} of {want} there"
+            "LMDB ({variant}) lost or corrupted data: {bad} records differ, {count} of {want} there"
         )));
     }
     report["phases"]
         .as_array()
         .into_iter()
         .flatten()
-        .map(|phase| measured(phase, "lmdb", 1000))
+        .map(|phase| measured(phase, variant, 1000))
         .collect()
 }
