@@ -97,10 +97,10 @@ pub fn run_once(
     let _image_undo = cleanup::register(Undo::RemoveFile(image.clone()));
     let _prefix_undo = cleanup::register(Undo::RemoveTree(prefix.clone()));
     let result = (|| {
-        let params = nosefs_core::format::layout::MkfsParams {
-            prefault: true,
-            ..params_for(workload.needs(threads, sizes))
-        };
+        // As `nosefs mkfs` and `nosefs run` leave it: not pre-faulted, not populated (the core
+        // makes pages ready ahead of its writes in the background), so the figures are what a
+        // user's program gets on a fresh image.
+        let params = params_for(workload.needs(threads, sizes));
         nosefs_core::mkfs::mkfs(&image, &params)
             .map_err(|e| io::Error::other(format!("cannot prepare an image: {e}")))?;
         std::fs::create_dir_all(&prefix)?;
@@ -111,9 +111,7 @@ pub fn run_once(
             dir: prefix.clone(),
         };
         let mut worker = Command::new(std::env::current_exe()?);
-        worker
-            .env("NOSEFS_IMAGE", &image)
-            .env("NOSEFS_OPTIONS", "populate");
+        worker.env("NOSEFS_IMAGE", &image);
         run_worker(worker, lib, &job)
     })();
     let _ = std::fs::remove_file(&image);

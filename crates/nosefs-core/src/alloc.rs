@@ -8,16 +8,27 @@
 //! Built from the NVM bitmap at mount; the bitmap itself changes only in journal apply steps, so a
 //! block handed out here is not allocated on the media until its commit applies.
 //!
+//! Where the image is mapped without being populated, the allocator also asks a
+//! [`Populator`] for the pages just ahead of where each region hands out blocks, so that the
+//! first store into a fresh block finds its page ready ([`BlockAllocator::populate_ahead`]).
+//!
 //! Blocks can be *promised* (fallocate's reservation): `available` counts the free blocks no one
 //! was promised, and every allocation takes from it first (one atomic update), so a promise is
 //! kept whatever other files do; a file holding a promise spends it before `available`.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
 
 use parking_lot::Mutex;
 
 use crate::format::bitmap;
+use crate::pmem::Populator;
+
+/// Blocks made ready ahead of a region's frontier: 4 MiB.
+const AHEAD_BLOCKS: u64 = 1024;
+/// A new request goes out when the frontier comes within this many blocks of what was asked.
+const AHEAD_LOW_BLOCKS: u64 = AHEAD_BLOCKS / 2;
 
 /// One CPU's share of the data zone: free runs inside `[first, end)`.
 #[derive(Debug)]
@@ -35,6 +46,18 @@ pub struct BlockAllocator {
     blocks_per_region: u64,
     /// Free blocks not promised to any file.
     available: AtomicU64,
+    /// Pages made ready ahead of each region's frontier (set at mount where it pays).
+    ahead: OnceLock<Ahead>,
+}
+
+/// What [`BlockAllocator::populate_ahead`] set up.
+#[derive(Debug)]
+struct Ahead {
+    populator: Populator,
+    /// Byte offset of data block 0 in the image (blocks are contiguous from there).
+    data_offset: u64,
+    /// Per region: the block below which pages were asked for.
+    asked: Vec<AtomicU64>,
 }
 
 fn current_cpu() -> usize {
@@ -60,6 +83,7 @@ impl BlockAllocator {
             regions,
             blocks_per_region: per,
             available: AtomicU64::new(0),
+            ahead: OnceLock::new(),
         };
         let free = allocator.free_blocks();
         *allocator.available.get_mut() = free;
@@ -133,10 +157,70 @@ impl BlockAllocator {
             return None;
         }
         let got = self.take(count);
-        if got.is_none() {
-            self.unclaim(count);
+        match got {
+            Some(start) => self.handed_out(start, count),
+            None => self.unclaim(count),
         }
         got
+    }
+
+    /// From now on, asks `populator` for the pages just ahead of where each region hands out
+    /// blocks; data block `b` lies at byte `data_offset + b * BLOCK_SIZE` of the image.
+    pub(crate) fn populate_ahead(&self, populator: Populator, data_offset: u64) {
+        let asked = self
+            .regions
+            .iter()
+            .map(|r| AtomicU64::new(r.first))
+            .collect();
+        let _ = self.ahead.set(Ahead {
+            populator,
+            data_offset,
+            asked,
+        });
+    }
+
+    /// Stops making pages ready (before the image is given back).
+    pub(crate) fn stop_populating(&self) {
+        if let Some(ahead) = self.ahead.get() {
+            ahead.populator.stop();
+        }
+    }
+
+    /// Bytes the populator made ready so far.
+    pub fn populated_bytes(&self) -> u64 {
+        self.ahead
+            .get()
+            .map_or(0, |a| a.populator.populated_bytes())
+    }
+
+    /// Blocks `[start, start + count)` were handed out: when that comes near what was asked for
+    /// in its region, ask for the next [`AHEAD_BLOCKS`]. One load when it is far.
+    fn handed_out(&self, start: u64, count: u64) {
+        let Some(ahead) = self.ahead.get() else {
+            return;
+        };
+        let index = (start / self.blocks_per_region) as usize;
+        let (Some(region), Some(asked)) = (self.regions.get(index), ahead.asked.get(index)) else {
+            return;
+        };
+        let end = start + count;
+        let mark = asked.load(Ordering::Relaxed);
+        if end + AHEAD_LOW_BLOCKS <= mark {
+            return;
+        }
+        let from = mark.max(start);
+        let to = (end + AHEAD_BLOCKS).min(region.end);
+        if to <= from
+            || asked
+                .compare_exchange(mark, to, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+        {
+            return;
+        }
+        let block = crate::format::BLOCK_SIZE;
+        ahead
+            .populator
+            .request(ahead.data_offset + from * block, (to - from) * block);
     }
 
     fn take(&self, count: u64) -> Option<u64> {
@@ -164,6 +248,7 @@ impl BlockAllocator {
         }
         match self.take_upto(goal, own + claimed) {
             Some((start, got)) => {
+                self.handed_out(start, got);
                 // Its own promise first; what the take did not need goes back to `available`.
                 let from_promise = got.min(own);
                 *promised -= from_promise;
@@ -188,6 +273,7 @@ impl BlockAllocator {
         }
         match self.take_upto(goal, claimed) {
             Some((start, got)) => {
+                self.handed_out(start, got);
                 self.unclaim(claimed - got);
                 Some((start, got))
             }

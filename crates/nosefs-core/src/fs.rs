@@ -194,7 +194,25 @@ impl Fs {
 
     /// Mounts an opened image (any backend, including a recording one).
     pub fn mount_image(image: Image, options: &MountOptions) -> Result<Fs> {
-        crate::namespace::recovery::mount(image, options)
+        let fs = crate::namespace::recovery::mount(image, options)?;
+        if !options.populate && !options.read_only {
+            fs.populate_ahead();
+        }
+        Ok(fs)
+    }
+
+    /// Has the pages just ahead of where blocks are handed out made ready in the background
+    /// (`pmem::Populator`), where the region is a shared file mapping.
+    fn populate_ahead(&self) {
+        let g = self.image.geometry();
+        let data_offset = g.block_offset(0);
+        if g.data_block_count() < 2 || g.block_offset(1) != data_offset + crate::format::BLOCK_SIZE
+        {
+            return;
+        }
+        if let Some(populator) = crate::pmem::Populator::start(self.image.region()) {
+            self.blocks.populate_ahead(populator, data_offset);
+        }
     }
 
     /// Commits every file's pending writes, marks the image cleanly unmounted and gives it back.
@@ -202,9 +220,16 @@ impl Fs {
     pub fn unmount(self) -> Image {
         self.stop_compactor();
         let _ = self.sync_all(); // settles the directory logs too
+        self.blocks.stop_populating();
         let count = self.image.superblock().mount_count() + 1;
         self.image.set_state(true, count);
         self.image
+    }
+
+    /// Bytes of the image made ready ahead of the block allocator so far (`pmem::Populator`):
+    /// zero where the image was populated at mount, or is not a shared file mapping.
+    pub fn populated_ahead_bytes(&self) -> u64 {
+        self.blocks.populated_bytes()
     }
 
     /// What mount found.

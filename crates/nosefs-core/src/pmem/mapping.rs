@@ -218,6 +218,36 @@ impl Mapping {
     }
 }
 
+impl Mapping {
+    /// `madvise(MADV_POPULATE_WRITE)` over `[offset, offset + len)`, which the caller has
+    /// bounds-checked: the pages made present and writable, as a store would, without storing.
+    pub(super) fn populate_write(&self, offset: u64, len: u64) -> std::io::Result<()> {
+        const PAGE: u64 = 4096;
+        let start = offset - offset % PAGE;
+        let end = (offset + len).min(self.len);
+        if start >= end {
+            return Ok(());
+        }
+        // SAFETY: `[start, end)` lies inside the mapping this struct owns; populating changes no
+        // byte of it.
+        unsafe {
+            rustix::mm::madvise(
+                self.base.add(start as usize).cast(),
+                (end - start) as usize,
+                rustix::mm::Advice::LinuxPopulateWrite,
+            )
+        }
+        .map_err(std::io::Error::from)
+    }
+}
+
+// SAFETY: a mapping is memory shared by every thread of the process; its base pointer is only
+// dereferenced through bounds-checked methods, and it is unmapped once, when the last owner
+// (a `Region`, or a `Populator` thread that the region's owner joins first) drops it.
+unsafe impl Send for Mapping {}
+// SAFETY: see `Send`; every method takes `&self`.
+unsafe impl Sync for Mapping {}
+
 impl Drop for Mapping {
     fn drop(&mut self) {
         // SAFETY: `base` and `len` describe the mapping this struct created and still owns; no

@@ -48,6 +48,7 @@
 
 mod flush;
 mod mapping;
+mod populate;
 mod recorder;
 mod trace;
 
@@ -60,6 +61,7 @@ use zerocopy::{FromBytes, Immutable, IntoBytes};
 
 pub use flush::FlushKind;
 pub use mapping::{Access, MapInfo, MappingKind};
+pub use populate::Populator;
 pub use recorder::{Event, Recorder};
 pub use trace::Trace;
 
@@ -130,7 +132,7 @@ fn count(flushes: u64, fences: u64) {
 /// locks do that), exactly as with any shared memory mapping.
 #[derive(Debug)]
 pub struct Region {
-    mapping: Mapping,
+    mapping: std::sync::Arc<Mapping>,
     flush_kind: FlushKind,
     recorder: Option<Mutex<Recorder>>,
 }
@@ -171,7 +173,7 @@ impl Region {
     fn from_mapping(mapping: Mapping, flush: Option<FlushKind>) -> Region {
         let flush_kind = flush.unwrap_or_else(FlushKind::from_env_or_detect);
         Region {
-            mapping,
+            mapping: std::sync::Arc::new(mapping),
             flush_kind,
             recorder: None,
         }

@@ -270,3 +270,29 @@ fn the_durable_image_keeps_what_the_storing_threads_fenced() {
         "the older store may not land after the newer one"
     );
 }
+
+/// A populator makes requested pages of a file mapping ready, on its own thread; none is made
+/// for a recording region; stopping joins the thread and drops later requests.
+#[test]
+fn a_populator_populates_requested_ranges_of_file_mappings_only() {
+    assert!(Populator::start(&Region::recording(1 << 20).unwrap()).is_none());
+    let dir = shm_dir();
+    let path = dir.path().join("img");
+    let region = Region::create(&path, Some(8 << 20), &RegionOptions::default()).unwrap();
+    let populator = Populator::start(&region).expect("a file mapping gets a populator");
+    populator.request(1 << 20, 3 << 20);
+    populator.request(6 << 20, 4 << 20); // clipped at the region's end
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while populator.populated_bytes() < 5 << 20 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    assert_eq!(populator.populated_bytes(), 5 << 20);
+    populator.stop();
+    populator.request(0, 1 << 20);
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    assert_eq!(populator.populated_bytes(), 5 << 20, "no work after stop");
+    // The pages hold what they held: populating writes nothing.
+    let mut bytes = vec![1u8; 8 << 20];
+    region.read_bytes(0, &mut bytes);
+    assert!(bytes.iter().all(|&b| b == 0));
+}
