@@ -73,6 +73,12 @@ pub trait Invalidate: Send + Sync {
         let _ = size;
         self.inode(ino);
     }
+    /// `data` was written at `offset`: besides its attributes, what the kernel caches of that
+    /// range is stale (and of that range only).
+    fn written(&self, ino: u64, offset: u64, data: &[u8]) {
+        let _ = (offset, data);
+        self.inode(ino);
+    }
 }
 
 /// How the daemon serves clients.
@@ -930,10 +936,7 @@ fn execute(
             let data = d.bytes()?;
             let at = local.write(ino, offset, data, append)?;
             if let Some(i) = inval {
-                // Not `resized`: a second notification on every write costs about a
-                // microsecond; a process that maps the grown part asks the size first (the shim
-                // does, before mmap).
-                i.inode(ino);
+                i.written(ino, at, data);
             }
             reply.u64(at);
         }

@@ -174,6 +174,10 @@ impl NoseFuse {
     }
 }
 
+/// The largest write whose bytes are stored into the kernel's cached pages; above it, the range
+/// is dropped from the cache instead (a store copies the data once more).
+const STORE_MAX_BYTES: usize = 64 << 10;
+
 /// The kernel's caches, told what the daemon's shim clients changed
 /// ([`nosefs_daemon::server::Invalidate`] through fuser's notifier). Errors mean the kernel had
 /// nothing cached, or the mount is going away: nothing to do either way.
@@ -202,6 +206,26 @@ impl nosefs_daemon::server::Invalidate for Invalidator {
     fn inode(&self, ino: u64) {
         if self.view.may_hold_inode(ino) {
             let _ = self.notifier.inval_inode(INodeNo(ino), 0, 0);
+        }
+    }
+
+    /// The written bytes go into the kernel's cached pages of the range (FUSE's notify store),
+    /// so a process mapping the file through the mount keeps its other pages and sees these
+    /// without faulting them in again; a store also raises the kernel's size. Larger writes
+    /// drop the range instead. Before, every write dropped the whole file's pages: LMDB, which
+    /// maps its file read-only and writes with pwrite, refaulted its map after each update.
+    fn written(&self, ino: u64, offset: u64, data: &[u8]) {
+        if !self.view.may_hold_inode(ino) {
+            return;
+        }
+        // Attributes only (offset -1 leaves the pages).
+        let _ = self.notifier.inval_inode(INodeNo(ino), -1, 0);
+        let stored = data.len() <= STORE_MAX_BYTES
+            && self.notifier.store(INodeNo(ino), offset, data).is_ok();
+        if !stored {
+            let _ = self
+                .notifier
+                .inval_inode(INodeNo(ino), offset as i64, data.len().max(1) as i64);
         }
     }
 

@@ -56,6 +56,10 @@ pub struct KernelFile {
     ranges: Mutex<Vec<(usize, usize)>>,
     /// Whether it was ever mapped (its pages may be dirty in the kernel even after munmap).
     mapped: AtomicBool,
+    /// Whether it was ever mapped writable (mmap with PROT_WRITE, or mprotect to it): only
+    /// then can this process have left dirty pages in the kernel to write back. LMDB maps its
+    /// file read-only and writes with pwrite: each of its writes and syncs skips the write-back.
+    written: AtomicBool,
 }
 
 impl KernelFile {
@@ -152,6 +156,7 @@ fn open(file: &OpenFile, read: bool, write: bool) -> Result<KernelFile, Errno> {
         locked: AtomicBool::new(false),
         ranges: Mutex::new(Vec::new()),
         mapped: AtomicBool::new(false),
+        written: AtomicBool::new(false),
     })
 }
 
@@ -213,11 +218,28 @@ pub fn mapped_file(ino: u64) -> Option<Arc<KernelFile>> {
     of(ino).filter(|k| k.mapped.load(Ordering::Relaxed))
 }
 
-/// Records that `addr..addr+len` maps `file` shared.
-pub fn mapped(file: &KernelFile, addr: usize, len: usize) {
+/// Records that `addr..addr+len` maps `file` shared (`writable`: with PROT_WRITE).
+pub fn mapped(file: &KernelFile, addr: usize, len: usize, writable: bool) {
+    if writable {
+        file.written.store(true, Ordering::Relaxed);
+    }
     file.ranges.lock().push((addr, len.next_multiple_of(4096)));
     if !file.mapped.swap(true, Ordering::Relaxed) {
         MAPPED.fetch_add(1, Ordering::Release);
+    }
+}
+
+/// mprotect adding PROT_WRITE to `addr..addr+len`: a shared mapping of a file there may be
+/// stored to from now on.
+pub fn made_writable(addr: usize, len: usize) {
+    if MAPPED.load(Ordering::Acquire) == 0 {
+        return;
+    }
+    let end = addr.saturating_add(len);
+    for k in FILES.lock().iter() {
+        if k.ranges.lock().iter().any(|&(a, l)| a < end && addr < a + l) {
+            k.written.store(true, Ordering::Relaxed);
+        }
     }
 }
 
@@ -248,7 +270,7 @@ pub fn closed(ino: u64) {
         return;
     };
     if k.locked.swap(false, Ordering::Relaxed) {
-        if k.mapped.load(Ordering::Relaxed) {
+        if k.written.load(Ordering::Relaxed) {
             // As the kernel's close flushes before it drops the locks: the pages this process
             // stored to reach the daemon first. Otherwise the next holder (SQLite's -shm: the
             // process that finds itself alone) truncates through the daemon, and these pages
@@ -303,7 +325,7 @@ fn forget_unused() {
 /// pending in the daemon, not committed), so the call sees them and they cannot land later over
 /// what it writes. `sync`: fsync instead (the kernel writes back, then the daemon commits).
 pub fn write_back_mapped(ino: u64, sync: bool) {
-    if let Some(file) = mapped_file(ino) {
+    if let Some(file) = mapped_file(ino).filter(|k| k.written.load(Ordering::Relaxed)) {
         crate::sys::write_back_fd(file.raw(), sync);
     }
 }

@@ -221,6 +221,7 @@ pub const HOOKED: &[&str] = &[
     "getsockname",
     "getpeername",
     "mmap",
+    "mprotect",
     "mmap64",
     "munmap",
     "msync",

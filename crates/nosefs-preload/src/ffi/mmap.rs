@@ -93,6 +93,16 @@ fn kernel_file_to_map(fd: c_int, prot: c_int) -> Result<Arc<kernel::KernelFile>,
     kernel::for_file(&file, true, write)
 }
 
+/// Daemon mode keeps which shared mappings of noseFS files may be stored to (`kernel`): a
+/// mapping made writable here counts from now on.
+#[no_mangle]
+pub unsafe extern "C" fn mprotect(addr: *mut c_void, len: size_t, prot: c_int) -> c_int {
+    if prot & libc::PROT_WRITE != 0 && !in_shim() {
+        kernel::made_writable(addr as usize, len);
+    }
+    unsafe { real!(mprotect: fn(*mut c_void, size_t, c_int) -> c_int)(addr, len, prot) }
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn msync(addr: *mut c_void, len: size_t, flags: c_int) -> c_int {
     if !in_shim() {
@@ -169,7 +179,7 @@ unsafe fn map_copy(
                 .unwrap_or(libc::ENOMEM);
             return Err(Errno(e));
         }
-        kernel::mapped(&kernel_file, p as usize, len);
+        kernel::mapped(&kernel_file, p as usize, len, prot & libc::PROT_WRITE != 0);
         return Ok(p);
     }
     if !file.readable() || file.kind != Kind::File {
