@@ -434,6 +434,42 @@ sqlite3 db "PRAGMA integrity_check; SELECT w, count(*) FROM t GROUP BY w;"
     m.unmount_and_fsck();
 }
 
+/// A read-only shared mapping keeps seeing the file as clients write it (its own writes and
+/// another process's), with the rest of its pages intact; a mapping made writable later with
+/// mprotect has its stores written back before the process's own read, as on the kernel.
+#[test]
+fn read_only_and_mprotected_mappings_follow_writes_as_on_the_kernel() {
+    if !usable() {
+        return;
+    }
+    let m = mount_with(&[]);
+    let script = r#"cd "$D" || exit 9
+python3 - <<'PY'
+import ctypes, mmap, os, subprocess, sys
+fd = os.open("f", os.O_CREAT | os.O_RDWR | os.O_TRUNC, 0o644)
+os.write(fd, b"a" * 65536)
+view = mmap.mmap(fd, 65536, mmap.MAP_SHARED, mmap.PROT_READ)
+print(view[0:4].decode(), view[40000:40004].decode())
+os.pwrite(fd, b"mine", 8192)
+subprocess.run([sys.executable, "-c",
+    "import os; f = os.open('f', os.O_RDWR); os.pwrite(f, b'them', 12288); os.close(f)"], check=True)
+print(view[8192:8196].decode(), view[12288:12292].decode(), view[40000:40004].decode())
+view.close()
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+addr = libc.mmap(None, 8192, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+assert libc.mprotect(ctypes.c_void_p(addr), 8192, mmap.PROT_READ | mmap.PROT_WRITE) == 0
+ctypes.memmove(addr + 100, b"prot", 4)
+print(os.pread(fd, 4, 100).decode())
+os.close(fd)
+PY
+"#;
+    let out = same_as_kernel(&m, script);
+    assert_eq!(out, "aaaa aaaa\nmine them aaaa\nprot\n");
+    m.unmount_and_fsck();
+}
+
 #[test]
 fn lmdb_with_write_mapped_commits_as_a_client() {
     if !usable() || !common::has_python_lmdb() {

@@ -223,9 +223,9 @@ impl nosefs_daemon::server::Invalidate for Invalidator {
         let stored = data.len() <= STORE_MAX_BYTES
             && self.notifier.store(INodeNo(ino), offset, data).is_ok();
         if !stored {
-            let _ = self
-                .notifier
-                .inval_inode(INodeNo(ino), offset as i64, data.len().max(1) as i64);
+            let _ =
+                self.notifier
+                    .inval_inode(INodeNo(ino), offset as i64, data.len().max(1) as i64);
         }
     }
 

@@ -237,7 +237,11 @@ pub fn made_writable(addr: usize, len: usize) {
     }
     let end = addr.saturating_add(len);
     for k in FILES.lock().iter() {
-        if k.ranges.lock().iter().any(|&(a, l)| a < end && addr < a + l) {
+        if k.ranges
+            .lock()
+            .iter()
+            .any(|&(a, l)| a < end && addr < a + l)
+        {
             k.written.store(true, Ordering::Relaxed);
         }
     }
