@@ -127,7 +127,7 @@ impl Target for Recording {
     fn close(&self, file: u64) -> io::Result<()> {
         self.record(self.native.close(file))
     }
-    fn map(&self, _dir: &u64, _name: &CStr, _len: u64) -> io::Result<Infallible> {
+    fn map(&self, _dir: &u64, _name: &CStr, _len: u64, _map_len: u64) -> io::Result<Infallible> {
         // The floor replays recorded image stores; a mapping's stores are not the image's.
         Err(io::Error::new(
             io::ErrorKind::Unsupported,
@@ -253,7 +253,7 @@ impl Target for Floor {
         self.replay_next();
         Ok(())
     }
-    fn map(&self, _dir: &u64, _name: &CStr, _len: u64) -> io::Result<Infallible> {
+    fn map(&self, _dir: &u64, _name: &CStr, _len: u64, _map_len: u64) -> io::Result<Infallible> {
         Err(io::Error::new(
             io::ErrorKind::Unsupported,
             "nosefs-floor has no mmap workload",

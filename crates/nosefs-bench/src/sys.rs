@@ -133,15 +133,22 @@ pub struct Mapped {
 }
 
 impl Mapped {
-    /// Maps `len` bytes of `fd` from offset 0, shared, with its pages faulted in.
-    pub fn map(fd: BorrowedFd<'_>, len: usize) -> io::Result<Mapped> {
+    /// Maps `map_len` bytes of `fd` (a file of `file_len` bytes, no longer than the mapping)
+    /// from offset 0, shared; the file's pages are faulted in when the mapping is the file's
+    /// size (past the end of a file a page cannot be).
+    pub fn map(fd: BorrowedFd<'_>, file_len: usize, map_len: usize) -> io::Result<Mapped> {
+        let populate = if map_len == file_len {
+            libc::MAP_POPULATE
+        } else {
+            0
+        };
         // SAFETY: a new mapping where the kernel (or the shim) chooses; it overlaps nothing.
         let p = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
-                len,
+                map_len,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_POPULATE,
+                libc::MAP_SHARED | populate,
                 fd.as_raw_fd(),
                 0,
             )
@@ -151,7 +158,7 @@ impl Mapped {
         }
         Ok(Mapped {
             addr: p as usize,
-            len,
+            len: map_len,
         })
     }
 

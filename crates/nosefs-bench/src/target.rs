@@ -180,8 +180,9 @@ pub trait Target: Sync {
             "no descriptors: the call cost is measured on descriptor-based targets",
         ))
     }
-    /// Creates file `name` of `len` bytes and maps it shared.
-    fn map(&self, dir: &Self::Dir, name: &CStr, len: u64) -> io::Result<Self::Map>;
+    /// Creates file `name` of `len` bytes and maps `map_len` bytes of it shared (`map_len` at
+    /// least `len`: a mapping larger than its file, as LMDB maps its whole map size).
+    fn map(&self, dir: &Self::Dir, name: &CStr, len: u64, map_len: u64) -> io::Result<Self::Map>;
     /// Stores `data` into the mapping at `offset`.
     fn map_write(&self, map: &Self::Map, offset: u64, data: &[u8]);
     /// `msync` of `[offset, offset + len)`: makes those bytes durable.
@@ -418,15 +419,15 @@ impl Target for Native {
     fn close(&self, file: u64) -> io::Result<()> {
         self.fs().close(file).map_err(errno)
     }
-    fn map(&self, dir: &u64, name: &CStr, len: u64) -> io::Result<Mapping> {
+    fn map(&self, dir: &u64, name: &CStr, len: u64, map_len: u64) -> io::Result<Mapping> {
         let fs = self.fs();
         let ino = fs
             .create(*dir, name.to_bytes(), 0o644, Owner::default(), false)
             .map_err(errno)?
             .ino;
         fs.truncate(ino, len).map_err(errno)?;
-        let len = usize::try_from(len).map_err(|_| io::ErrorKind::InvalidInput)?;
-        fs.map(ino, 0, len, true).map_err(errno)
+        let map_len = usize::try_from(map_len.max(len)).map_err(|_| io::ErrorKind::InvalidInput)?;
+        fs.map(ino, 0, map_len, true).map_err(errno)
     }
     fn map_write(&self, map: &Mapping, offset: u64, data: &[u8]) {
         map.store(offset as usize, data);
@@ -534,12 +535,12 @@ impl Target for Syscalls {
         drop(file);
         Ok(())
     }
-    fn map(&self, dir: &SysDir, name: &CStr, len: u64) -> io::Result<sys::Mapped> {
+    fn map(&self, dir: &SysDir, name: &CStr, len: u64, map_len: u64) -> io::Result<sys::Mapped> {
         // Through libc's open and mmap, which the preload shim serves for noseFS files.
         let file = self.open(dir, name, true)?;
         file.set_len(len)?;
-        let len = usize::try_from(len).map_err(|_| io::ErrorKind::InvalidInput)?;
-        sys::Mapped::map(file.as_fd(), len)
+        let to_usize = |n: u64| usize::try_from(n).map_err(|_| io::ErrorKind::InvalidInput);
+        sys::Mapped::map(file.as_fd(), to_usize(len)?, to_usize(map_len.max(len))?)
     }
     fn map_write(&self, map: &sys::Mapped, offset: u64, data: &[u8]) {
         map.write(offset as usize, data);

@@ -1,5 +1,7 @@
-//! `mmap`: per thread and file size, 4 KiB writes at random page offsets of a mapped file of
-//! 1-12 MiB, with msync of the written page after each (seed 001 IV-B, Fig. 10).
+//! `mmap`: per thread, 4 KiB stores at random page offsets of a mapped file, with msync of the
+//! stored page after each (seed 001 IV-B, Fig. 10): files of 1-12 MiB mapped whole; a file larger
+//! than the last-level cache (1 GiB; `--quick` 64 MiB); and the smallest file through a mapping
+//! much larger than it (2 GiB; `--quick` 256 MiB), as LMDB maps its whole map size.
 
 use std::io;
 
@@ -9,24 +11,62 @@ use crate::target::{cname, Target};
 
 const PAGE: u64 = 4096;
 
-/// Runs one phase per file size with `threads` threads, each on its own files.
+/// One phase: a file of `file_mib` mapped `map_mib` long.
+#[derive(Debug, Clone, Copy)]
+struct Phase {
+    file_mib: u64,
+    map_mib: u64,
+}
+
+impl Phase {
+    fn variant(self) -> String {
+        if self.map_mib == self.file_mib {
+            format!("file={}MiB", self.file_mib)
+        } else {
+            format!("file={}MiB,map={}MiB", self.file_mib, self.map_mib)
+        }
+    }
+}
+
+fn phases(sizes: &Sizes) -> Vec<Phase> {
+    let mut all: Vec<Phase> = sizes
+        .mmap_mib
+        .iter()
+        .chain(std::iter::once(&sizes.mmap_large_mib))
+        .map(|&mib| Phase {
+            file_mib: mib,
+            map_mib: mib,
+        })
+        .collect();
+    if let Some(&smallest) = sizes.mmap_mib.iter().min() {
+        all.push(Phase {
+            file_mib: smallest,
+            map_mib: sizes.mmap_sparse_map_mib.max(smallest),
+        });
+    }
+    all
+}
+
+/// Runs every phase with `threads` threads, each on its own files.
 pub fn run_once<T: Target>(target: &T, threads: usize, sizes: &Sizes) -> io::Result<Vec<Measured>> {
     let n = sizes.mmap_writes;
+    let phases = phases(sizes);
     let counters = || target.counters();
     let per_thread = parallel(threads, |i, gate| {
         let page = vec![0x6du8; PAGE as usize];
         let mut samples = Vec::new();
-        for &mib in &sizes.mmap_mib {
-            let len = mib << 20;
-            let name = cname(&format!("map{i:03}-{mib}"));
-            let map = target.map(target.root(), &name, len)?;
+        for (j, phase) in phases.iter().enumerate() {
+            let len = phase.file_mib << 20;
+            let name = cname(&format!("map{i:03}-{j}"));
+            let map = target.map(target.root(), &name, len, phase.map_mib << 20)?;
             // Touch and write back every page first, so that page faults and block allocation
             // stay out of the timed phase.
             for offset in (0..len).step_by(PAGE as usize) {
                 target.map_write(&map, offset, &page);
             }
             target.msync(&map, 0, len)?;
-            let at = offsets(n, len, PAGE, 0x0051_ed27 ^ ((i as u64) << 20) ^ mib);
+            let seed = 0x0051_ed27 ^ ((i as u64) << 20) ^ phase.file_mib ^ (phase.map_mib << 32);
+            let at = offsets(n, len, PAGE, seed);
             samples.push(gate.timed(&counters, n, |k| {
                 target.map_write(&map, at[k], &page);
                 target.msync(&map, at[k], PAGE)
@@ -34,14 +74,13 @@ pub fn run_once<T: Target>(target: &T, threads: usize, sizes: &Sizes) -> io::Res
         }
         Ok(samples)
     })?;
-    Ok(sizes
-        .mmap_mib
+    Ok(phases
         .iter()
         .zip(combine_threads(per_thread))
-        .map(|(mib, sample)| Measured {
+        .map(|(phase, sample)| Measured {
             op: "write+msync".into(),
             io_size: PAGE,
-            variant: format!("file={mib}MiB"),
+            variant: phase.variant(),
             sample,
         })
         .collect())

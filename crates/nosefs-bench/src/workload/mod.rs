@@ -47,6 +47,11 @@ pub struct Sizes {
     pub mmap_mib: Vec<u64>,
     /// `mmap`: 4 KiB writes (each with msync) per thread and file size.
     pub mmap_writes: usize,
+    /// `mmap`: a file this large in MiB (larger than the last-level cache) with random stores.
+    pub mmap_large_mib: u64,
+    /// `mmap`: a mapping this large in MiB over a file of the smallest `mmap_mib` size (LMDB maps
+    /// its whole map size over a smaller file).
+    pub mmap_sparse_map_mib: u64,
     /// `fragment`: size of the file read sequentially, in MiB.
     pub seq_read_mib: u64,
     /// `fragment`: size of the file fragmented by 1 KiB overwrites, in MiB.
@@ -74,6 +79,8 @@ impl Sizes {
             read_sizes: vec![1024, 4096, 16384, 65536, 262_144],
             mmap_mib: vec![1, 4, 8, 12],
             mmap_writes: 20_000,
+            mmap_large_mib: 1024,
+            mmap_sparse_map_mib: 2048,
             seq_read_mib: 1024,
             frag_mib: 64,
             frag_overwrites: 100_000,
@@ -94,6 +101,8 @@ impl Sizes {
             read_sizes: vec![4096, 65536, 262_144],
             mmap_mib: vec![1, 12],
             mmap_writes: 5_000,
+            mmap_large_mib: 64,
+            mmap_sparse_map_mib: 256,
             seq_read_mib: 128,
             frag_mib: 16,
             frag_overwrites: 10_000,
@@ -211,8 +220,11 @@ impl Workload {
             },
             Workload::Fileops => fileops::needs(sizes),
             Workload::Mmap => Needs {
-                names: sizes.mmap_mib.len() as u64,
-                data_bytes: sizes.mmap_mib.iter().sum::<u64>() << 20,
+                names: sizes.mmap_mib.len() as u64 + 2,
+                data_bytes: (sizes.mmap_mib.iter().sum::<u64>()
+                    + sizes.mmap_large_mib
+                    + sizes.mmap_mib.iter().min().copied().unwrap_or(1))
+                    << 20,
             },
             Workload::Fragment => Needs {
                 names: 2,
