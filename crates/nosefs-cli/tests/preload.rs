@@ -249,6 +249,42 @@ sqlite3 "$D/db" "SELECT count(*), sum(v = 'from b') FROM t; PRAGMA integrity_che
     setup.fsck_clean();
 }
 
+/// A shared mapping made read-only is stored to only after mprotect makes it writable (the
+/// core starts tracking it then, LMDB's default mode never does); its stores reach the file at
+/// msync; PROT_WRITE on a mapping of a read-only descriptor is EACCES, as on the kernel.
+#[test]
+fn a_read_only_mapping_made_writable_by_mprotect_reaches_the_file() {
+    let s = setup();
+    let script = r#"cd "$D" || exit 9
+python3 - <<'PY'
+import ctypes, mmap, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+fd = os.open("f", os.O_CREAT | os.O_RDWR | os.O_TRUNC, 0o644)
+os.write(fd, b"a" * 65536)
+os.fsync(fd)
+addr = libc.mmap(None, 65536, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+print(ctypes.string_at(addr + 100, 4).decode())
+os.pwrite(fd, b"seen", 200)
+print(ctypes.string_at(addr + 200, 4).decode())
+assert libc.mprotect(ctypes.c_void_p(addr), 65536, mmap.PROT_READ | mmap.PROT_WRITE) == 0
+ctypes.memmove(addr + 100, b"prot", 4)
+assert libc.msync(ctypes.c_void_p(addr), 65536, 4) == 0  # MS_SYNC
+print(os.pread(fd, 4, 100).decode())
+libc.munmap(ctypes.c_void_p(addr), 65536)
+os.close(fd)
+print(open("f", "rb").read()[100:104].decode())
+ro = os.open("f", os.O_RDONLY)
+addr = libc.mmap(None, 4096, mmap.PROT_READ, mmap.MAP_SHARED, ro, 0)
+rc = libc.mprotect(ctypes.c_void_p(addr), 4096, mmap.PROT_READ | mmap.PROT_WRITE)
+print(rc, ctypes.get_errno())
+PY
+"#;
+    let out = same_as_kernel(&s, script);
+    assert_eq!(out, "aaaa\nseen\nprot\nprot\n-1 13\n");
+}
+
 #[test]
 fn lmdb_with_write_mapped_commits() {
     if !common::has_python_lmdb() {

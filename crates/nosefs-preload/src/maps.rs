@@ -13,8 +13,9 @@ use parking_lot::Mutex;
 use crate::fdtable::{self, Kind};
 use crate::state;
 
-/// Each mapping with the protection it was made with (mremap makes the new one alike).
-static MAPPINGS: Mutex<Vec<(Mapping, i32)>> = Mutex::new(Vec::new());
+/// Each mapping with its protection (mremap makes the new one alike) and whether its
+/// description was opened for writing (mprotect may then add PROT_WRITE to a shared one).
+static MAPPINGS: Mutex<Vec<(Mapping, i32, bool)>> = Mutex::new(Vec::new());
 /// `MAPPINGS.len()`, read without the lock: munmap and msync of memory that is not a noseFS
 /// mapping (malloc's, every program's) pay one load.
 static LIVE: AtomicUsize = AtomicUsize::new(0);
@@ -68,7 +69,7 @@ pub fn map(
     let mapping = state::with_fs(|fs| fs.map_with(file.ino, offset, len, &request).map_err(errno))?;
     let start = mapping.addr();
     let mut all = MAPPINGS.lock();
-    all.push((mapping, prot));
+    all.push((mapping, prot, file.writable()));
     LIVE.store(all.len(), Ordering::Release);
     Ok(start)
 }
@@ -84,19 +85,19 @@ pub fn unmap(addr: usize, len: usize) -> Option<Result<(), Errno>> {
     let end = addr.checked_add(len.checked_next_multiple_of(4096)?)?;
     let mut all = MAPPINGS.lock();
     let touched = |m: &Mapping| m.addr() < end && addr < m.addr() + m.len();
-    if !all.iter().any(|(m, _)| touched(m)) {
+    if !all.iter().any(|(m, ..)| touched(m)) {
         return None;
     }
     if all
         .iter()
-        .filter(|(m, _)| touched(m))
-        .any(|(m, _)| m.addr() < addr || m.addr() + m.len() > end)
+        .filter(|(m, ..)| touched(m))
+        .any(|(m, ..)| m.addr() < addr || m.addr() + m.len() > end)
     {
         state::say("munmap of part of a mapping of a noseFS file is not supported (EINVAL); unmap it whole");
         return Some(Err(Errno::EINVAL));
     }
     // Dropping a mapping scans its written pages into the file's shadow, then unmaps it.
-    all.retain(|(m, _)| !touched(m));
+    all.retain(|(m, ..)| !touched(m));
     LIVE.store(all.len(), Ordering::Release);
     Some(Ok(()))
 }
@@ -107,13 +108,43 @@ pub fn sync(addr: usize, len: usize) -> Option<Result<(), Errno>> {
         return None;
     }
     let all = MAPPINGS.lock();
-    let (mapping, _) = all
+    let (mapping, ..) = all
         .iter()
-        .find(|(m, _)| m.addr() <= addr && addr < m.addr() + m.len())?;
+        .find(|(m, ..)| m.addr() <= addr && addr < m.addr() + m.len())?;
     let at = addr - mapping.addr();
     Some(state::with_fs(|fs| {
         fs.msync_range(mapping, at, len).map_err(errno)
     }))
+}
+
+/// mprotect of `len` bytes from `addr` to `prot`, before the kernel changes it: `None` when
+/// the range touches no noseFS mapping. Adding PROT_WRITE to a shared mapping whose
+/// description is read-only is EACCES, as the kernel answers; otherwise the core starts
+/// tracking the mapping's stores first (a read-only shared mapping is not tracked until then).
+pub fn protect(addr: usize, len: usize, prot: i32) -> Option<Result<(), Errno>> {
+    if LIVE.load(Ordering::Acquire) == 0 {
+        return None;
+    }
+    let end = addr.saturating_add(len.max(1));
+    let mut all = MAPPINGS.lock();
+    let touched = |m: &Mapping| m.addr() < end && addr < m.addr() + m.len();
+    if !all.iter().any(|(m, ..)| touched(m)) {
+        return None;
+    }
+    if prot & libc::PROT_WRITE != 0 {
+        for (mapping, _, may_write) in all.iter().filter(|(m, ..)| touched(m)) {
+            if mapping.is_shared() && !may_write {
+                return Some(Err(Errno(libc::EACCES)));
+            }
+            if let Err(e) = state::with_fs(|fs| fs.make_writable(mapping).map_err(errno)) {
+                return Some(Err(e));
+            }
+        }
+    }
+    for entry in all.iter_mut().filter(|(m, ..)| touched(m)) {
+        entry.1 = prot;
+    }
+    Some(Ok(()))
 }
 
 /// mremap of `old_len` bytes at `addr`: `None` when the range holds no noseFS mapping (the
@@ -134,8 +165,8 @@ pub fn remap(
     let mut all = MAPPINGS.lock();
     let at = all
         .iter()
-        .position(|(m, _)| m.addr() < end && addr < m.addr() + m.len())?;
-    let (mapping, prot) = &all[at];
+        .position(|(m, ..)| m.addr() < end && addr < m.addr() + m.len())?;
+    let (mapping, prot, _) = &all[at];
     let whole =
         mapping.addr() == addr && old_len.checked_next_multiple_of(4096) == Some(mapping.len());
     if !whole || flags & libc::MREMAP_FIXED != 0 || new_len == 0 {
@@ -162,7 +193,7 @@ pub fn remap(
 /// mapped until it unmaps or execs, and its stores are not synced (per-process tracking).
 pub fn forget_in_child() {
     let mut all = MAPPINGS.lock();
-    for mapping in all.drain(..) {
+    for (mapping, ..) in all.drain(..) {
         std::mem::forget(mapping);
     }
     LIVE.store(0, Ordering::Release);

@@ -72,6 +72,35 @@ struct Shadow {
     state: Mutex<ShadowState>,
 }
 
+impl Shadow {
+    /// Starts tracking the written pages of `view` (at `offset` in the file): all of it when
+    /// views are populated, else only the pages that hold data (see `track_ranges`).
+    fn track(&self, view: &View, offset: u64, populated: bool) -> Result<()> {
+        let Some(tracker) = &self.tracker else {
+            return Ok(());
+        };
+        if populated {
+            tracker.track(view).map_err(io_error)
+        } else {
+            let data = data_pages(&self.memfd, offset, view.len()).map_err(io_error)?;
+            tracker.track_ranges(view, &data).map_err(io_error)
+        }
+    }
+}
+
+/// A shared view of the shadow that the program made.
+#[derive(Debug)]
+struct SharedView {
+    id: u64,
+    view: Arc<View>,
+    /// Offset of the view in the file.
+    offset: u64,
+    /// Whether its written pages are tracked: from the start for a writable mapping; a
+    /// read-only one (LMDB's default) cannot be stored to, so it costs no scan until the
+    /// program makes it writable ([`Fs::make_writable`]).
+    tracked: bool,
+}
+
 #[derive(Debug)]
 struct ShadowState {
     /// The file's size.
@@ -79,8 +108,8 @@ struct ShadowState {
     /// The core's own view of the whole memfd (not tracked: what the core copies in is already
     /// in the file's data path).
     view: View,
-    /// The program's shared views, by id.
-    shared: Vec<(u64, Arc<View>, u64)>,
+    /// The program's shared views.
+    shared: Vec<SharedView>,
     next_id: u64,
     /// Pages written through views since unmapped, not yet synced.
     orphaned_pages: BTreeSet<u64>,
@@ -119,6 +148,11 @@ pub struct Mapping {
 }
 
 impl Mapping {
+    /// Whether the mapping is shared (its stores reach the file at a sync).
+    pub fn is_shared(&self) -> bool {
+        self.id.is_some()
+    }
+
     /// The inode mapped.
     pub fn ino(&self) -> u64 {
         self.ino
@@ -156,26 +190,26 @@ impl Drop for Mapping {
             return;
         };
         let mut state = self.shadow.state.lock();
+        let (offset, tracked) = state
+            .shared
+            .iter()
+            .find(|s| s.id == id)
+            .map(|s| (s.offset, s.tracked))
+            .expect("a live mapping is registered");
         let mut written = Vec::new();
-        if let Some(tracker) = &self.shadow.tracker {
+        if let Some(tracker) = self.shadow.tracker.as_ref().filter(|_| tracked) {
             // A failed scan loses nothing: the fallback below treats the whole view as written.
             if tracker.take_written(&self.view, &mut written).is_err() {
                 written.push((0, self.view.len()));
             }
             tracker.untrack(&self.view);
         }
-        let offset = state
-            .shared
-            .iter()
-            .find(|(i, ..)| *i == id)
-            .map(|(_, _, offset)| *offset)
-            .expect("a live mapping is registered");
         for (at, len) in written {
             let first = (offset + at as u64) / PAGE_BYTES;
             let count = (len as u64).div_ceil(PAGE_BYTES);
             state.orphaned_pages.extend(first..first + count);
         }
-        state.shared.retain(|(i, ..)| *i != id);
+        state.shared.retain(|s| s.id != id);
     }
 }
 
@@ -262,19 +296,19 @@ impl Fs {
         })?;
         let view = Arc::new(view);
         let id = if shared {
-            if let Some(tracker) = &shadow.tracker {
-                if populate {
-                    tracker.track(&view).map_err(io_error)?;
-                } else {
-                    // Only the pages that hold data are protected: see `track_ranges`.
-                    let data = data_pages(&shadow.memfd, offset, view.len()).map_err(io_error)?;
-                    tracker.track_ranges(&view, &data).map_err(io_error)?;
-                }
+            let tracked = request.prot & libc::PROT_WRITE != 0;
+            if tracked {
+                shadow.track(&view, offset, populate)?;
             }
             let mut state = shadow.state.lock();
             let id = state.next_id;
             state.next_id += 1;
-            state.shared.push((id, Arc::clone(&view), offset));
+            state.shared.push(SharedView {
+                id,
+                view: Arc::clone(&view),
+                offset,
+                tracked,
+            });
             Some(id)
         } else {
             None
@@ -286,6 +320,34 @@ impl Fs {
             view,
             id,
         })
+    }
+
+    /// The program is about to make `mapping` writable (mprotect): from now on its stores are
+    /// tracked like those of a mapping made writable. Call it before the protection changes,
+    /// so that no store can land untracked. A private mapping, or one already tracked, needs
+    /// nothing.
+    pub fn make_writable(&self, mapping: &Mapping) -> Result<()> {
+        let Some(id) = mapping.id else {
+            return Ok(());
+        };
+        self.writable()?;
+        let shadow = &mapping.shadow;
+        let mut state = shadow.state.lock();
+        let Some(entry) = state.shared.iter_mut().find(|s| s.id == id) else {
+            return Ok(());
+        };
+        if entry.tracked {
+            return Ok(());
+        }
+        // Tracking a view that was read from: its present pages are protected where they hold
+        // data; a hole page read before is reported once and dropped while it reads as zeros.
+        let populated = shadow
+            .tracker
+            .as_ref()
+            .is_some_and(|t| !t.tracks_unpopulated());
+        shadow.track(&entry.view, entry.offset, populated)?;
+        entry.tracked = true;
+        Ok(())
     }
 
     /// `mremap` with MREMAP_MAYMOVE: a new mapping of the same file range, `len` bytes long,
@@ -544,8 +606,8 @@ impl Fs {
             // The ablation: still scan (re-arming the protection), then take every page.
             if let Some(tracker) = &shadow.tracker {
                 let mut runs = Vec::new();
-                for (_, view, _) in &state.shared {
-                    tracker.take_written(view, &mut runs).map_err(io_error)?;
+                for s in state.shared.iter().filter(|s| s.tracked) {
+                    tracker.take_written(&s.view, &mut runs).map_err(io_error)?;
                 }
             }
             pages.extend(0..state.size.div_ceil(PAGE_BYTES));
@@ -558,7 +620,7 @@ impl Fs {
                 // much larger than the file (LMDB maps its whole map_size) is scanned only as
                 // far as the file reaches: the cost follows the file, not the mapping.
                 let in_file = state.size.div_ceil(PAGE_BYTES) * PAGE_BYTES;
-                for (_, view, offset) in &state.shared {
+                for SharedView { view, offset, .. } in state.shared.iter().filter(|s| s.tracked) {
                     // The part of this view inside the range, in whole pages of the view.
                     let from = first.max(*offset);
                     let to = end.min(offset + view.len() as u64).min(in_file);

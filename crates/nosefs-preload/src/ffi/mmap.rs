@@ -97,8 +97,16 @@ fn kernel_file_to_map(fd: c_int, prot: c_int) -> Result<Arc<kernel::KernelFile>,
 /// mapping made writable here counts from now on.
 #[no_mangle]
 pub unsafe extern "C" fn mprotect(addr: *mut c_void, len: size_t, prot: c_int) -> c_int {
-    if prot & libc::PROT_WRITE != 0 && !in_shim() {
-        kernel::made_writable(addr as usize, len);
+    if !in_shim() {
+        // Embedded mode: the core tracks a mapping's stores from before it can be stored to.
+        let embedded = serve(|| maps::protect(addr as usize, len, prot).unwrap_or(Ok(())));
+        if let Err(e) = embedded {
+            set_errno(e);
+            return -1;
+        }
+        if prot & libc::PROT_WRITE != 0 {
+            kernel::made_writable(addr as usize, len);
+        }
     }
     unsafe { real!(mprotect: fn(*mut c_void, size_t, c_int) -> c_int)(addr, len, prot) }
 }
