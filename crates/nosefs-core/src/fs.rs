@@ -102,7 +102,7 @@ pub struct DamageReport {
 pub struct Fs {
     pub(crate) image: Image,
     pub(crate) mirror: crate::namespace::mirror::Buckets,
-    pub(crate) inodes: crate::namespace::inode::InodeTable,
+    pub(crate) inodes: crate::inode::InodeTable,
     pub(crate) pinodes: crate::pool::SlotPools,
     pub(crate) long_names: crate::pool::SlotPools,
     pub(crate) extents: crate::pool::SlotPools,
@@ -194,7 +194,7 @@ impl Fs {
 
     /// Mounts an opened image (any backend, including a recording one).
     pub fn mount_image(image: Image, options: &MountOptions) -> Result<Fs> {
-        let fs = crate::namespace::recovery::mount(image, options)?;
+        let fs = crate::recovery::mount(image, options)?;
         if !options.populate && !options.read_only {
             fs.populate_ahead();
         }

@@ -16,11 +16,14 @@ pub mod fs;
 pub mod fsck;
 pub mod image;
 pub mod info;
+pub(crate) mod inode;
+pub mod journal;
 pub mod mkfs;
 pub mod namespace;
 pub mod padded;
 pub mod pmem;
 pub(crate) mod pool;
+pub(crate) mod recovery;
 pub mod vfs;
 
 pub use error::{Errno, Error, Result};

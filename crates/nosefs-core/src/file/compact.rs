@@ -40,7 +40,7 @@ use crate::error::{Errno, Result};
 use crate::format::extent::{self, Extent};
 use crate::format::BLOCK_SIZE;
 use crate::fs::Fs;
-use crate::namespace::inode::Inode;
+use crate::inode::Inode;
 
 use super::filemap::{Piece, Punched};
 use super::journal::{self, FileCommit};

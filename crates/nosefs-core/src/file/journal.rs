@@ -20,7 +20,7 @@ use crate::format::pinode::{self, FLAG_VALID};
 use crate::format::BLOCK_SIZE;
 use crate::image::Image;
 
-use crate::namespace::txn::{fault, set_bitmap_bits, TAIL_COUNT_MASK};
+use crate::journal::{fault, set_bitmap_bits, TAIL_COUNT_MASK};
 
 /// Offsets of fields updated in place.
 const EXTENT_FLAGS_OFFSET: u64 = 16;

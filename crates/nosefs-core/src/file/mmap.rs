@@ -43,7 +43,7 @@ use parking_lot::Mutex;
 use super::mmap_sys::{View, WriteTracker, PAGE_BYTES};
 use crate::error::{Errno, Error, Result};
 use crate::fs::Fs;
-use crate::namespace::inode::Inode;
+use crate::inode::Inode;
 
 /// The shadows of this process's mapped files.
 #[derive(Debug, Default)]
@@ -482,7 +482,7 @@ impl Fs {
     }
 
     /// `write` of a mapped file: the bytes went to the file's data path; the shadow gets them too.
-    pub(super) fn write_shadowed(&self, ino: u64, offset: u64, data: &[u8]) -> Result<()> {
+    pub(crate) fn write_shadowed(&self, ino: u64, offset: u64, data: &[u8]) -> Result<()> {
         let Some(shadow) = self.shadow_of(ino) else {
             return Ok(());
         };

@@ -37,7 +37,6 @@ pub mod holes;
 pub mod journal;
 pub mod mmap;
 mod mmap_sys;
-mod privs;
 mod ranges;
 pub(crate) mod reserve;
 #[cfg(test)]
@@ -53,8 +52,8 @@ use crate::format::extent::{self, Extent};
 use crate::format::pinode::Pinode;
 use crate::format::BLOCK_SIZE;
 use crate::fs::Fs;
+use crate::inode::Inode;
 use crate::mkfs::now_ns;
-use crate::namespace::inode::Inode;
 use filemap::{BlockRefs, FileMap, Piece, Punched};
 use journal::FileCommit;
 
@@ -383,7 +382,7 @@ impl Fs {
         Ok(offset)
     }
 
-    fn write_at(&self, inode: &Inode, offset: Option<u64>, data: &[u8]) -> Result<u64> {
+    pub(crate) fn write_at(&self, inode: &Inode, offset: Option<u64>, data: &[u8]) -> Result<u64> {
         let file = self.file_of(inode)?;
         let mut state = file.lock();
         state.writes = state.writes.wrapping_add(1);
@@ -551,7 +550,7 @@ impl Fs {
     /// Returns all space of a file that lost its last name, once the directory commit that took
     /// it is settled (its committed extents' numbers are held back by the caller, which read
     /// them from the media).
-    pub(super) fn release_file_space(&self, state: &mut FileState) {
+    pub(crate) fn release_file_space(&self, state: &mut FileState) {
         // Every block the file holds: its pieces' (which include the committed extents still
         // in the map), the extents that left the map since the last commit, the blocks set aside
         // for that commit, and the tail.
@@ -567,83 +566,6 @@ impl Fs {
         self.blocks.release_promise(state.promised);
         *state = FileState::new(state.mtime_ns);
         state.released = true;
-    }
-
-    /// Notes that a frontend opened regular file or directory `ino` (one open file description).
-    /// While any is open, a file outlives its last name, and a removed directory still answers
-    /// getattr (with no links). Other types need no bookkeeping: Ok.
-    pub fn open(&self, ino: u64) -> Result<()> {
-        let inode = self.inode(ino)?;
-        if inode.is_file() || inode.dir().is_some() {
-            // Under the inode lock, which unlink holds while it decides between freeing the
-            // inode and keeping it as an orphan by this count: an open that found the name just
-            // before its last unlink either counts in time (the file stays, orphaned) or sees it
-            // removed (ENOENT: the frontend walks again, `open_again`), never a freed inode.
-            let _locked = inode.data.lock();
-            if inode.removed.load(Ordering::Acquire) {
-                return Err(Errno::ENOENT.into());
-            }
-            inode.open_count.fetch_add(1, Ordering::AcqRel);
-        }
-        Ok(())
-    }
-
-    /// Notes that a frontend closed (released) what [`Fs::open`] counted. The last close of a file that
-    /// lost its last name frees it: one commit (REMOVE_DATA of the orphan), then its space.
-    pub fn close(&self, ino: u64) -> Result<()> {
-        let inode = match self.inode(ino) {
-            Ok(inode) => inode,
-            Err(e) => return self.close_removed_dir(ino).ok_or(e),
-        };
-        if inode.dir().is_some() {
-            inode.open_count.fetch_sub(1, Ordering::AcqRel);
-            return Ok(());
-        }
-        if !inode.is_file() {
-            return Ok(());
-        }
-        let _locked = inode.data.lock();
-        let before = inode.open_count.fetch_sub(1, Ordering::AcqRel);
-        assert!(before > 0, "release without open of inode {ino}");
-        if before > 1 || !inode.orphaned.load(Ordering::Acquire) {
-            return Ok(());
-        }
-        let slot = inode.primary_slot();
-        let p = self.image.pinode(u64::from(slot));
-        let data = self.data_of(&p);
-        let bucket = crate::namespace::txn::bucket_of_pinode(&self.image, &p);
-        let mut buckets: smallvec::SmallVec<[u64; 2]> = smallvec::smallvec![bucket];
-        let mut txn = crate::namespace::txn::Txn {
-            removes: smallvec::smallvec![slot],
-            ..crate::namespace::txn::Txn::default()
-        };
-        if !data.is_empty() {
-            txn.data_removes.push(slot);
-        }
-        let xattrs = self.xattr_drop(&inode);
-        if let Some(x) = &xattrs {
-            x.add_to(&mut txn, &mut buckets);
-        }
-        let guards = self.lock_buckets(&buckets);
-        self.commit(&buckets, &mut txn);
-        drop(guards);
-        self.forget_tmpfile(ino);
-        if let Some(x) = xattrs {
-            self.release_xattr_pinode(&x);
-        }
-        inode.removed.store(true, Ordering::Release);
-        self.inodes.remove(ino);
-        self.release(&[slot], &[p.long_name.get()]);
-        match inode.file_state() {
-            // The state knows every block the file holds, committed or not.
-            Some(file) => {
-                self.hold_back(|limbo| limbo.extents.extend(data.iter().map(|d| d.0)));
-                self.release_file_space(&mut file.lock());
-            }
-            // Never used since mount: the media's list is the whole file.
-            None => self.release_data(&data),
-        }
-        Ok(())
     }
 
     /// Pieces of regular file `ino`'s data (committed extents and pending writes): how

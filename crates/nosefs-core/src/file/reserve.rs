@@ -24,7 +24,7 @@ use crate::error::{Errno, Result};
 use crate::format::xattr::{BLOB_MAX, RESERVED_RANGES_MAX};
 use crate::format::BLOCK_SIZE;
 use crate::fs::Fs;
-use crate::namespace::inode::{Inode, InodeData};
+use crate::inode::{Inode, InodeData};
 
 use super::filemap::FileMap;
 use super::MAX_FILE_BYTES;

@@ -5,8 +5,8 @@
 
 use std::sync::atomic::Ordering;
 
-use super::inode::Inode;
 use crate::fs::Fs;
+use crate::inode::Inode;
 use crate::mkfs::now_ns;
 
 /// When reads update access times (the `noatime`, `relatime`, `strictatime` mount options).

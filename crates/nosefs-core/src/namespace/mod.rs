@@ -11,11 +11,12 @@
 
 pub mod acl;
 mod atime;
-pub(crate) mod inode;
+
 pub(crate) mod mirror;
+mod open;
 mod ops;
 pub mod perm;
-pub(crate) mod recovery;
+mod privs;
 mod rename;
 pub(crate) mod settle;
 mod symlink;
@@ -34,10 +35,9 @@ use crate::format::hash_table::name_hash;
 use crate::format::pinode::{self, Pinode, INLINE_NAME_MAX, NAME_MAX};
 use crate::format::BLOCK_SIZE;
 use crate::fs::Fs;
-use inode::Inode;
+use crate::inode::Inode;
 use mirror::{BucketGuard, MirrorEntry};
 
-pub use crate::file::{MAX_FILE_BYTES, WINDOW_BYTES, WINDOW_MAX_PIECES};
 pub use atime::AtimeMode;
 pub use ops::{Owner, SetAttr, LINK_MAX};
 pub use rename::RenameFlags;
@@ -125,7 +125,7 @@ pub struct DirEntry {
 }
 
 impl Fs {
-    fn bucket_index(&self, hash: u64) -> u64 {
+    pub(crate) fn bucket_index(&self, hash: u64) -> u64 {
         hash & (self.image.geometry().bucket_count() - 1)
     }
 
@@ -346,7 +346,7 @@ impl Fs {
                 }
             }
         }
-        let start = cookie.max(inode::FIRST_ENTRY_SEQ - 1) + 1;
+        let start = cookie.max(crate::inode::FIRST_ENTRY_SEQ - 1) + 1;
         let mut next = start;
         loop {
             let batch = state.children.batch_from(next, 64);

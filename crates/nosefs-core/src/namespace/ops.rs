@@ -7,7 +7,6 @@ use std::sync::Arc;
 use parking_lot::MutexGuard;
 use zerocopy::little_endian::{I64, U32, U64};
 
-use super::inode::{Inode, InodeData};
 use super::mirror::MirrorEntry;
 use super::txn::{InPlace, Txn};
 use super::{check_name_len, check_new_name, Attr};
@@ -15,6 +14,7 @@ use crate::error::{Errno, Result};
 use crate::format::long_name::LongName;
 use crate::format::pinode::{self, Pinode, INLINE_NAME_MAX};
 use crate::fs::Fs;
+use crate::inode::{Inode, InodeData};
 use crate::mkfs::now_ns;
 use smallvec::{smallvec, SmallVec};
 

@@ -11,7 +11,6 @@ use std::sync::Arc;
 use smallvec::{smallvec, SmallVec};
 use zerocopy::little_endian::{I64, U32, U64};
 
-use super::inode::Inode;
 use super::mirror::MirrorEntry;
 use super::ops::{held, held_mut, DataGuard, DropPlan, NewLongName};
 use super::txn::Txn;
@@ -19,6 +18,7 @@ use super::{check_name_len, check_new_name, ROOT_INO};
 use crate::error::{Errno, Result};
 use crate::format::pinode::{self, Pinode};
 use crate::fs::Fs;
+use crate::inode::Inode;
 use crate::mkfs::now_ns;
 
 /// rename(2) flags.

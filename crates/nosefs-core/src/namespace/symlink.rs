@@ -7,7 +7,6 @@ use std::sync::Arc;
 use smallvec::smallvec;
 use zerocopy::little_endian::{I64, U16, U32, U64};
 
-use super::inode::Inode;
 use super::ops::Owner;
 use super::txn::Txn;
 use super::{check_new_name, Attr};
@@ -16,6 +15,7 @@ use crate::format::extent::{Extent, EXTENT_BYTES};
 use crate::format::pinode::{self, Pinode};
 use crate::format::BLOCK_SIZE;
 use crate::fs::Fs;
+use crate::inode::Inode;
 use crate::mkfs::now_ns;
 
 /// Longest symlink target (PATH_MAX less its terminating NUL).

@@ -12,13 +12,13 @@ use std::sync::Arc;
 use smallvec::{smallvec, SmallVec};
 use zerocopy::little_endian::{I64, U32, U64};
 
-use super::inode::Inode;
 use super::ops::{held_mut, Owner};
 use super::txn::Txn;
 use super::{check_new_name, Attr};
 use crate::error::{Errno, Result};
 use crate::format::pinode::{self, Pinode};
 use crate::fs::Fs;
+use crate::inode::Inode;
 use crate::mkfs::now_ns;
 
 /// The name an unnamed file's orphan pinode carries (an orphan keeps a name it never uses):

@@ -19,7 +19,6 @@ use smallvec::SmallVec;
 use zerocopy::little_endian::{I64, U16, U32, U64};
 
 use super::acl::{self, Acl};
-use super::inode::{Inode, InodeData};
 use super::txn::Txn;
 use crate::error::{Errno, Error, Result};
 use crate::format::extent::{Extent, EXTENT_BYTES};
@@ -29,6 +28,7 @@ use crate::format::xattr::{
 };
 use crate::format::BLOCK_SIZE;
 use crate::fs::Fs;
+use crate::inode::{Inode, InodeData};
 use crate::mkfs::now_ns;
 
 pub use crate::format::xattr::{BLOB_MAX as XATTR_BLOB_MAX, VALUE_MAX as XATTR_VALUE_MAX};
@@ -95,7 +95,7 @@ fn check_name(name: &[u8]) -> Result<()> {
 
 impl Fs {
     /// The NVM bucket of inode `ino`'s attribute pinode.
-    pub(super) fn xattr_bucket(&self, ino: u64) -> u64 {
+    pub(crate) fn xattr_bucket(&self, ino: u64) -> u64 {
         self.bucket_index(self.hash(ino, XATTR_PINODE_NAME))
     }
 

@@ -8,9 +8,6 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use zerocopy::little_endian::U32;
 
-use super::inode::{Inode, InodeTable};
-use super::mirror::MirrorEntry;
-use super::{txn, ROOT_INO};
 use crate::error::{Error, Result};
 use crate::file::filemap::Space;
 use crate::file::journal as fjournal;
@@ -24,6 +21,9 @@ use crate::format::xattr::XATTR_PINODE_NAME;
 use crate::format::BLOCK_SIZE;
 use crate::fs::{Fs, MountOptions, MountReport};
 use crate::image::Image;
+use crate::inode::{Inode, InodeTable};
+use crate::namespace::mirror::MirrorEntry;
+use crate::namespace::{txn, ROOT_INO};
 use crate::pool::SlotPools;
 
 /// Offset of `nlink` in a pinode.
@@ -49,7 +49,7 @@ pub(crate) fn mount(image: Image, options: &MountOptions) -> Result<Fs> {
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let g = image.geometry();
     let mut fs = Fs {
-        mirror: super::mirror::Buckets::new(g.bucket_count() as usize),
+        mirror: crate::namespace::mirror::Buckets::new(g.bucket_count() as usize),
         inodes: InodeTable::default(),
         pinodes: marks.pools(cpus, Table::Pinodes, scan.free_slots.iter().copied()),
         long_names: marks.pools(cpus, Table::LongNames, free_long_names(&scan.valid, &marks)),
@@ -58,7 +58,7 @@ pub(crate) fn mount(image: Image, options: &MountOptions) -> Result<Fs> {
         logs: (0..g.dir_log_count())
             .map(|_| crate::padded::CachePadded::default())
             .collect(),
-        settler: super::settle::Settler::new(g.dir_log_count(), cpus),
+        settler: crate::namespace::settle::Settler::new(g.dir_log_count(), cpus),
         file_logs: SlotPools::new(cpus, 1..g.file_log_count() as u32),
         sync_writes: options.sync,
         read_only: options.read_only,
@@ -392,7 +392,7 @@ fn validate_file_logs(image: &Image) -> Result<()> {
 }
 
 /// What the extent lists say of the data zone. No file's data state is built here: a file gets
-/// it on first use ([`Fs::file_of`](super::Fs)), so a mount holds no DRAM per file with data.
+/// it on first use ([`Fs::file_of`](crate::fs::Fs)), so a mount holds no DRAM per file with data.
 struct Data {
     /// Blocks marked in the bitmap or held by an extent: mount hands out neither.
     used: Vec<u8>,
@@ -606,7 +606,7 @@ fn attach_xattrs(fs: &Fs, found: &Found) -> std::result::Result<u64, String> {
         let _locked = owner.data.lock();
         fs.load_xattrs(&owner).map_err(|e| e.to_string())?
     };
-    owner.note_acl(set.get(super::acl::ACCESS).is_some());
+    owner.note_acl(set.get(crate::namespace::acl::ACCESS).is_some());
     let reserved = set.reserved();
     if !reserved.is_empty() && fs.image.geometry().reservations {
         fs.restore_reservation(&owner, reserved)

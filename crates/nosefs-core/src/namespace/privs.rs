@@ -2,9 +2,9 @@
 //! (Linux's `file_remove_privs`), checked with one load of the inode's mark, so writes to
 //! ordinary files pay nothing more.
 
+use super::perm::Cred;
 use crate::error::Result;
 use crate::fs::Fs;
-use crate::namespace::perm::Cred;
 
 impl Fs {
     /// [`Fs::write`] (`offset` given) or [`Fs::append`] by a caller other than the kernel's
@@ -31,10 +31,10 @@ impl Fs {
     /// changed.
     pub fn drop_setid(&self, ino: u64, cred: &Cred) -> Result<bool> {
         let attr = self.getattr(ino)?;
-        let Some(mode) = crate::namespace::perm::mode_after_write(&attr, cred) else {
+        let Some(mode) = super::perm::mode_after_write(&attr, cred) else {
             return Ok(false);
         };
-        let change = crate::namespace::SetAttr {
+        let change = super::SetAttr {
             mode: Some(mode),
             ..Default::default()
         };
