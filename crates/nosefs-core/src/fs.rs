@@ -4,7 +4,7 @@
 //! write with [`MountOptions::sync`]).
 //!
 //! This module holds what the file system as a whole owns: mount (journal replay and the DRAM
-//! state rebuilt, in `namespace::recovery`), unmount, the options and the tables. Its
+//! state rebuilt, in `crate::recovery`), unmount, the options and the tables. Its
 //! operations live with their concern: names, directories, attributes and links in
 //! [`crate::namespace`], file data in [`crate::file`], the system-call layer (paths,
 //! permissions) in [`crate::vfs`].
