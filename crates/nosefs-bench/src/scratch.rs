@@ -370,6 +370,7 @@ impl ScratchMount {
                             session.notifier(),
                             kernel_view,
                         ))),
+                        stats: false,
                     };
                     Some(
                         nosefs_daemon::server::Server::start(fs, &dir, options)

@@ -37,7 +37,9 @@ pub struct MountArgs {
     /// strictatime (when reads update access times), threads=N (worker threads, default 2),
     /// compactor (a background thread copies fragmented 64 KiB windows and the file's next
     /// commit takes the copy along, instead of fsync copying them itself: a shorter tail for
-    /// small random overwrites, slower larger ones; see docs/benchmarks.md).
+    /// small random overwrites, slower larger ones; see docs/benchmarks.md), stats=PATH (the
+    /// daemon counts the shim clients' requests by kind with the time it spent on them, its
+    /// sleeps and the connections, and writes the table to PATH at unmount).
     #[arg(short = 'o', value_delimiter = ',')]
     options: Vec<String>,
 }
@@ -48,6 +50,8 @@ struct Options {
     read_only: bool,
     errors: OnDamage,
     allow_other: bool,
+    /// `stats=PATH`: what the daemon served, written to PATH at unmount.
+    stats: Option<std::path::PathBuf>,
     dev: bool,
     suid: bool,
     atime: AtimeMode,
@@ -77,6 +81,9 @@ fn parse_options(raw: &[String]) -> Result<Options, String> {
             None if option == "nocompactor" => options.compactor = false,
             Some(("errors", "ro" | "remount-ro")) => options.errors = OnDamage::ReadOnly,
             Some(("errors", "refuse")) => options.errors = OnDamage::Refuse,
+            Some(("stats", path)) if !path.is_empty() => {
+                options.stats = Some(std::path::PathBuf::from(path));
+            }
             Some(("threads", n)) => {
                 options.threads = n
                     .parse()
@@ -86,7 +93,7 @@ fn parse_options(raw: &[String]) -> Result<Options, String> {
             }
             _ => {
                 return Err(format!(
-                    "unknown option `{option}` (sync, ro, errors=ro|refuse, allow_other, dev, suid, relatime, noatime, strictatime, threads=N, compactor)"
+                    "unknown option `{option}` (sync, ro, errors=ro|refuse, allow_other, dev, suid, relatime, noatime, strictatime, threads=N, compactor, stats=PATH)"
                 ))
             }
         }
@@ -331,6 +338,7 @@ fn serve(args: &MountArgs, options: &Options) -> Result<(), String> {
     let server = {
         let server_options = nosefs_daemon::server::Options {
             allow_other: options.allow_other,
+            stats: options.stats.is_some(),
             invalidate: Some(Box::new(nosefs_fuse::Invalidator::new(
                 session.notifier(),
                 kernel_view,
@@ -352,6 +360,17 @@ fn serve(args: &MountArgs, options: &Options) -> Result<(), String> {
         std::thread::sleep(Duration::from_millis(20));
     }
     // Clients first (they get EIO), then the kernel, then the image.
+    if let (Some(path), Some(report)) = (
+        &options.stats,
+        server.as_ref().and_then(|s| s.stats_report()),
+    ) {
+        if let Err(e) = std::fs::write(path, report) {
+            eprintln!(
+                "nosefs mount: cannot write the stats to {}: {e}",
+                path.display()
+            );
+        }
+    }
     drop(server);
     let ended = if session.guard.is_finished() {
         // Unmounted from outside: the session ended and destroy committed everything.

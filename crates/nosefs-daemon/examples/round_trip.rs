@@ -86,6 +86,7 @@ fn main() {
     let options = Options {
         allow_other: false,
         invalidate: None,
+        stats: false,
     };
     let server = Server::start(Arc::clone(&fs), &view, options).unwrap();
     let st = rustix::fs::stat(&view).unwrap();

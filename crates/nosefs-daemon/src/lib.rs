@@ -18,4 +18,5 @@ pub mod server;
 pub mod service;
 #[allow(unsafe_code)]
 pub mod shm;
+pub mod stats;
 pub mod wait;

@@ -88,12 +88,15 @@ pub struct Options {
     pub allow_other: bool,
     /// Where the kernel's caches are told about changes.
     pub invalidate: Option<Box<dyn Invalidate>>,
+    /// Count what is served ([`crate::stats`]; [`Server::stats_report`]).
+    pub stats: bool,
 }
 
 impl std::fmt::Debug for Options {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Options")
             .field("allow_other", &self.allow_other)
+            .field("stats", &self.stats)
             .finish_non_exhaustive()
     }
 }
@@ -126,6 +129,8 @@ struct Shared {
     stop: AtomicBool,
     /// Slot pairs given a server thread of their own, over the daemon's life.
     pair_threads: AtomicUsize,
+    /// What was served, when counted.
+    stats: Option<crate::stats::Stats>,
 }
 
 struct Conn {
@@ -171,12 +176,13 @@ impl Server {
         let (wake_read, wake) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
         let shared = Arc::new(Shared {
             fs,
-            options,
             descriptions: Mutex::new(HashMap::new()),
             tokens: Tokens::new(),
             tickets: Mutex::new(HashMap::new()),
             stop: AtomicBool::new(false),
             pair_threads: AtomicUsize::new(0),
+            stats: options.stats.then(crate::stats::Stats::default),
+            options,
         });
         let door_shared = Arc::clone(&shared);
         let door = std::thread::Builder::new()
@@ -187,6 +193,11 @@ impl Server {
             door: Some(door),
             wake,
         })
+    }
+
+    /// What was served so far ([`crate::stats::Stats::report`]), if counted.
+    pub fn stats_report(&self) -> Option<String> {
+        self.shared.stats.as_ref().map(crate::stats::Stats::report)
     }
 
     /// How many slot pairs were given a server thread of their own so far (clients with
@@ -480,6 +491,9 @@ fn admit(
         held: Mutex::new(HashSet::new()),
         dead: AtomicBool::new(false),
     });
+    if let Some(stats) = &shared.stats {
+        stats.connected();
+    }
     let thread_conn = Arc::clone(&conn);
     let thread_shared = Arc::clone(shared);
     let thread = std::thread::Builder::new()
@@ -538,11 +552,17 @@ fn serve_client(shared: &Arc<Shared>, conn: &Arc<Conn>) {
         if idle.pause(SERVER_SPIN, || client_here(area, last_slot)) {
             continue;
         }
-        sleep_until_rung(conn, area.server_sleeping(), area.doorbell(), || {
-            (0..area.slots()).any(|s| {
-                !own_thread[s / 2] && area.state(s).load(Ordering::SeqCst) == state::REQUEST
-            })
-        });
+        sleep_until_rung(
+            shared,
+            conn,
+            area.server_sleeping(),
+            area.doorbell(),
+            || {
+                (0..area.slots()).any(|s| {
+                    !own_thread[s / 2] && area.state(s).load(Ordering::SeqCst) == state::REQUEST
+                })
+            },
+        );
         idle = Spinner::new();
     }
     for helper in helpers {
@@ -610,7 +630,7 @@ fn serve_own_pair(shared: &Shared, conn: &Conn, slots: [usize; 2]) {
             area.helper_sleeping(slots[0]),
             area.helper_doorbell(slots[0]),
         );
-        sleep_until_rung(conn, sleeping, bell, || {
+        sleep_until_rung(shared, conn, sleeping, bell, || {
             slots
                 .iter()
                 .any(|&s| area.state(s).load(Ordering::SeqCst) == state::REQUEST)
@@ -623,6 +643,7 @@ fn serve_own_pair(shared: &Shared, conn: &Conn, slots: [usize; 2]) {
 /// client is gone. `sleeping` is set first, and a client reads it after storing its request, so
 /// either the client rings or `pending()` sees the request (both sides SeqCst).
 fn sleep_until_rung(
+    shared: &Shared,
     conn: &Conn,
     sleeping: &std::sync::atomic::AtomicU32,
     bell: &std::sync::atomic::AtomicU32,
@@ -631,6 +652,9 @@ fn sleep_until_rung(
     let rung = bell.load(Ordering::SeqCst);
     sleeping.store(1, Ordering::SeqCst);
     if !pending() && !conn.dead.load(Ordering::SeqCst) {
+        if let Some(stats) = &shared.stats {
+            stats.slept();
+        }
         let _ = futex::wait(bell, futex::Flags::empty(), rung, None);
     }
     sleeping.store(0, Ordering::SeqCst);
@@ -717,9 +741,17 @@ fn serve_slot(shared: &Shared, conn: &Conn, slot: usize, request: &mut [u8]) {
     let len = (area.len(slot).load(Ordering::Acquire) as usize).min(area.payload_bytes());
     area.get(slot, 0, &mut request[..len]);
     let mut data = ReplyData { area, slot, len: 0 };
-    let (reply, tail) = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+    let started = shared.stats.as_ref().map(|_| Instant::now());
+    let executed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         execute(shared, conn, &request[..len], &mut data)
-    })) {
+    }));
+    if let (Some(stats), Some(started)) = (&shared.stats, started) {
+        let opcode = request
+            .get(..4)
+            .map_or(0, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+        stats.served(opcode, started.elapsed());
+    }
+    let (reply, tail) = match executed {
         Ok(Ok(reply)) if data.len == 0 && reply.buf.len() <= area.payload_bytes() => (reply, 0),
         Ok(Ok(reply)) if reply.buf.len() == DATA_REPLY_HEAD_BYTES => (reply, data.len),
         Ok(Ok(_)) | Err(_) => (Enc::new(libc::EIO as u32), 0),

@@ -44,6 +44,7 @@ impl Daemon {
         let options = Options {
             allow_other: false,
             invalidate: None,
+            stats: false,
         };
         let server = Server::start(Arc::clone(&fs), &view, options).unwrap();
         Daemon {

@@ -313,13 +313,15 @@ pub fn lseek(fd: i32, offset: i64, whence: i32) -> Result<i64, Errno> {
         *current = offset as u64;
         return Ok(offset);
     }
-    let size = with_service(|s| s.fstat(file.handle))?.size as i64;
+    // Only the end and the data/hole searches need the size, which is a round trip to the
+    // daemon (PostgreSQL's relation-size probes are SEEK_END; SEEK_SET and SEEK_CUR are not).
+    let size = || with_service(|s| s.fstat(file.handle)).map(|a| a.size as i64);
     let base = match whence {
         libc::SEEK_SET => 0,
         libc::SEEK_CUR => *current as i64,
-        libc::SEEK_END => size,
+        libc::SEEK_END => size()?,
         libc::SEEK_DATA | libc::SEEK_HOLE => {
-            if offset < 0 || offset >= size {
+            if offset < 0 || offset >= size()? {
                 return Err(Errno(libc::ENXIO));
             }
             let data = whence == libc::SEEK_DATA;
