@@ -316,6 +316,27 @@ impl NoseFuse {
     /// directory its set-group-id bit too (as every Linux file system does). The kernel has
     /// already dropped a set-group-id bit the caller may not give a file. The umask goes to the
     /// core with the owner: a directory's default ACL replaces it.
+    /// The tail of create and tmpfile: the new file counted open (freed at its last release
+    /// when it has no name), noted as one the kernel holds, and its entry and open replied.
+    fn open_created(&self, created: nosefs_core::Result<Attr>, reply: ReplyCreate) {
+        let opened = created
+            .and_then(|a| self.fs().open(a.ino).map(|()| a))
+            .and_then(|a| {
+                self.view.note_inode(a.ino);
+                self.fs().getattr(a.ino)
+            });
+        match opened {
+            Ok(a) => reply.created(
+                &TTL,
+                &file_attr(&a),
+                Generation(0),
+                FileHandle(0),
+                FopenFlags::empty(),
+            ),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
     fn new_owner(&self, req: &Request, parent: u64, mode: u32, umask: u32) -> (Owner, u32) {
         let mut owner = owner(req);
         owner.umask = umask & 0o777;
@@ -904,22 +925,8 @@ impl Filesystem for NoseFuse {
         let exclusive = flags & libc::O_EXCL != 0;
         let created = self
             .fs()
-            .create(parent.0, name.as_bytes(), perm, owner, exclusive)
-            .and_then(|a| self.fs().open(a.ino).map(|()| a));
-        let created = created.and_then(|a| {
-            self.view.note_inode(a.ino);
-            self.fs().getattr(a.ino)
-        });
-        match created {
-            Ok(a) => reply.created(
-                &TTL,
-                &file_attr(&a),
-                Generation(0),
-                FileHandle(0),
-                FopenFlags::empty(),
-            ),
-            Err(e) => reply.error(errno(e)),
-        }
+            .create(parent.0, name.as_bytes(), perm, owner, exclusive);
+        self.open_created(created, reply);
     }
     /// O_TMPFILE (FUSE_TMPFILE, served by our patched fuser): a file with no name in `parent`,
     /// opened at once, freed at its last release unless a link (`linkat` with AT_EMPTY_PATH,
@@ -937,24 +944,8 @@ impl Filesystem for NoseFuse {
     ) {
         let (owner, perm) = self.new_owner(req, parent.0, pinode::S_IFREG | (mode & 0o7777), umask);
         let linkable = flags & libc::O_EXCL == 0;
-        let created = self
-            .fs()
-            .create_tmpfile(parent.0, perm, owner, linkable)
-            .and_then(|a| self.fs().open(a.ino).map(|()| a));
-        let created = created.and_then(|a| {
-            self.view.note_inode(a.ino);
-            self.fs().getattr(a.ino)
-        });
-        match created {
-            Ok(a) => reply.created(
-                &TTL,
-                &file_attr(&a),
-                Generation(0),
-                FileHandle(0),
-                FopenFlags::empty(),
-            ),
-            Err(e) => reply.error(errno(e)),
-        }
+        let created = self.fs().create_tmpfile(parent.0, perm, owner, linkable);
+        self.open_created(created, reply);
     }
 }
 
