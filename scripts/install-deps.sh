@@ -55,10 +55,14 @@ have redis-server || apt_packages+=(redis-server)
 have mariadbd || apt_packages+=(mariadb-server)
 # RocksDB's db_bench and ldb, an LSM store's synced writes.
 have db_bench || apt_packages+=(rocksdb-tools)
+# `nosefs bench --workload oltp`: sysbench's oltp_read_write on MariaDB.
+have sysbench || apt_packages+=(sysbench)
 # PostgreSQL, a server of many processes, as daemon clients (postgresql-contrib: amcheck).
 compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || apt_packages+=(postgresql postgresql-contrib)
 # LMDB with write-mapped commits (the shim's mapped-file test), through Debian's python3.
 [ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import lmdb' 2>/dev/null || apt_packages+=(python3-lmdb)
+# `nosefs bench --workload kv`: YCSB on LevelDB, an LSM store, through Debian's python3.
+[ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import plyvel' 2>/dev/null || apt_packages+=(python3-plyvel)
 if ! command -v cargo >/dev/null 2>&1; then
   # Debian's own Rust, for machines without rustup. noseFS needs Rust 1.80 or newer.
   apt_packages+=(cargo rustc)

@@ -2,8 +2,11 @@
 //! macro workload, one number per cell (the workload's overall flowop rate, the `all` row),
 //! normalized to the best target of each column, as a table and as grouped bar charts.
 //!
-//! Seed 000 reports each file system's Filebench ops/s per workload; here the same comparison is
-//! made from the records of one run, so that every cell was measured side by side with the others.
+//! Seed 000 reports each file system's Filebench ops/s per workload, and its application
+//! workloads beside them; here the same comparison is made from the records of one run, so that
+//! every cell was measured side by side with the others. Application workloads given with
+//! `--matrix` (`--workload oltp` ...) add a column per headline operation (`APP_HEADLINES`:
+//! transactions or operations per second; for the tools, steps per second).
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -27,11 +30,44 @@ pub fn targets() -> Vec<String> {
 /// webproxy at the three directory depths of seed 000 Fig. 3.
 pub const WORKLOADS: [&str; 4] = ["fileserver", "varmail", "webserver", "webproxy-depths"];
 
+/// The application workloads' operations that become matrix columns, one per variant (a
+/// database, a store, a journal mode): the rest of their rows stay in the workload's own table.
+pub const APP_HEADLINES: [(&str, &str); 10] = [
+    ("oltp", "tpcb"),
+    ("oltp", "tpcc"),
+    ("oltp", "oltp-read-write"),
+    ("kv", "ycsb-a"),
+    ("kv", "ycsb-b"),
+    ("redis", "set"),
+    ("sqlite", "insert"),
+    ("tools", "git-clone"),
+    ("tools", "make"),
+    ("tools", "rsync"),
+];
+
+/// Whether `r` is a cell of the matrix, and its column's heading: a macro workload's overall
+/// rate (headed by the workload), or an application's headline operation (headed by the
+/// operation and the variant's first word: `tpcc pgbench`, `ycsb-a leveldb`).
+fn heading(r: &Record) -> Option<String> {
+    if r.op == "all" {
+        return Some(r.workload.clone());
+    }
+    APP_HEADLINES
+        .iter()
+        .any(|&(w, op)| r.workload == w && r.op == op)
+        .then(|| match r.variant.split([' ', ',']).next() {
+            Some(first) if !first.is_empty() => format!("{} {first}", r.op),
+            _ => r.op.clone(),
+        })
+}
+
 /// One column of the matrix: a workload, and the variant when the workload ran several.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Column {
     /// The workload.
     pub workload: String,
+    /// The operation: `all` for a macro workload, the headline operation of an application.
+    pub op: String,
     /// Its variant (files, depth, I/O size).
     pub variant: String,
     /// The heading: the workload, with its depth when it ran at several.
@@ -51,28 +87,36 @@ pub struct Matrix {
     pub cells: Vec<Vec<Option<f64>>>,
 }
 
+impl Column {
+    fn matches(&self, r: &Record) -> bool {
+        self.workload == r.workload && self.op == r.op && self.variant == r.variant
+    }
+}
+
 fn depth_of(variant: &str) -> Option<&str> {
     variant.split(',').find_map(|kv| kv.strip_prefix("depth="))
 }
 
 impl Matrix {
-    /// The matrices of `records` (macro workloads' `all` rows), one per thread count.
+    /// The matrices of `records` (macro workloads' `all` rows, applications' headline rows), one
+    /// per thread count.
     pub fn from_records(records: &[Record]) -> Vec<Matrix> {
-        let overall: Vec<&Record> = records.iter().filter(|r| r.op == "all").collect();
-        let mut thread_counts: Vec<usize> = overall.iter().map(|r| r.threads).collect();
+        let overall: Vec<(&Record, String)> = records
+            .iter()
+            .filter_map(|r| Some((r, heading(r)?)))
+            .collect();
+        let mut thread_counts: Vec<usize> = overall.iter().map(|(r, _)| r.threads).collect();
         thread_counts.sort_unstable();
         thread_counts.dedup();
         let mut columns: Vec<Column> = Vec::new();
         let mut targets: Vec<String> = Vec::new();
-        for r in &overall {
-            if !columns
-                .iter()
-                .any(|c| c.workload == r.workload && c.variant == r.variant)
-            {
+        for (r, label) in &overall {
+            if !columns.iter().any(|c| c.matches(r)) {
                 columns.push(Column {
                     workload: r.workload.clone(),
+                    op: r.op.clone(),
                     variant: r.variant.clone(),
-                    label: r.workload.clone(),
+                    label: label.clone(),
                 });
             }
             if !targets.contains(&r.target) {
@@ -82,7 +126,10 @@ impl Matrix {
         // A workload measured at several depths gets the depth in its heading.
         let snapshot = columns.clone();
         for c in &mut columns {
-            let variants = snapshot.iter().filter(|o| o.workload == c.workload).count();
+            let variants = snapshot
+                .iter()
+                .filter(|o| o.workload == c.workload && o.op == c.op)
+                .count();
             if let (true, Some(depth)) = (variants > 1, depth_of(&c.variant)) {
                 c.label = format!("{} d={depth}", c.workload);
             }
@@ -98,13 +145,10 @@ impl Matrix {
                             .map(|c| {
                                 overall
                                     .iter()
-                                    .find(|r| {
-                                        r.threads == threads
-                                            && &r.target == t
-                                            && r.workload == c.workload
-                                            && r.variant == c.variant
+                                    .find(|(r, _)| {
+                                        r.threads == threads && &r.target == t && c.matches(r)
                                     })
-                                    .map(|r| r.ops_per_sec)
+                                    .map(|(r, _)| r.ops_per_sec)
                             })
                             .collect()
                     })
@@ -137,7 +181,7 @@ impl Matrix {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "\n### {} thread(s): overall flowops/s (fraction of the best)\n",
+            "\n### {} thread(s): overall flowops/s, or the application's operations/s (fraction of the best)\n",
             self.threads
         );
         let heads: Vec<&str> = self.columns.iter().map(|c| c.label.as_str()).collect();
@@ -323,6 +367,44 @@ mod tests {
             record("b", "webproxy", deep, 1, 40.0),
             record("a", "varmail", "v", 2, 150.0),
         ]
+    }
+
+    #[test]
+    fn applications_add_their_headline_operations_one_column_per_variant() {
+        let mut records = sample();
+        let mut app = |target: &str, workload: &str, op: &str, variant: &str, rate: f64| {
+            let mut r = record(target, workload, variant, 1, rate);
+            r.op = op.into();
+            records.push(r);
+        };
+        app("a", "oltp", "tpcc", "pgbench -c 2, 4 warehouses", 2000.0);
+        app("b", "oltp", "tpcc", "pgbench -c 2, 4 warehouses", 1000.0);
+        app(
+            "a",
+            "oltp",
+            "tpcc-new-order",
+            "pgbench -c 2, 4 warehouses",
+            900.0,
+        );
+        app("a", "oltp", "tpcc", "sqlite3 -c 1, 4 warehouses", 7000.0);
+        app("b", "kv", "ycsb-a", "leveldb", 50.0);
+        app("b", "kv", "ycsb-c", "leveldb", 500.0);
+        let m = &Matrix::from_records(&records)[0];
+        let labels: Vec<&str> = m.columns.iter().map(|c| c.label.as_str()).collect();
+        assert_eq!(
+            labels,
+            [
+                "varmail",
+                "webproxy d=0.7",
+                "webproxy d=3.4",
+                "tpcc pgbench",
+                "tpcc sqlite3",
+                "ycsb-a leveldb"
+            ]
+        );
+        assert_eq!(m.normalized(1, 3), Some(0.5));
+        assert_eq!(m.cells[1][4], None);
+        assert_eq!(m.cells[0][5], None);
     }
 
     #[test]

@@ -24,7 +24,7 @@ pub struct BenchArgs {
     targets: Vec<String>,
     /// A workload; repeat for several: dirops, fileops, mmap, fragment (micro), fileserver,
     /// fileserver-1k, varmail, varmail-1k, webserver, webproxy (Filebench equivalents),
-    /// webproxy-depths (webproxy at directory depths 0.7, 2.1 and 3.4), calls (lseek(SEEK_CUR) on the target's file and on a kernel file: the cost of a call itself), sqlite, redis, kv, oltp and tools (the real programs: SQLite with synchronous=FULL in rollback-journal and WAL mode, Redis with appendfsync always, YCSB A-F on LMDB, pgbench on PostgreSQL 15, tar/git/make/rsync on a source tree; their data checked after each run; not on the native library). Default: dirops,
+    /// webproxy-depths (webproxy at directory depths 0.7, 2.1 and 3.4), calls (lseek(SEEK_CUR) on the target's file and on a kernel file: the cost of a call itself), sqlite, redis, kv, oltp and tools (the real programs: SQLite with synchronous=FULL in rollback-journal and WAL mode, Redis with appendfsync always, YCSB A-F on LMDB and LevelDB, TPC-B and a TPC-C-like mix on PostgreSQL 15, sysbench oltp_read_write on MariaDB, the TPC-C-like mix on SQLite, tar/git/make/rsync on a source tree; their data checked after each run; not on the native library). Default: dirops,
     /// fileops, mmap.
     #[arg(long = "workload", value_name = "WORKLOAD")]
     workloads: Vec<String>,
@@ -41,6 +41,8 @@ pub struct BenchArgs {
     /// The seed-000 file-system matrix: by default every macro workload (fileserver, varmail,
     /// webserver, webproxy at depths 0.7, 2.1 and 3.4) on noseFS (native and FUSE), tmpfs and
     /// every ramdisk kind; the report gets a table and bar charts normalized to the best.
+    /// Application workloads given with it (--workload oltp, kv, ...) add their headline
+    /// operations as columns, and noseFS's daemon clients and embedded shim as targets.
     #[arg(long)]
     matrix: bool,
     /// dirops: files per thread; repeat for several sizes (100 to 1000000).
@@ -126,14 +128,19 @@ fn plan(args: &BenchArgs) -> Result<Plan, String> {
     } else {
         &["dirops", "fileops", "mmap"]
     };
-    let targets = or_default(&args.targets, &default_targets)
-        .iter()
-        .map(|t| TargetSpec::parse(t))
-        .collect::<Result<Vec<_>, _>>()?;
     let mut workloads = Vec::new();
     for name in or_default(&args.workloads, default_workloads) {
         workloads.extend(Workload::expand(&name, &sizes)?);
     }
+    let mut default_targets = default_targets;
+    if args.matrix && workloads.iter().any(|w| matches!(w, Workload::App(_))) {
+        // The programs reach noseFS as users run them: as the daemon's clients and embedded.
+        default_targets.splice(1..1, ["nosefs-client", "nosefs-preload"]);
+    }
+    let targets = or_default(&args.targets, &default_targets)
+        .iter()
+        .map(|t| TargetSpec::parse(t))
+        .collect::<Result<Vec<_>, _>>()?;
     let threads = if args.threads.is_empty() {
         default_threads()
     } else {

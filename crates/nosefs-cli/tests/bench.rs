@@ -419,11 +419,43 @@ fn application_workloads_run_the_programs_and_check_their_data() {
             assert!(r["ops_per_sec"].as_f64().unwrap() > 0.0, "{r}");
         }
     }
-    if std::path::Path::new("/usr/lib/postgresql/15/bin/initdb").exists() {
-        let tpcb = records
-            .iter()
-            .find(|r| r["target"] == "tmpfs" && r["workload"] == "oltp" && r["op"] == "tpcb");
-        assert!(tpcb.is_some(), "pgbench on tmpfs: {output:?}");
+    let has = |target: &str, workload: &str, op: &str, variant: &str| {
+        records.iter().any(|r| {
+            r["target"] == target
+                && r["workload"] == workload
+                && r["op"] == op
+                && r["variant"].as_str().unwrap().starts_with(variant)
+        })
+    };
+    let installed = |path: &str| std::path::Path::new(path).exists();
+    if installed("/usr/lib/postgresql/15/bin/initdb") {
+        for op in ["tpcb", "tpcc", "tpcc-new-order"] {
+            assert!(
+                has("tmpfs", "oltp", op, "pgbench"),
+                "{op} on tmpfs: {output:?}"
+            );
+        }
+    }
+    if installed("/usr/sbin/mariadbd") && installed("/usr/bin/sysbench") {
+        assert!(
+            has("tmpfs", "oltp", "oltp-read-write", "sysbench"),
+            "sysbench on MariaDB on tmpfs: {output:?}"
+        );
+    }
+    for target in ["tmpfs", "nosefs-preload"] {
+        // SQLite's TPC-C-like mix runs in every mode; in embedded mode it is all of `oltp`.
+        assert!(
+            has(target, "oltp", "tpcc", "sqlite3"),
+            "{target}: {output:?}"
+        );
+        assert!(has(target, "kv", "ycsb-a", "lmdb-writemap"), "{output:?}");
+        if std::process::Command::new("/usr/bin/python3")
+            .args(["-c", "import plyvel"])
+            .status()
+            .is_ok_and(|s| s.success())
+        {
+            assert!(has(target, "kv", "ycsb-f", "leveldb"), "{output:?}");
+        }
     }
     for op in ["untar", "git-commit", "git-clone", "make", "rsync"] {
         let found = records
@@ -436,9 +468,9 @@ fn application_workloads_run_the_programs_and_check_their_data() {
         "the native library runs no programs"
     );
     assert!(
-        !records
-            .iter()
-            .any(|r| r["target"] == "nosefs-preload" && r["workload"] == "oltp"),
+        !records.iter().any(|r| r["target"] == "nosefs-preload"
+            && r["workload"] == "oltp"
+            && !r["variant"].as_str().unwrap().starts_with("sqlite3")),
         "a server of many processes is not run in embedded mode"
     );
     let stdout = String::from_utf8_lossy(&output.stdout);

@@ -12,14 +12,13 @@
 //!   the counter and the list from its append-only file.
 //! - `kv`: YCSB's core workloads A-F (seed 000 Table II: read/update, read-mostly, read-only,
 //!   read-latest with inserts, short scans with inserts, read-modify-write; zipfian keys, the
-//!   latest for D) on LMDB (python3-lmdb, memory-mapped like seed 000's MongoDB engine), 1 KB
-//!   records, every write one durable transaction; then every record the run wrote is read
-//!   back and compared.
-//! - `oltp`: PostgreSQL 15 with its default configuration (fsync and synchronous_commit on),
-//!   pgbench's TPC-B-like transactions from two clients (each transaction's latency from
-//!   pgbench's log); then the server is restarted and must hold one history row per committed
-//!   transaction, with amcheck's verdict on the accounts' primary key. A server of many
-//!   processes: not in embedded mode, which serves one process at a time.
+//!   latest for D), 1 KB records, every write durable: on LMDB (python3-lmdb, memory-mapped like
+//!   seed 000's MongoDB engine; default and writemap) and on LevelDB (python3-plyvel, an LSM
+//!   store with its log synced); then every record the run wrote is read back and compared.
+//! - `oltp` (`oltp/`): PostgreSQL 15 (pgbench's TPC-B-like transactions and a TPC-C-like mix),
+//!   MariaDB (sysbench oltp_read_write) and SQLite (the TPC-C-like mix, one client), each with
+//!   its default durability; then a restart and checks of everything committed. The servers
+//!   of many processes do not run in embedded mode, which serves one process at a time.
 //! - `tools`: a source tree of 2,000 files in 40 directories unpacked with tar, committed with git,
 //!   cloned with git, built with make -j2 (every source file copied to an output by a rule), and
 //!   copied with rsync -a; each step one timed operation, every output compared with its source
@@ -54,9 +53,9 @@ pub enum App {
     Sqlite,
     /// Redis with an append-only file synced at every write.
     Redis,
-    /// YCSB A-F on LMDB.
+    /// YCSB A-F on LMDB and LevelDB.
     Kv,
-    /// pgbench on PostgreSQL.
+    /// TPC-B and TPC-C-like on PostgreSQL, sysbench on MariaDB, TPC-C-like on SQLite.
     Oltp,
     /// tar, git, make and rsync on a source tree.
     Tools,
