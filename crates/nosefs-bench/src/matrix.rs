@@ -61,6 +61,11 @@ fn heading(r: &Record) -> Option<String> {
         })
 }
 
+/// Whether `records` make a matrix: a macro workload's or an application's headline rows.
+pub fn has_cells(records: &[Record]) -> bool {
+    records.iter().any(|r| heading(r).is_some())
+}
+
 /// One column of the matrix: a workload, and the variant when the workload ran several.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Column {

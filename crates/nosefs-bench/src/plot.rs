@@ -60,7 +60,7 @@ fn same_op(a: &Record, b: &Record) -> bool {
 pub fn write_plots(records: &[Record], dir: &Path) -> Result<Vec<String>, String> {
     let mut workloads: Vec<&str> = records.iter().map(|r| r.workload.as_str()).collect();
     workloads.dedup();
-    let mut written = if crate::report::has_macro(records) {
+    let mut written = if crate::matrix::has_cells(records) {
         crate::matrix::write_charts(records, dir)?
     } else {
         Vec::new()

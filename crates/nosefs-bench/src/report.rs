@@ -185,11 +185,6 @@ pub fn notes(outcome: &Outcome) -> String {
     out
 }
 
-/// Whether macro workloads ran (their overall `all` rows make up the file-system matrix).
-pub fn has_macro(records: &[Record]) -> bool {
-    records.iter().any(|r| r.op == "all")
-}
-
 /// The markdown report written by `--out`.
 pub fn markdown(outcome: &Outcome, baseline: &str, command: &str, plots: &[String]) -> String {
     let m = Machine::this();
@@ -211,7 +206,7 @@ pub fn markdown(outcome: &Outcome, baseline: &str, command: &str, plots: &[Strin
     for line in notes(outcome).lines() {
         let _ = writeln!(out, "- {line}");
     }
-    if has_macro(&outcome.records) {
+    if crate::matrix::has_cells(&outcome.records) {
         out.push_str(&crate::matrix::section(&outcome.records, &outcome.skipped));
         let _ = writeln!(out, "\n## All results");
     }

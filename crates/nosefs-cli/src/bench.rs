@@ -211,7 +211,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
     let outcome = suite::run(&plan);
     let baseline = plan.targets[0].label();
     print!("{}", report::table(&outcome.records, &baseline));
-    if report::has_macro(&outcome.records) {
+    if nosefs_bench::matrix::has_cells(&outcome.records) {
         print!(
             "{}",
             nosefs_bench::matrix::section(&outcome.records, &outcome.skipped)
