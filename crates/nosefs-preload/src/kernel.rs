@@ -294,17 +294,9 @@ pub fn closed(ino: u64) {
 /// about one process in seventy of two concurrent writers, SIGBUS); so the kernel is asked
 /// until its cached size (statx, no request) is the one its answer gave.
 pub fn refresh_size(k: &KernelFile) {
-    use rustix::fs::{AtFlags, StatxFlags};
     for _ in 0..8 {
         let answered = rustix::fs::fstat(&k.fd).map(|st| st.st_size as u64);
-        let cached = rustix::fs::statx(
-            &k.fd,
-            c"",
-            AtFlags::EMPTY_PATH | AtFlags::STATX_DONT_SYNC,
-            StatxFlags::SIZE,
-        )
-        .map(|st| st.stx_size);
-        if answered.is_err() || answered == cached {
+        if answered.is_err() || answered.ok() == cached_size(k) {
             return;
         }
     }
@@ -340,4 +332,31 @@ pub fn refresh_mapped_size(ino: u64) {
     if let Some(file) = mapped_file(ino) {
         refresh_size(&file);
     }
+}
+
+/// Daemon mode, after this process wrote file `ino` up to byte `end` through the daemon: as
+/// [`refresh_mapped_size`], but only when the kernel's cached size (statx, no request) is
+/// below `end`. A write that ends inside what the kernel knows cannot have made pages of a
+/// mapping fault (a write never shrinks a file), and the refresh is a FUSE getattr round trip:
+/// LMDB's default mode rewrites pages of its mapped file with pwrite, five per transaction.
+pub fn refresh_mapped_size_to(ino: u64, end: u64) {
+    if let Some(file) = mapped_file(ino) {
+        if cached_size(&file).is_some_and(|size| size >= end) {
+            return;
+        }
+        refresh_size(&file);
+    }
+}
+
+/// The size the kernel holds for the file, without asking the daemon.
+fn cached_size(k: &KernelFile) -> Option<u64> {
+    use rustix::fs::{AtFlags, StatxFlags};
+    rustix::fs::statx(
+        &k.fd,
+        c"",
+        AtFlags::EMPTY_PATH | AtFlags::STATX_DONT_SYNC,
+        StatxFlags::SIZE,
+    )
+    .ok()
+    .map(|st| st.stx_size)
 }

@@ -270,7 +270,7 @@ pub fn write(fd: i32, data: &[u8]) -> Result<usize, Errno> {
         Ok(at + data.len() as u64)
     })?;
     *offset = end;
-    crate::kernel::refresh_mapped_size(file.ino);
+    crate::kernel::refresh_mapped_size_to(file.ino, end);
     Ok(data.len())
 }
 
@@ -289,13 +289,13 @@ pub fn pwrite(fd: i32, data: &[u8], offset: i64) -> Result<usize, Errno> {
     let offset = u64::try_from(offset).map_err(|_| Errno::EINVAL)?;
     let append = file.flags.load(Ordering::Relaxed) & libc::O_APPEND != 0;
     crate::kernel::write_back_mapped(file.ino, false);
-    let n = with_service(|s| {
-        s.write(file.handle, offset, data, append)?;
+    let end = with_service(|s| {
+        let at = s.write(file.handle, offset, data, append)?;
         sync_if_asked(s, &file)?;
-        Ok(data.len())
+        Ok(at + data.len() as u64)
     })?;
-    crate::kernel::refresh_mapped_size(file.ino);
-    Ok(n)
+    crate::kernel::refresh_mapped_size_to(file.ino, end);
+    Ok(data.len())
 }
 
 /// `lseek`, including SEEK_DATA and SEEK_HOLE (from the file's map of pieces).
