@@ -61,6 +61,44 @@ pub fn read_small(path: &std::ffi::CStr) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
+/// Where the daemon of the FUSE mount at `mount_point` would listen, as
+/// [`find_daemon`] says from mountinfo, but from `statx` and `statmount` of that one mount (a
+/// few microseconds where generating mountinfo costs tens: every process pays this once).
+/// `None`: the kernel cannot say (no `statmount`, no unique mount ids); `Some(None)`:
+/// `mount_point` is not the root of a FUSE mount.
+fn daemon_by_statmount(mount_point: &[u8]) -> Option<Option<(u32, u32, u32)>> {
+    use rustix::fs::{AtFlags, StatxAttributes, StatxFlags};
+    const STATX_MNT_ID_UNIQUE: u32 = 0x4000;
+    const FUSE_SUPER_MAGIC: u64 = 0x6573_5546;
+    let path = std::ffi::CString::new(mount_point).ok()?;
+    let st = rustix::fs::statx(
+        rustix::fs::CWD,
+        &path,
+        // Cached attributes: the root's, which a FUSE getattr would only refresh.
+        AtFlags::SYMLINK_NOFOLLOW | AtFlags::STATX_DONT_SYNC,
+        StatxFlags::from_bits_retain(STATX_MNT_ID_UNIQUE),
+    )
+    .ok()?;
+    let root_known = st.stx_attributes_mask.contains(StatxAttributes::MOUNT_ROOT);
+    if st.stx_mask & STATX_MNT_ID_UNIQUE == 0 || !root_known {
+        return None;
+    }
+    if !st.stx_attributes.contains(StatxAttributes::MOUNT_ROOT) {
+        return Some(None);
+    }
+    let facts = crate::sys::statmount(st.stx_mnt_id)?;
+    if facts.magic != FUSE_SUPER_MAGIC || facts.fs_type != b"fuse" {
+        return Some(None);
+    }
+    let owner = facts
+        .options
+        .split(|&b| b == b',')
+        .find_map(|o| o.strip_prefix(b"user_id="))
+        .and_then(|n| std::str::from_utf8(n).ok()?.parse().ok());
+    // A FUSE mount always shows its owner; an answer without one is not trusted.
+    owner.map(|owner| Some((facts.dev.0, facts.dev.1, owner)))
+}
+
 impl Remote {
     /// Connects to the daemon of the noseFS mount at `prefix` (the mount point as this process
     /// names it). `Ok(None)`: `prefix` is not a noseFS FUSE mount.
@@ -77,10 +115,16 @@ impl Remote {
                 };
                 let _ = rustix::thread::nanosleep(&pause);
             }
-            let Some(mountinfo) = read_small(c"/proc/self/mountinfo") else {
-                return Ok(None);
+            let found = match daemon_by_statmount(prefix) {
+                Some(found) => found,
+                None => {
+                    let Some(mountinfo) = read_small(c"/proc/self/mountinfo") else {
+                        return Ok(None);
+                    };
+                    find_daemon(&mountinfo, prefix)
+                }
             };
-            outcome = match find_daemon(&mountinfo, prefix) {
+            outcome = match found {
                 Some((major, minor, owner)) => {
                     Remote::connect_device(major, minor, owner, prefix).map(Some)
                 }

@@ -6,9 +6,10 @@
 //!   process (embedded mode; the daemon executing a request), [`client::Remote`] through a
 //!   daemon.
 //! - [`proto`]: the encoding of requests and replies.
-//! - [`shm`]: the shared request area, and the crate's only `unsafe`.
+//! - [`shm`]: the shared request area; with [`sys`] (two system calls rustix lacks) the
+//!   crate's only `unsafe`.
 //! - [`server`]: the daemon side; [`client`]: the shim side; [`wait`]: how either waits for
-//!   the other.
+//!   the other; [`workers`]: the daemon's server threads, kept between clients.
 
 #![deny(unsafe_code)]
 
@@ -19,4 +20,7 @@ pub mod service;
 #[allow(unsafe_code)]
 pub mod shm;
 pub mod stats;
+#[allow(unsafe_code)]
+pub mod sys;
 pub mod wait;
+pub mod workers;

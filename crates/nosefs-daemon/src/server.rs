@@ -33,6 +33,8 @@ use nosefs_core::namespace::perm::Cred;
 use nosefs_core::vfs::{Found, OpenKind, Walked};
 use nosefs_core::Errno;
 use parking_lot::Mutex;
+
+use crate::workers::{Done, Workers};
 use rustix::event::{PollFd, PollFlags};
 use rustix::net::{
     AddressFamily, RecvFlags, SendAncillaryBuffer, SendAncillaryMessage, SendFlags, SocketAddrUnix,
@@ -47,6 +49,9 @@ use crate::wait::Spinner;
 
 /// How long a server thread keeps polling after its last request before it sleeps.
 pub const SERVER_SPIN: Duration = Duration::from_micros(50);
+/// How long a server thread whose client ended waits for the next client before it exits.
+const WORKER_IDLE: Duration = Duration::from_secs(10);
+
 /// Slots per client (threads beyond share them).
 pub const SLOTS: usize = 16;
 /// Bytes per slot: a 64-byte header and the payload.
@@ -145,6 +150,8 @@ struct Conn {
     /// Tokens this connection holds a reference on.
     held: Mutex<HashSet<u64>>,
     dead: AtomicBool,
+    /// Set by its server thread when it stops serving the connection (after `dead`).
+    finished: Done,
 }
 
 /// A running daemon transport; dropping it stops serving (clients then get EIO).
@@ -266,7 +273,14 @@ impl Tokens {
 
 /// The door: accepts clients, watches their sockets and the pidfds of tickets.
 fn door(shared: Arc<Shared>, listener: OwnedFd, wake: OwnedFd) {
-    let mut clients: Vec<(OwnedFd, Arc<Conn>, std::thread::JoinHandle<()>)> = Vec::new();
+    let serving = Arc::clone(&shared);
+    let workers = Workers::new("nosefs-client", WORKER_IDLE, move |conn: Arc<Conn>| {
+        serve_client(&serving, &conn);
+        conn.finished.set();
+    });
+    // The next client's request area, made while no one waits for it.
+    let mut spare = Area::create(SLOTS, SLOT_BYTES).ok();
+    let mut clients: Vec<(OwnedFd, Arc<Conn>)> = Vec::new();
     while !shared.stop.load(Ordering::SeqCst) {
         let tickets: Vec<(u64, Arc<OwnedFd>)> = shared
             .tickets
@@ -277,7 +291,7 @@ fn door(shared: Arc<Shared>, listener: OwnedFd, wake: OwnedFd) {
         let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(2 + clients.len() + tickets.len());
         fds.push(PollFd::new(&listener, PollFlags::IN));
         fds.push(PollFd::new(&wake, PollFlags::IN));
-        for (socket, _, _) in &clients {
+        for (socket, _) in &clients {
             fds.push(PollFd::new(socket, PollFlags::IN));
         }
         for (_, fd) in &tickets {
@@ -299,8 +313,7 @@ fn door(shared: Arc<Shared>, listener: OwnedFd, wake: OwnedFd) {
         let mut kept = Vec::with_capacity(clients.len());
         for (index, client) in clients.drain(..).enumerate() {
             if client_ready[index] {
-                let (_, conn, thread) = client;
-                end_client(&shared, &conn, thread);
+                end_client(&shared, &client.1);
             } else {
                 kept.push(client);
             }
@@ -308,18 +321,25 @@ fn door(shared: Arc<Shared>, listener: OwnedFd, wake: OwnedFd) {
         clients = kept;
         if ready[0] {
             if let Ok(socket) = rustix::net::accept_with(&listener, SocketFlags::CLOEXEC) {
-                if let Some((conn, thread)) = admit(&shared, &socket) {
-                    clients.push((socket, conn, thread));
+                if let Some(conn) = admit(&shared, &socket, &mut spare) {
+                    match workers.run(Arc::clone(&conn)) {
+                        Ok(()) => clients.push((socket, conn)),
+                        Err(_) => end_client(&shared, &conn),
+                    }
+                }
+                if spare.is_none() {
+                    spare = Area::create(SLOTS, SLOT_BYTES).ok();
                 }
             }
         }
     }
-    for (_, conn, thread) in clients {
-        end_client(&shared, &conn, thread);
+    for (_, conn) in clients {
+        end_client(&shared, &conn);
     }
+    workers.stop();
 }
 
-fn end_client(shared: &Shared, conn: &Conn, thread: std::thread::JoinHandle<()>) {
+fn end_client(shared: &Shared, conn: &Conn) {
     conn.dead.store(true, Ordering::SeqCst);
     let area = &conn.area;
     for bell in std::iter::once(area.doorbell()).chain(
@@ -330,7 +350,7 @@ fn end_client(shared: &Shared, conn: &Conn, thread: std::thread::JoinHandle<()>)
         bell.fetch_add(1, Ordering::SeqCst);
         let _ = futex::wake(bell, futex::Flags::empty(), 1);
     }
-    let _ = thread.join();
+    conn.finished.wait();
     let held: Vec<u64> = conn.held.lock().drain().collect();
     for token in held {
         release(shared, token);
@@ -366,16 +386,10 @@ fn release_ticket(shared: &Shared, ticket: u64) {
 fn peer_cred(socket: &OwnedFd) -> Option<(i32, Cred)> {
     let ucred = rustix::net::sockopt::socket_peercred(socket).ok()?;
     let pid = ucred.pid.as_raw_nonzero().get();
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let groups = status
-        .lines()
-        .find_map(|l| l.strip_prefix("Groups:"))
-        .map(|g| {
-            g.split_whitespace()
-                .filter_map(|n| n.parse().ok())
-                .collect()
-        })
-        .unwrap_or_default();
+    let groups = match crate::sys::peer_groups(socket) {
+        Some(groups) => groups.into_iter().collect(),
+        None => proc_cred(pid)?.groups,
+    };
     Some((
         pid,
         Cred {
@@ -433,11 +447,8 @@ fn recred(shared: &Shared, conn: &Conn) -> Result<(), Errno> {
     Ok(())
 }
 
-/// The handshake: the client's prefix in, its request area out.
-fn admit(
-    shared: &Arc<Shared>,
-    socket: &OwnedFd,
-) -> Option<(Arc<Conn>, std::thread::JoinHandle<()>)> {
+/// The handshake: the client's prefix in, its request area (`spare`, when one is ready) out.
+fn admit(shared: &Arc<Shared>, socket: &OwnedFd, spare: &mut Option<Area>) -> Option<Arc<Conn>> {
     let (pid, cred) = peer_cred(socket)?;
     let own_uid = rustix::process::geteuid().as_raw();
     let allowed = shared.options.allow_other || cred.uid == own_uid;
@@ -466,7 +477,10 @@ fn admit(
         );
         return None;
     }
-    let area = Area::create(SLOTS, SLOT_BYTES).ok()?;
+    let area = match spare.take() {
+        Some(area) => area,
+        None => Area::create(SLOTS, SLOT_BYTES).ok()?,
+    };
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
     let mut control = SendAncillaryBuffer::new(&mut space);
     let fds = [area.fd().as_fd()];
@@ -490,17 +504,12 @@ fn admit(
         prefix,
         held: Mutex::new(HashSet::new()),
         dead: AtomicBool::new(false),
+        finished: Done::default(),
     });
     if let Some(stats) = &shared.stats {
         stats.connected();
     }
-    let thread_conn = Arc::clone(&conn);
-    let thread_shared = Arc::clone(shared);
-    let thread = std::thread::Builder::new()
-        .name("nosefs-client".into())
-        .spawn(move || serve_client(&thread_shared, &thread_conn))
-        .ok()?;
-    Some((conn, thread))
+    Some(conn)
 }
 
 /// A client's first server thread: polls the slots whose pair has no thread of its own, waits a

@@ -1,5 +1,5 @@
-//! The shared request area of one client connection, and the crate's only `unsafe`: mapping the
-//! memfd and touching its words and bytes.
+//! The shared request area of one client connection, and (with `sys`) the crate's only `unsafe`:
+//! mapping the memfd and touching its words and bytes.
 //!
 //! Layout (little-endian, offsets in bytes):
 //!
