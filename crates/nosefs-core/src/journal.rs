@@ -49,28 +49,57 @@ pub mod fault {
 
 /// Sets or clears bitmap bits `[start, start + count)` with atomic word updates; flushes them.
 pub fn set_bitmap_bits(image: &Image, start: u64, count: u64, on: bool) {
-    let base = image
-        .geometry()
-        .span(crate::format::layout::Zone::Bitmap)
-        .offset;
-    let mut block = start;
-    while block < start + count {
-        let first = block % 64;
-        let n = (start + count - block).min(64 - first);
-        let mask = if n == 64 {
-            u64::MAX
-        } else {
-            ((1u64 << n) - 1) << first
-        };
-        let offset = base + (block / 64) * 8;
+    update_bitmap_bits(image, start, count, on);
+    flush_bitmap_bits(image, start, count);
+}
+
+/// Sets or clears bitmap bits `[start, start + count)` with atomic word updates, unflushed.
+///
+/// An atomic read-modify-write waits for every write-back in flight, as a fence does (measured
+/// here: a locked add after a `clwb` costs the 160 ns of an `sfence`, one right after a fence
+/// 6 ns), so a commit runs its updates right after a fence and flushes them later
+/// ([`flush_bitmap_bits`]).
+pub fn update_bitmap_bits(image: &Image, start: u64, count: u64, on: bool) {
+    for (offset, mask) in bitmap_words(image, start, count) {
         if on {
             image.region().fetch_or_u64(offset, mask);
         } else {
             image.region().fetch_and_u64(offset, !mask);
         }
-        image.region().flush(offset, 8);
-        block += n;
     }
+}
+
+/// Flushes the bitmap words of bits `[start, start + count)`.
+pub fn flush_bitmap_bits(image: &Image, start: u64, count: u64) {
+    for (offset, _) in bitmap_words(image, start, count) {
+        image.region().flush(offset, 8);
+    }
+}
+
+/// The bitmap words holding bits `[start, start + count)`: each word's offset and the mask of
+/// those bits in it.
+fn bitmap_words(image: &Image, start: u64, count: u64) -> impl Iterator<Item = (u64, u64)> {
+    let base = image
+        .geometry()
+        .span(crate::format::layout::Zone::Bitmap)
+        .offset;
+    let end = start + count;
+    let mut block = start;
+    std::iter::from_fn(move || {
+        if block >= end {
+            return None;
+        }
+        let first = block % 64;
+        let n = (end - block).min(64 - first);
+        let mask = if n == 64 {
+            u64::MAX
+        } else {
+            ((1u64 << n) - 1) << first
+        };
+        let word = (base + (block / 64) * 8, mask);
+        block += n;
+        Some(word)
+    })
 }
 
 /// Low 32 bits of a log's tail (directory and file logs alike): the committed entry count.

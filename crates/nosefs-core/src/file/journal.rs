@@ -20,7 +20,7 @@ use crate::format::pinode::{self, FLAG_VALID};
 use crate::format::BLOCK_SIZE;
 use crate::image::Image;
 
-use crate::journal::{fault, set_bitmap_bits, TAIL_COUNT_MASK};
+use crate::journal::{fault, flush_bitmap_bits, update_bitmap_bits, TAIL_COUNT_MASK};
 
 /// Offsets of fields updated in place.
 const EXTENT_FLAGS_OFFSET: u64 = 16;
@@ -94,9 +94,10 @@ impl FileCommit<'_> {
 /// 3. commit: store the entry count and the CRC-32C of header, entries, new records and (unless
 ///    fenced) new data in `tail`, one atomic 8-byte store; flush header, entries and tail
 ///    together, fence;
-/// 4. apply: validate and link the new extents, point the pinode at the list, retire the removed
-///    extents and clear the bitmap bits of blocks no extent of the file holds any more, store size
-///    and times in the pinode; flush, fence;
+/// 4. apply: set the bitmap bits of blocks the new extents gain and clear those of blocks no
+///    extent of the file holds any more (the atomic word updates first, flushed last), validate
+///    and link the new extents, point the pinode at the list, retire the removed extents, store
+///    size and times in the pinode; flush, fence;
 /// 5. clear `tail` (one atomic 8-byte store); flush, fence.
 pub fn commit(
     image: &Image,
@@ -157,8 +158,15 @@ pub fn commit(
         read_entries(image, log, n as u64).as_deref(),
         Ok(&entries[..])
     );
+    //    The bitmap's atomic updates first, while nothing is in flight since the commit fence
+    //    (each would otherwise wait for the write-backs before it: a fence's cost apiece).
+    let mut bits = BitmapChanges::default();
+    bits.plan_links(image, &entries, Some(c.new));
+    bits.plan_retire(image, &entries, Some(c.new), still_used);
+    bits.update(image);
     apply_links(image, &header, &entries, Some(c.new));
-    apply_retire(image, &entries, Some(c.new), still_used);
+    apply_retire(image, &entries);
+    bits.flush(image);
     if !fault::active(fault::Fault::SkipApplyFence) {
         region.fence();
     }
@@ -396,17 +404,85 @@ fn store_u32_if(image: &Image, offset: u64, value: u32) {
     }
 }
 
-/// First half of the apply step: validates the new extents and sets their blocks' bits, links
-/// each one's neighbours to it, points the pinode at the list's head, ends the list at `last`,
-/// and stores size and times. Idempotent; flushes what it stores; the caller fences.
-///
-/// Only the blocks of a new extent that no removed extent covers get their bits set: the others
-/// are set already (the removed extents were committed) and stay set, since apply_retire never
-/// clears a block a new extent holds. So an append merged into a long extent costs O(1), not
-/// O(file).
+/// The bitmap runs an apply step changes ([`BitmapChanges::plan_links`],
+/// [`BitmapChanges::plan_retire`]), updated together ([`BitmapChanges::update`]) and flushed
+/// together ([`BitmapChanges::flush`]); the caller fences.
+#[derive(Debug, Default)]
+pub struct BitmapChanges {
+    /// `(first block, count, set)`.
+    runs: smallvec::SmallVec<[(u64, u64, bool); 4]>,
+}
+
+impl BitmapChanges {
+    /// The blocks the new extents gain: only those of a new extent that no removed extent
+    /// covers, since the others are set already (the removed extents were committed) and stay
+    /// set ([`BitmapChanges::plan_retire`] never clears a block a new extent holds). So an
+    /// append merged into a long extent costs O(1), not O(file).
+    pub fn plan_links(&mut self, image: &Image, entries: &[FileEntry], fresh: Fresh<'_>) {
+        let old_runs = block_runs(image, entries, true, None);
+        for (i, _) in entries.iter().enumerate().filter(|(_, e)| e.new != 0) {
+            let record = new_record(image, entries, i, fresh);
+            let start = u64::from(record.start_block.get());
+            let count = u64::from(record.block_count.get());
+            for (first, n) in subtract(start, count, &old_runs) {
+                self.runs.push((first, n, true));
+            }
+        }
+    }
+
+    /// The blocks of the removed extents that `still_used` says no extent of the file holds any
+    /// more; blocks a new extent covers are kept without asking it.
+    pub fn plan_retire(
+        &mut self,
+        image: &Image,
+        entries: &[FileEntry],
+        fresh: Fresh<'_>,
+        still_used: &dyn Fn(u64) -> bool,
+    ) {
+        let new_runs = block_runs(image, entries, false, fresh);
+        for e in entries.iter().filter(|e| e.old != 0) {
+            let record = image.extent(u64::from(e.old));
+            let start = u64::from(record.start_block.get());
+            let count = u64::from(record.block_count.get());
+            for (first, n) in subtract(start, count, &new_runs) {
+                let end = first + n;
+                let mut block = first;
+                while block < end {
+                    if still_used(block) {
+                        block += 1;
+                        continue;
+                    }
+                    let run_start = block;
+                    while block < end && !still_used(block) {
+                        block += 1;
+                    }
+                    self.runs.push((run_start, block - run_start, false));
+                }
+            }
+        }
+    }
+
+    /// The bitmap words' atomic updates, unflushed.
+    pub fn update(&self, image: &Image) {
+        for &(first, n, set) in &self.runs {
+            update_bitmap_bits(image, first, n, set);
+        }
+    }
+
+    /// Flushes the words [`BitmapChanges::update`] changed.
+    pub fn flush(&self, image: &Image) {
+        for &(first, n, _) in &self.runs {
+            flush_bitmap_bits(image, first, n);
+        }
+    }
+}
+
+/// First half of the apply step's records: validates the new extents, links each one's
+/// neighbours to it, points the pinode at the list's head, ends the list at `last`, and stores
+/// size and times. Idempotent; flushes what it stores; the caller fences. (The bitmap:
+/// [`BitmapChanges`].)
 pub fn apply_links(image: &Image, header: &FileLog, entries: &[FileEntry], fresh: Fresh<'_>) {
     let g = image.geometry();
-    let old_runs = block_runs(image, entries, true, None);
     for (i, e) in entries.iter().enumerate().filter(|(_, e)| e.new != 0) {
         let eno = u64::from(e.new);
         let record = new_record(image, entries, i, fresh);
@@ -416,11 +492,6 @@ pub fn apply_links(image: &Image, header: &FileLog, entries: &[FileEntry], fresh
             base + EXTENT_FLAGS_OFFSET,
             record.flags.get() | EXTENT_VALID,
         );
-        let start = u64::from(record.start_block.get());
-        let count = u64::from(record.block_count.get());
-        for (first, n) in subtract(start, count, &old_runs) {
-            set_bitmap_bits(image, first, n, true);
-        }
         let (prev, next) = (u64::from(record.prev.get()), u64::from(record.next.get()));
         if prev != 0 {
             store_u32_if(image, g.extent_offset(prev) + EXTENT_NEXT_OFFSET, e.new);
@@ -456,18 +527,10 @@ pub fn apply_links(image: &Image, header: &FileLog, entries: &[FileEntry], fresh
     region.flush(p + PINODE_SIZE_OFFSET, 32);
 }
 
-/// Second half of the apply step: clears the valid bits of the removed extents and the bitmap
-/// bits of their blocks that `still_used` says no extent of the file holds any more. Idempotent;
-/// flushes; the caller fences.
-/// Blocks a new extent covers are kept without asking `still_used`.
-pub fn apply_retire(
-    image: &Image,
-    entries: &[FileEntry],
-    fresh: Fresh<'_>,
-    still_used: &dyn Fn(u64) -> bool,
-) {
+/// Second half of the apply step's records: clears the valid bits of the removed extents.
+/// Idempotent; flushes; the caller fences. (Their blocks' bits: [`BitmapChanges`].)
+pub fn apply_retire(image: &Image, entries: &[FileEntry]) {
     let g = image.geometry();
-    let new_runs = block_runs(image, entries, false, fresh);
     for e in entries.iter().filter(|e| e.old != 0) {
         let eno = u64::from(e.old);
         let record = image.extent(eno);
@@ -476,23 +539,6 @@ pub fn apply_retire(
             g.extent_offset(eno) + EXTENT_FLAGS_OFFSET,
             record.flags.get() & !EXTENT_VALID,
         );
-        let start = u64::from(record.start_block.get());
-        let count = u64::from(record.block_count.get());
-        for (first, n) in subtract(start, count, &new_runs) {
-            let end = first + n;
-            let mut block = first;
-            while block < end {
-                if still_used(block) {
-                    block += 1;
-                    continue;
-                }
-                let run_start = block;
-                while block < end && !still_used(block) {
-                    block += 1;
-                }
-                set_bitmap_bits(image, run_start, block - run_start, false);
-            }
-        }
     }
 }
 
@@ -575,12 +621,17 @@ pub fn replay(image: &Image) -> FileReplayReport {
             apply_links(image, &header, &entries, None);
             let mut kept = list_blocks(image, header.head.get());
             kept.sort_unstable();
+            let mut bits = BitmapChanges::default();
+            bits.plan_links(image, &entries, None);
             // A file's extents share at most their boundary blocks, so the last run starting at
             // or before a block is the only one that can hold it.
-            apply_retire(image, &entries, None, &|b| {
+            bits.plan_retire(image, &entries, None, &|b| {
                 let i = kept.partition_point(|&(s, _)| s <= b);
                 i > 0 && kept[i - 1].0 + kept[i - 1].1 > b
             });
+            apply_retire(image, &entries);
+            bits.update(image);
+            bits.flush(image);
             image.region().fence();
             report.replayed += 1;
         } else {
