@@ -942,6 +942,57 @@ ldb --db="$D/rocks" scan | wc -l
     m.unmount_and_fsck();
 }
 
+/// lseek(SEEK_END) answers from the word of shared memory the daemon keeps at the file's size
+/// (issue 39: PostgreSQL's relation-size probes), and that word follows every change: appends
+/// and truncates by other daemon clients, writes through the FUSE mount by a program outside
+/// the shim, fallocate, and this process's own writes; a forked child asks its own connection.
+#[test]
+fn seek_end_follows_every_change_of_size() {
+    if !usable() {
+        return;
+    }
+    let m = mount_with(&[]);
+    let script = r#"set -e
+: > "$D/f"
+/usr/bin/python3 - "$D/f" <<'PY'
+import os, subprocess, sys
+path = sys.argv[1]
+fd = os.open(path, os.O_RDWR)
+end = lambda: os.lseek(fd, 0, os.SEEK_END)
+out = [end()]
+subprocess.run(['sh', '-c', 'printf %0100d 0 >> "$1"', 'sh', path], check=True)
+out.append(end())
+# Through the FUSE mount, by a program the shim does not serve.
+env = {k: v for k, v in os.environ.items() if k != 'LD_PRELOAD'}
+subprocess.run(['sh', '-c', 'printf %0100d 0 >> "$1"', 'sh', path], check=True, env=env)
+out.append(end())
+subprocess.run(['truncate', '-s', '50', path], check=True)
+out.append(end())
+os.pwrite(fd, b'x' * 10, 1000)
+out.append(end())
+os.posix_fallocate(fd, 0, 4096)
+out.append(end())
+pid = os.fork()
+if pid == 0:
+    os.ftruncate(fd, 7)
+    os._exit(0 if end() == 7 else 1)
+_, status = os.waitpid(pid, 0)
+out.append(end())
+out.append(status)
+print(' '.join(map(str, out)))
+PY
+"#;
+    let out = m.run(script);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "0 100 200 50 1010 4096 7 0",
+        "{}",
+        text(&out)
+    );
+    m.unmount_and_fsck();
+}
+
 /// MariaDB with its default configuration (issue 38): InnoDB asks for io_uring, then libaio,
 /// both of which the shim refuses as a kernel without them does, and falls back to its own
 /// threads; the data is there after a restart and CHECK TABLE finds it sound.

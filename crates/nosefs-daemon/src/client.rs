@@ -12,7 +12,7 @@
 
 use std::mem::MaybeUninit;
 use std::os::fd::OwnedFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use nosefs_core::file::holes::DataExtent;
@@ -43,7 +43,14 @@ pub struct Remote {
     area: Area,
     socket: OwnedFd,
     dead: AtomicBool,
+    /// This connection among the process's (and its forked children's): the high half of a
+    /// remembered size watch ([`Service::end_of`]), so that a word remembered for another
+    /// connection is never read from this one's board.
+    id: u32,
 }
+
+/// Connections made by this process so far (a forked child counts on from its parent's).
+static CONNECTIONS: AtomicU32 = AtomicU32::new(0);
 
 /// Reads a small file with raw system calls (never through the shim's hooks).
 pub fn read_small(path: &std::ffi::CStr) -> Option<String> {
@@ -200,10 +207,15 @@ impl Remote {
             return Err(Errno(status as i32));
         }
         let area = fd.and_then(Area::open).ok_or(Errno::EIO)?;
+        // Unique among a process's connections and its forked children's (whose pid differs):
+        // a child reconnects and must not read words its parent's connection was given.
+        let pid = rustix::process::getpid().as_raw_nonzero().get() as u32;
+        let count = CONNECTIONS.fetch_add(1, Ordering::Relaxed);
         Ok(Remote {
             area,
             socket,
             dead: AtomicBool::new(false),
+            id: (pid << 8 | (count & 0xff)).max(1),
         })
     }
 
@@ -625,6 +637,31 @@ impl Service for Remote {
         let mut e = Enc::new(op::FSTAT);
         e.u64(handle);
         decode(&self.call(&e)?, |d| d.attr())
+    }
+
+    /// The size from the word of the size board the daemon keeps for this file, asked for at
+    /// the description's first call (a round trip, once); `u32::MAX` remembered when the board
+    /// is full (then every call asks).
+    fn end_of(&self, handle: Handle, watch: &AtomicU64) -> Result<u64, Errno> {
+        let remembered = watch.load(Ordering::Relaxed);
+        if remembered >> 32 == u64::from(self.id) {
+            let index = remembered as u32;
+            return match self.area.size_word(index) {
+                Some(word) => Ok(word.load(Ordering::Acquire)),
+                None => Ok(self.fstat(handle)?.size),
+            };
+        }
+        let mut e = Enc::new(op::SIZE_WATCH);
+        e.u64(handle);
+        let index = decode(&self.call(&e)?, |d| d.u64())? as u32;
+        watch.store(
+            u64::from(self.id) << 32 | u64::from(index),
+            Ordering::Relaxed,
+        );
+        match self.area.size_word(index) {
+            Some(word) => Ok(word.load(Ordering::Acquire)),
+            None => Ok(self.fstat(handle)?.size),
+        }
     }
 
     fn fsetattr(&self, handle: Handle, change: &SetAttr, times_now: bool) -> Result<(), Errno> {

@@ -66,6 +66,9 @@ pub mod op {
     pub const DATA_MAP: u32 = 39;
     /// A path of an open description's inode now, from the root (`Fs::path_of`).
     pub const PATH_OF: u32 = 40;
+    /// A word of the client's size board that the daemon keeps at an open file's size
+    /// (`u32::MAX`: none left), and the size now.
+    pub const SIZE_WATCH: u32 = 41;
 }
 
 /// A message that does not decode.

@@ -57,7 +57,7 @@ pub const SLOTS: usize = 16;
 /// Bytes per slot: a 64-byte header and the payload.
 pub const SLOT_BYTES: usize = 256 << 10;
 /// The handshake a client sends first: this, then its prefix.
-pub const HELLO: &[u8; 8] = b"NOSEFS02";
+pub const HELLO: &[u8; 8] = b"NOSEFS03";
 
 /// The abstract socket name of the daemon serving the mount whose device is `major:minor`.
 pub fn socket_name(major: u32, minor: u32) -> Vec<u8> {
@@ -139,7 +139,8 @@ struct Shared {
 }
 
 struct Conn {
-    area: Area,
+    /// Shared with the files whose sizes it follows (its size board: [`op::SIZE_WATCH`]).
+    area: Arc<Area>,
     /// The credentials requests are checked against: from the socket at connect, then from
     /// /proc at each RECRED.
     cred: parking_lot::RwLock<Cred>,
@@ -152,6 +153,8 @@ struct Conn {
     dead: AtomicBool,
     /// Set by its server thread when it stops serving the connection (after `dead`).
     finished: Done,
+    /// The files whose sizes its board follows, by inode, with their words.
+    watched: Mutex<HashMap<u64, u32>>,
 }
 
 /// A running daemon transport; dropping it stops serving (clients then get EIO).
@@ -339,6 +342,26 @@ fn door(shared: Arc<Shared>, listener: OwnedFd, wake: OwnedFd) {
     workers.stop();
 }
 
+/// A word of `conn`'s size board that follows file `ino`'s size (one per file and connection,
+/// kept until the connection ends), or `u32::MAX` when the board is full.
+fn watch_size(shared: &Shared, conn: &Conn, ino: u64) -> Result<u32, Errno> {
+    let mut watched = conn.watched.lock();
+    if let Some(&index) = watched.get(&ino) {
+        return Ok(index);
+    }
+    let index = watched.len() as u32;
+    if conn.area.size_word(index).is_none() {
+        return Ok(u32::MAX);
+    }
+    let sink: Arc<dyn nosefs_core::file::SizeSink> = conn.area.clone();
+    shared
+        .fs
+        .watch_size(ino, sink, index)
+        .map_err(|e| e.errno())?;
+    watched.insert(ino, index);
+    Ok(index)
+}
+
 fn end_client(shared: &Shared, conn: &Conn) {
     conn.dead.store(true, Ordering::SeqCst);
     let area = &conn.area;
@@ -351,6 +374,10 @@ fn end_client(shared: &Shared, conn: &Conn) {
         let _ = futex::wake(bell, futex::Flags::empty(), 1);
     }
     conn.finished.wait();
+    let sink: Arc<dyn nosefs_core::file::SizeSink> = conn.area.clone();
+    for (ino, index) in conn.watched.lock().drain() {
+        shared.fs.unwatch_size(ino, &sink, index);
+    }
     let held: Vec<u64> = conn.held.lock().drain().collect();
     for token in held {
         release(shared, token);
@@ -497,7 +524,7 @@ fn admit(shared: &Arc<Shared>, socket: &OwnedFd, spare: &mut Option<Area>) -> Op
     let pidfd = rustix::process::Pid::from_raw(pid)
         .and_then(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok());
     let conn = Arc::new(Conn {
-        area,
+        area: Arc::new(area),
         cred: parking_lot::RwLock::new(cred),
         pid,
         pidfd,
@@ -505,6 +532,7 @@ fn admit(shared: &Arc<Shared>, socket: &OwnedFd, spare: &mut Option<Area>) -> Op
         held: Mutex::new(HashSet::new()),
         dead: AtomicBool::new(false),
         finished: Done::default(),
+        watched: Mutex::new(HashMap::new()),
     });
     if let Some(stats) = &shared.stats {
         stats.connected();
@@ -1030,6 +1058,14 @@ fn execute(
                 return Err(Errno::ENOTDIR);
             }
             reply.u64(local.listing_end(desc.ino)?);
+        }
+        op::SIZE_WATCH => {
+            let desc = description(shared, conn, d.u64()?)?;
+            if desc.kind != OpenKind::File {
+                return Err(Errno::EINVAL);
+            }
+            let index = watch_size(shared, conn, desc.ino)?;
+            reply.u64(u64::from(index));
         }
         op::PATH_OF => {
             let desc = description(shared, conn, d.u64()?)?;

@@ -14,6 +14,7 @@ use nosefs_core::namespace::perm::Cred;
 use nosefs_core::namespace::{Attr, DirEntry, SetAttr};
 use nosefs_core::vfs::{self, Caller, Found, OpenKind, Walked, XattrCall};
 use nosefs_core::Errno;
+use std::sync::atomic::AtomicU64;
 
 /// An open file description's name for the service.
 pub type Handle = u64;
@@ -147,6 +148,13 @@ pub trait Service {
     fn ftruncate(&self, handle: Handle, size: u64) -> Result<(), Errno>;
     /// `fstat`.
     fn fstat(&self, handle: Handle) -> Result<Attr, Errno>;
+    /// The size of regular file `handle` now: `lseek(SEEK_END)`. `watch` is the caller's word
+    /// for this description, zero at first, where a service may remember how to answer
+    /// without asking (a daemon client: the word of its size board the daemon keeps).
+    fn end_of(&self, handle: Handle, watch: &AtomicU64) -> Result<u64, Errno> {
+        let _ = watch;
+        Ok(self.fstat(handle)?.size)
+    }
     /// fchmod, fchown, futimens.
     fn fsetattr(&self, handle: Handle, change: &SetAttr, times_now: bool) -> Result<(), Errno>;
     /// Directory entries after `cookie`, at most `max`.

@@ -13,6 +13,7 @@
 //! | 68 | 4 | `doorbell`: futex word; a client bumps it to wake that thread |
 //! | 128 + i·slot | 64 | slot i's header: `owner` (see [`owner`]), `state`, `client_waiting`, `len`, then `helper` (1 once the slot's pair has a server thread of its own), `helper_sleeping` and `helper_doorbell` (that thread's sleep, as above; a pair's thread uses its even slot's words), `server_cpu` and `client_cpu` (the CPU each side last ran on, plus one: see `wait`) |
 //! | 128 + i·slot + 64 | slot − 64 | slot i's payload: the request, then the reply |
+//! | 128 + slots·slot | 8 · [`SIZE_WORDS`] | the size board: word k holds the size of the file the client's watch k follows, stored by the daemon at every change of it (`nosefs_core::Fs::watch_size`) |
 //!
 //! A slot's `state` goes idle (0) → request (1, client) → serving (2, server) → reply (3, server)
 //! → idle (client). Slots come in pairs (2k, 2k + 1): a client thread uses its pair first, one
@@ -27,18 +28,20 @@
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::ptr::NonNull;
-use std::sync::atomic::AtomicU32;
+use std::sync::atomic::{AtomicU32, AtomicU64};
 
 use rustix::mm::{MapFlags, ProtFlags};
 
 /// The area's magic number.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"NOSEFSRQ");
 /// The layout's version.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 /// Bytes before the first slot.
 pub const HEADER_BYTES: usize = 128;
 /// Bytes of a slot's header.
 pub const SLOT_HEADER_BYTES: usize = 64;
+/// Words of the size board after the slots: files a client can follow without asking.
+pub const SIZE_WORDS: usize = 1024;
 
 /// Slot states.
 pub mod state {
@@ -84,12 +87,21 @@ unsafe impl Send for Area {}
 // SAFETY: as for Send.
 unsafe impl Sync for Area {}
 
+/// The daemon stores a watched file's size into the client's board.
+impl nosefs_core::file::SizeSink for Area {
+    fn store(&self, index: u32, size: u64) {
+        if let Some(word) = self.size_word(index) {
+            word.store(size, std::sync::atomic::Ordering::Release);
+        }
+    }
+}
+
 impl Area {
     /// Creates a new area of `slots` slots of `slot_bytes` each in a fresh memfd (the daemon).
     pub fn create(slots: usize, slot_bytes: usize) -> rustix::io::Result<Area> {
         assert!(slots > 0 && slots % 2 == 0);
         assert!(slot_bytes > SLOT_HEADER_BYTES && slot_bytes % 64 == 0);
-        let bytes = HEADER_BYTES + slots * slot_bytes;
+        let bytes = HEADER_BYTES + slots * slot_bytes + SIZE_WORDS * 8;
         let fd = rustix::fs::memfd_create(
             "nosefs-requests",
             rustix::fs::MemfdFlags::CLOEXEC | rustix::fs::MemfdFlags::ALLOW_SEALING,
@@ -124,7 +136,7 @@ impl Area {
         let slot_bytes = probe.read_u32(16) as usize;
         let fits = slots
             .checked_mul(slot_bytes)
-            .and_then(|b| b.checked_add(HEADER_BYTES))
+            .and_then(|b| b.checked_add(HEADER_BYTES + SIZE_WORDS * 8))
             .is_some_and(|b| b <= bytes);
         if slots == 0
             || slots % 2 != 0
@@ -221,6 +233,23 @@ impl Area {
     /// The futex word a sleeping server waits on.
     pub fn doorbell(&self) -> &AtomicU32 {
         self.word(68)
+    }
+
+    /// Word `index` of the size board (`None` past its end).
+    pub fn size_word(&self, index: u32) -> Option<&AtomicU64> {
+        let index = index as usize;
+        if index >= SIZE_WORDS {
+            return None;
+        }
+        let offset = HEADER_BYTES + self.slots * self.slot_bytes + index * 8;
+        assert!(
+            offset + 8 <= self.bytes,
+            "size word {index} out of the area"
+        );
+        // SAFETY: in bounds (checked above; `open` checked the board fits) and 8-byte aligned
+        // (the header and slots are multiples of 64 bytes, the mapping page-aligned); the memory
+        // stays mapped while `self` lives and is only accessed atomically.
+        Some(unsafe { &*self.base.as_ptr().add(offset).cast::<AtomicU64>() })
     }
 
     fn slot_offset(&self, slot: usize) -> usize {

@@ -171,6 +171,8 @@ pub struct OpenFile {
     /// Daemon mode: a kernel descriptor of the same file through the FUSE mount, opened at the
     /// first lock, on which the kernel arbitrates this description's locks among processes.
     pub lock_fd: parking_lot::Mutex<Option<LockFd>>,
+    /// How the service answers `lseek(SEEK_END)` without asking (`Service::end_of`).
+    pub size_watch: std::sync::atomic::AtomicU64,
 }
 
 impl OpenFile {
@@ -186,6 +188,7 @@ impl OpenFile {
             counted: AtomicBool::new(false),
             listing_end: std::sync::atomic::AtomicU64::new(0),
             lock_fd: parking_lot::Mutex::new(None),
+            size_watch: std::sync::atomic::AtomicU64::new(0),
         }
     }
 

@@ -313,9 +313,10 @@ pub fn lseek(fd: i32, offset: i64, whence: i32) -> Result<i64, Errno> {
         *current = offset as u64;
         return Ok(offset);
     }
-    // Only the end and the data/hole searches need the size, which is a round trip to the
-    // daemon (PostgreSQL's relation-size probes are SEEK_END; SEEK_SET and SEEK_CUR are not).
-    let size = || with_service(|s| s.fstat(file.handle)).map(|a| a.size as i64);
+    // Only the end and the data/hole searches need the size. A daemon client reads it from the
+    // word of shared memory the daemon keeps at the file's size (PostgreSQL probes relation
+    // sizes with SEEK_END about ten times a transaction), after one round trip for the word.
+    let size = || with_service(|s| s.end_of(file.handle, &file.size_watch)).map(|n| n as i64);
     let base = match whence {
         libc::SEEK_SET => 0,
         libc::SEEK_CUR => *current as i64,

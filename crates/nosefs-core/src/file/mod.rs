@@ -38,6 +38,9 @@ pub mod journal;
 pub mod mmap;
 mod mmap_sys;
 mod ranges;
+mod watch;
+
+pub use watch::SizeSink;
 pub(crate) mod reserve;
 #[cfg(test)]
 mod tests;
@@ -113,6 +116,8 @@ pub struct FileState {
     /// media's list does not link (see [`Fs::relink_around_removed`]). Only a punch drops
     /// pieces without putting new ones in their place or cutting the list's end.
     punched: bool,
+    /// Who is told the size at every change ([`Fs::watch_size`]).
+    watchers: watch::Watchers,
 }
 
 impl FileState {
@@ -136,6 +141,7 @@ impl FileState {
             prepared: Vec::new(),
             writes: 0,
             punched: false,
+            watchers: watch::Watchers::default(),
         }
     }
 
@@ -408,7 +414,9 @@ impl Fs {
         let placement = self.place(&mut state, len, promise_cap)?;
         self.store_data(&placement, data);
         self.put_pieces(&mut state, offset, &placement);
-        state.size = state.size.max(offset + len);
+        if offset + len > state.size {
+            state.set_size(offset + len);
+        }
         state.mtime_ns = now_ns();
         state.dirty_bytes += len;
         if self.sync_writes {
@@ -639,7 +647,7 @@ impl Fs {
             state.removed.extend(punched.removed);
             self.free_dropped(&mut state, &punched.dropped);
         }
-        state.size = size;
+        state.set_size(size);
         state.mtime_ns = now_ns();
         self.commit_file(&inode, &mut state)?;
         drop(state);

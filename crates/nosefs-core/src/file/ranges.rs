@@ -76,12 +76,12 @@ impl Fs {
                 removed.extend(punched.removed);
                 self.free_dropped(&mut state, &punched.dropped);
                 state.map.shift_from(end, -(len as i64), &mut removed);
-                state.size = size - len;
+                state.set_size(size - len);
             }
             Shift::Insert => {
                 state.map.split_at(offset, &mut removed);
                 state.map.shift_from(offset, len as i64, &mut removed);
-                state.size = size + len;
+                state.set_size(size + len);
             }
         }
         state.removed.extend(removed);
