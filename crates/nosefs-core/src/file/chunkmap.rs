@@ -238,7 +238,7 @@ impl<V: Copy> ChunkMap<V> {
             assert_eq!(chunk.keys.len(), chunk.vals.len());
             assert_eq!(chunk.keys[0], first, "first key recorded");
             for &k in &chunk.keys {
-                assert!(previous.is_none_or(|p| p < k), "keys ascend");
+                assert!(previous.map_or(true, |p| p < k), "keys ascend");
                 previous = Some(k);
             }
             total += chunk.len();
