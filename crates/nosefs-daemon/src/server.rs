@@ -33,8 +33,6 @@ use nosefs_core::namespace::perm::Cred;
 use nosefs_core::vfs::{Found, OpenKind, Walked};
 use nosefs_core::Errno;
 use parking_lot::Mutex;
-
-use crate::workers::{Done, Workers};
 use rustix::event::{PollFd, PollFlags};
 use rustix::net::{
     AddressFamily, RecvFlags, SendAncillaryBuffer, SendAncillaryMessage, SendFlags, SocketAddrUnix,
@@ -46,6 +44,7 @@ use crate::proto::{op, Dec, Enc};
 use crate::service::{Local, Service, XattrTarget};
 use crate::shm::{current_cpu, owner, state, Area};
 use crate::wait::Spinner;
+use crate::workers::{Done, Workers};
 
 /// How long a server thread keeps polling after its last request before it sleeps.
 pub const SERVER_SPIN: Duration = Duration::from_micros(50);
@@ -278,8 +277,8 @@ impl Tokens {
 fn door(shared: Arc<Shared>, listener: OwnedFd, wake: OwnedFd) {
     let serving = Arc::clone(&shared);
     let workers = Workers::new("nosefs-client", WORKER_IDLE, move |conn: Arc<Conn>| {
+        let _finished = conn.finished.when_dropped();
         serve_client(&serving, &conn);
-        conn.finished.set();
     });
     // The next client's request area, made while no one waits for it.
     let mut spare = Area::create(SLOTS, SLOT_BYTES).ok();
@@ -327,7 +326,11 @@ fn door(shared: Arc<Shared>, listener: OwnedFd, wake: OwnedFd) {
                 if let Some(conn) = admit(&shared, &socket, &mut spare) {
                     match workers.run(Arc::clone(&conn)) {
                         Ok(()) => clients.push((socket, conn)),
-                        Err(_) => end_client(&shared, &conn),
+                        Err(_) => {
+                            // No thread serves it: nothing to wait for.
+                            conn.finished.set();
+                            end_client(&shared, &conn);
+                        }
                     }
                 }
                 if spare.is_none() {

@@ -146,6 +146,18 @@ impl Done {
         self.wake.notify_all();
     }
 
+    /// A guard that marks the job ended when dropped, by a return or by a panic's unwinding:
+    /// a waiter never waits on a job that died.
+    pub fn when_dropped(&self) -> impl Drop + '_ {
+        struct SetOnDrop<'a>(&'a Done);
+        impl Drop for SetOnDrop<'_> {
+            fn drop(&mut self) {
+                self.0.set();
+            }
+        }
+        SetOnDrop(self)
+    }
+
     /// Waits until the job ended.
     pub fn wait(&self) {
         let mut done = self.done.lock();
@@ -160,13 +172,22 @@ mod tests {
     use super::*;
     use std::sync::atomic::AtomicUsize;
 
+    /// Waits (up to 10 s) until `check` holds: the pool's threads move on their own time.
+    fn eventually(what: &str, check: impl Fn() -> bool) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !check() {
+            assert!(std::time::Instant::now() < deadline, "never: {what}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
     #[test]
     fn an_idle_thread_takes_the_next_job_and_idle_threads_exit() {
         let ran = Arc::new(AtomicUsize::new(0));
         let counter = Arc::clone(&ran);
         let workers = Workers::new(
             "test-worker",
-            Duration::from_millis(300),
+            Duration::from_secs(1),
             move |done: Arc<Done>| {
                 counter.fetch_add(1, Ordering::SeqCst);
                 done.set();
@@ -176,13 +197,25 @@ mod tests {
             let done = Arc::new(Done::default());
             workers.run(Arc::clone(&done)).unwrap();
             done.wait();
-            // Give the thread time to come back and wait: the next job reuses it.
-            std::thread::sleep(Duration::from_millis(2));
+            eventually("the thread waits for the next job", || {
+                workers.inner.state.lock().idle == 1
+            });
         }
         assert_eq!(ran.load(Ordering::SeqCst), 20);
         assert_eq!(workers.threads(), 1, "one thread served them all in turn");
-        std::thread::sleep(Duration::from_millis(600));
-        assert_eq!(workers.threads(), 0, "an idle thread exits");
+        eventually("an idle thread exits", || workers.threads() == 0);
+        workers.stop();
+    }
+
+    #[test]
+    fn a_job_that_panics_is_still_marked_ended() {
+        let workers = Workers::new("test-worker", Duration::from_secs(60), |done: Arc<Done>| {
+            let _ended = done.when_dropped();
+            panic!("a broken invariant while serving");
+        });
+        let done = Arc::new(Done::default());
+        workers.run(Arc::clone(&done)).unwrap();
+        done.wait();
         workers.stop();
     }
 
