@@ -644,20 +644,18 @@ impl Service for Remote {
     /// is full (then every call asks).
     fn end_of(&self, handle: Handle, watch: &AtomicU64) -> Result<u64, Errno> {
         let remembered = watch.load(Ordering::Relaxed);
-        if remembered >> 32 == u64::from(self.id) {
-            let index = remembered as u32;
-            return match self.area.size_word(index) {
-                Some(word) => Ok(word.load(Ordering::Acquire)),
-                None => Ok(self.fstat(handle)?.size),
-            };
-        }
-        let mut e = Enc::new(op::SIZE_WATCH);
-        e.u64(handle);
-        let index = decode(&self.call(&e)?, |d| d.u64())? as u32;
-        watch.store(
-            u64::from(self.id) << 32 | u64::from(index),
-            Ordering::Relaxed,
-        );
+        let index = if remembered >> 32 == u64::from(self.id) {
+            remembered as u32
+        } else {
+            let mut e = Enc::new(op::SIZE_WATCH);
+            e.u64(handle);
+            let index = decode(&self.call(&e)?, |d| d.u64())? as u32;
+            watch.store(
+                u64::from(self.id) << 32 | u64::from(index),
+                Ordering::Relaxed,
+            );
+            index
+        };
         match self.area.size_word(index) {
             Some(word) => Ok(word.load(Ordering::Acquire)),
             None => Ok(self.fstat(handle)?.size),

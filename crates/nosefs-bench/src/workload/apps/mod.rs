@@ -115,6 +115,17 @@ impl Place {
         c
     }
 
+    /// Refuses a workload whose programs run several processes at once where the place is
+    /// embedded mode, which serves one process at a time; `what` says which.
+    pub(super) fn many_processes(&self, what: &str) -> io::Result<()> {
+        if matches!(&self.shim, Some(s) if s.image.is_some()) {
+            return Err(unsupported(format!(
+                "{what}; embedded mode serves one process at a time"
+            )));
+        }
+        Ok(())
+    }
+
     /// Runs `program args` on the place (so that a directory made in embedded mode is made in
     /// the image, not in the kernel's directory under the prefix).
     pub(super) fn run(&self, program: &str, args: &[&std::ffi::OsStr]) -> io::Result<()> {
@@ -147,6 +158,19 @@ pub fn run_once(app: App, place: &Place, threads: usize, ops: usize) -> io::Resu
 }
 
 pub(super) const PYTHON: &str = "/usr/bin/python3";
+
+/// A workload this place or machine cannot run, and why.
+pub(super) fn unsupported(why: String) -> io::Error {
+    io::Error::new(io::ErrorKind::Unsupported, why)
+}
+
+/// Unsupported unless every one of `programs` (paths) is installed.
+pub(super) fn installed(programs: &[&str]) -> io::Result<()> {
+    match programs.iter().find(|p| !Path::new(p).exists()) {
+        Some(missing) => Err(unsupported(format!("{missing} is not installed"))),
+        None => Ok(()),
+    }
+}
 
 /// Runs `c`; its standard output, or an error naming `what` with its standard error.
 pub(super) fn checked(mut c: Command, what: &str) -> io::Result<String> {

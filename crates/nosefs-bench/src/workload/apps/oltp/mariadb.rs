@@ -4,11 +4,11 @@
 //! pass CHECK TABLE.
 
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::super::{checked, path_arg, timed, Measured, Place};
+use super::super::{checked, installed, path_arg, timed, Measured, Place};
 use crate::scratch::scratch_dir;
 
 const TABLES: usize = 2;
@@ -17,20 +17,8 @@ const CLIENTS: usize = 2;
 
 /// sysbench oltp_read_write on MariaDB.
 pub(super) fn run(place: &Place, ops: usize) -> io::Result<Vec<Measured>> {
-    if matches!(&place.shim, Some(s) if s.image.is_some()) {
-        return Err(io::Error::new(
-            io::ErrorKind::Unsupported,
-            "mariadb-install-db runs several processes at once; embedded mode serves one",
-        ));
-    }
-    for program in ["/usr/sbin/mariadbd", "/usr/bin/sysbench"] {
-        if !Path::new(program).exists() {
-            return Err(io::Error::new(
-                io::ErrorKind::Unsupported,
-                format!("{program} is not installed"),
-            ));
-        }
-    }
+    place.many_processes("mariadb-install-db runs several processes at once")?;
+    installed(&["/usr/sbin/mariadbd", "/usr/bin/sysbench"])?;
     let mut server = Server {
         place,
         data: place.dir.join("mariadb"),

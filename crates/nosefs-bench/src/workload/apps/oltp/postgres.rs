@@ -4,11 +4,11 @@
 //! run the server is restarted and must hold what was committed.
 
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::Instant;
 
-use super::super::{checked, free_port, timed, Measured, Place};
+use super::super::{checked, free_port, installed, timed, Measured, Place};
 use super::{Tpcc, TPCC_MIX};
 use crate::scratch::scratch_dir;
 
@@ -17,18 +17,8 @@ const CLIENTS: usize = 2;
 
 /// Both PostgreSQL workloads on one cluster.
 pub(super) fn run(place: &Place, ops: usize) -> io::Result<Vec<Measured>> {
-    if matches!(&place.shim, Some(s) if s.image.is_some()) {
-        return Err(io::Error::new(
-            io::ErrorKind::Unsupported,
-            "PostgreSQL is a server of many processes; embedded mode serves one at a time",
-        ));
-    }
-    if !Path::new(PG_BIN).join("initdb").exists() {
-        return Err(io::Error::new(
-            io::ErrorKind::Unsupported,
-            "PostgreSQL 15 is not installed",
-        ));
-    }
+    place.many_processes("PostgreSQL is a server of many processes")?;
+    installed(&[&format!("{PG_BIN}/initdb")])?;
     let server = Server {
         place,
         data: place.dir.join("pg"),
