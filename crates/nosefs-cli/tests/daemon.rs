@@ -434,6 +434,83 @@ sqlite3 db "PRAGMA integrity_check; SELECT w, count(*) FROM t GROUP BY w;"
     m.unmount_and_fsck();
 }
 
+/// Shared mappings of one file by several client processes are one memory, as on the kernel:
+/// a store by one is seen by the others' mappings and by every read at once (before any
+/// msync); a client killed with stores it never synced loses none of them; after msync and
+/// exit everything is on the FUSE mount and in the image (the daemon lends the file's shadow to
+/// each client, which reports the pages it stored: `nosefs_core::file::lent`).
+#[test]
+fn shared_mappings_of_clients_are_one_memory_and_lose_nothing() {
+    if !usable() {
+        return;
+    }
+    let m = mount_with(&[]);
+    let script = r#"cd "$D" || exit 9
+python3 - <<'PY'
+import mmap, os, subprocess, sys
+fd = os.open("shared", os.O_CREAT | os.O_RDWR | os.O_TRUNC, 0o644)
+os.ftruncate(fd, 4 * 4096)
+m = mmap.mmap(fd, 4 * 4096)
+m[0:5] = b"first"
+child = """
+import mmap, os, sys, time
+f = os.open("shared", os.O_RDWR)
+m = mmap.mmap(f, 4 * 4096)
+print(m[0:5].decode(), flush=True)
+m[int(sys.argv[1]):int(sys.argv[1]) + 5] = sys.argv[2].encode()
+if sys.argv[3] == "sync":
+    m.flush()
+else:
+    print("stored", flush=True)
+    time.sleep(60)
+"""
+r = subprocess.run([sys.executable, "-c", child, "4096", "child", "sync"], capture_output=True, text=True)
+print(r.stdout.strip(), m[4096:4101].decode())
+p = subprocess.Popen([sys.executable, "-c", child, "8192", "kill9", "wait"], stdout=subprocess.PIPE, text=True)
+print(p.stdout.readline().strip(), p.stdout.readline().strip())
+p.kill(); p.wait()
+print(os.pread(fd, 5, 8192).decode())   # (not through m: its scan would report the page)
+os.pwrite(fd, b"write", 12288)
+print(m[12288:12293].decode())
+m.flush()
+m.close(); os.close(fd)
+PY
+"#;
+    let out = same_as_kernel(&m, script);
+    assert_eq!(out, "first child\nfirst stored\nkill9\nwrite\n");
+    let on_fuse = std::fs::read(m.mnt.join("shared")).unwrap();
+    for (at, bytes) in [
+        (0, b"first"),
+        (4096, b"child"),
+        (8192, b"kill9"),
+        (12288, b"write"),
+    ] {
+        assert_eq!(
+            &on_fuse[at..at + 5],
+            bytes,
+            "at {at} through the FUSE mount"
+        );
+    }
+    m.unmount_and_fsck();
+    // In the image: read back in embedded mode.
+    let at = m.image.with_extension("at");
+    let out = Command::new(nosefs())
+        .arg("run")
+        .arg("--image")
+        .arg(&m.image)
+        .arg("--at")
+        .arg(&at)
+        .args(["od", "-An", "-c", "-w4096"])
+        .arg(at.join("shared"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let dump = String::from_utf8_lossy(&out.stdout).replace(' ', "");
+    for word in ["first", "child", "kill9", "write"] {
+        assert!(dump.contains(word), "{word} not in the image: {dump}");
+    }
+}
+
 /// A read-only shared mapping keeps seeing the file as clients write it (its own writes and
 /// another process's), with the rest of its pages intact; a mapping made writable later with
 /// mprotect has its stores written back before the process's own read, as on the kernel.

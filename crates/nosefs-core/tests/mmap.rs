@@ -307,3 +307,78 @@ fn model(compare: bool, sparse: bool) {
         drop(m);
     }
 }
+
+/// A shadow lent to another process (here: borrowed in this one, through its own mapping of the
+/// memfd, as a daemon's client does): writes are seen by the borrower at once and its stores by
+/// readers at once; the pages it reports become durable at the next commit and only those are
+/// written; a borrower that ends without reporting loses nothing; a read-only loan cannot
+/// store or report.
+#[test]
+fn a_lent_shadow_is_coherent_and_its_reported_pages_durable() {
+    use nosefs_core::file::lent::BorrowedMapping;
+    use nosefs_core::file::mmap::MapRequest;
+    let t = common::fresh_image(32 << 20);
+    let fs = Fs::mount(&t.path, &MountOptions::default()).unwrap();
+    let ino = file_with(&fs, b"m", &vec![b'.'; 64 * PAGE]);
+    let lent = fs.lend_shadow(ino, true).unwrap();
+    let request = MapRequest {
+        shared: true,
+        prot: libc::PROT_READ | libc::PROT_WRITE,
+        at: None,
+    };
+    let borrowed = match BorrowedMapping::map(lent.memfd().unwrap(), 0, 64 * PAGE, &request) {
+        Ok(b) => b,
+        Err(e) if e.errno().0 == libc::EOPNOTSUPP => {
+            eprintln!("skipped: this kernel cannot track stores");
+            return;
+        }
+        Err(e) => panic!("{e}"),
+    };
+    fs.write(ino, 3 * PAGE as u64, b"written").unwrap();
+    let mut seen = [0u8; 7];
+    borrowed.load(3 * PAGE, &mut seen);
+    assert_eq!(&seen, b"written", "the borrower sees a write at once");
+    borrowed.store(10 * PAGE, b"stored");
+    borrowed.store(40 * PAGE, b"stored");
+    let mut read = [0u8; 6];
+    fs.read(ino, 10 * PAGE as u64, &mut read).unwrap();
+    assert_eq!(
+        &read, b"stored",
+        "a reader sees the borrower's store at once"
+    );
+    let runs = borrowed.take_written(None).unwrap();
+    assert_eq!(runs, vec![(10, 1), (40, 1)], "only the stored pages");
+    assert!(borrowed.take_written(None).unwrap().is_empty(), "re-armed");
+    let before = fs.free_data_blocks();
+    fs.take_lent_writes(&lent, &runs).unwrap();
+    fs.fsync(ino).unwrap();
+    assert!(
+        before - fs.free_data_blocks() <= 3,
+        "two pages written, not the file"
+    );
+    // Stores the borrower never reports: taken when the loan ends unreported.
+    borrowed.store(50 * PAGE, b"lost");
+    drop(borrowed);
+    fs.return_shadow(lent, false).unwrap();
+    fs.fsync(ino).unwrap();
+    // A read-only loan: the memfd refuses a writable mapping, and reports are EBADF.
+    let reader = fs.lend_shadow(ino, false).unwrap();
+    assert!(BorrowedMapping::map(reader.memfd().unwrap(), 0, PAGE, &request).is_err());
+    assert_eq!(
+        fs.take_lent_writes(&reader, &[(0, 1)])
+            .unwrap_err()
+            .errno()
+            .0,
+        libc::EBADF
+    );
+    fs.return_shadow(reader, true).unwrap();
+    drop(fs.unmount());
+    let fs = Fs::mount(&t.path, &MountOptions::default()).unwrap();
+    let after = read_all(&fs, ino);
+    assert_eq!(&after[3 * PAGE..3 * PAGE + 7], b"written");
+    assert_eq!(&after[10 * PAGE..10 * PAGE + 6], b"stored");
+    assert_eq!(&after[40 * PAGE..40 * PAGE + 6], b"stored");
+    assert_eq!(&after[50 * PAGE..50 * PAGE + 4], b"lost");
+    assert_eq!(after[PAGE], b'.');
+    drop(fs.unmount());
+}

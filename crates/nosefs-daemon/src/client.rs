@@ -47,6 +47,9 @@ pub struct Remote {
     /// remembered size watch ([`Service::end_of`]), so that a word remembered for another
     /// connection is never read from this one's board.
     id: u32,
+    /// Held from a loan's request until its memfd is read from the socket, so that each
+    /// thread reads the memfd of its own loan.
+    lending: parking_lot::Mutex<()>,
 }
 
 /// Connections made by this process so far (a forked child counts on from its parent's).
@@ -216,7 +219,68 @@ impl Remote {
             socket,
             dead: AtomicBool::new(false),
             id: (pid << 8 | (count & 0xff)).max(1),
+            lending: parking_lot::Mutex::new(()),
         })
+    }
+
+    /// A loan of the shadow of the file open as `handle` (`nosefs_core::file::lent`), for a
+    /// shared mapping made here: the loan's number and the shadow's memfd (read-only unless
+    /// `writable`).
+    pub fn lend_shadow(&self, handle: Handle, writable: bool) -> Result<(u64, OwnedFd), Errno> {
+        let _one_at_a_time = self.lending.lock();
+        let mut e = Enc::new(op::SHADOW_LEND);
+        e.u64(handle).bool(writable);
+        let loan = decode(&self.call(&e)?, |d| d.u64())?;
+        let mut number = [0u8; 8];
+        let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+        let mut control = RecvAncillaryBuffer::new(&mut space);
+        let got = rustix::net::recvmsg(
+            &self.socket,
+            &mut [std::io::IoSliceMut::new(&mut number)],
+            &mut control,
+            RecvFlags::CMSG_CLOEXEC | RecvFlags::DONTWAIT,
+        )
+        .map_err(|_| Errno::EIO)?;
+        let mut memfd = None;
+        for message in control.drain() {
+            if let RecvAncillaryMessage::ScmRights(mut fds) = message {
+                memfd = fds.next();
+            }
+        }
+        match memfd {
+            Some(fd) if got.bytes == 8 && u64::from_le_bytes(number) == loan => Ok((loan, fd)),
+            _ => Err(Errno::EIO),
+        }
+    }
+
+    /// Pages stored to through a loan's mappings ((first page, pages) runs) for the file's
+    /// next commit; with `commit`, committed now (msync). With `end`, the loan ends (munmap).
+    pub fn take_lent(
+        &self,
+        loan: u64,
+        runs: &[(u64, u64)],
+        commit: bool,
+        end: bool,
+    ) -> Result<(), Errno> {
+        let mut chunks = runs.chunks(crate::proto::MAX_RUNS).peekable();
+        loop {
+            let chunk = chunks.next().unwrap_or(&[]);
+            let last = chunks.peek().is_none();
+            let opcode = if end && last {
+                op::SHADOW_RETURN
+            } else {
+                op::SHADOW_TAKE
+            };
+            let mut e = Enc::new(opcode);
+            e.u64(loan).bool(commit && last).u32(chunk.len() as u32);
+            for &(first, pages) in chunk {
+                e.u64(first).u64(pages);
+            }
+            self.call(&e)?;
+            if last {
+                return Ok(());
+            }
+        }
     }
 
     /// Bytes of data one request or reply carries.
@@ -323,8 +387,9 @@ impl Remote {
             tv_sec: 0,
             tv_nsec: 0,
         };
+        // Hung up, not readable: a loan's memfd may wait on the socket for its thread.
         matches!(rustix::event::poll(&mut fds, Some(&zero)), Ok(n) if n > 0)
-            && !fds[0].revents().is_empty()
+            && fds[0].revents().intersects(PollFlags::HUP | PollFlags::ERR)
     }
 
     /// Sends one request and returns the reply's bytes after its errno.

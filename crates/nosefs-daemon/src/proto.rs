@@ -69,7 +69,18 @@ pub mod op {
     /// A word of the client's size board that the daemon keeps at an open file's size
     /// (`u32::MAX`: none left), and the size now.
     pub const SIZE_WATCH: u32 = 41;
+    /// A loan of an open file's shadow (`nosefs_core::file::lent`) for a shared mapping made
+    /// in the client: the reply is the loan's number, its memfd sent on the socket first.
+    pub const SHADOW_LEND: u32 = 42;
+    /// Pages a loan's mappings were stored to, into the file's data path; committed at once
+    /// when asked (msync).
+    pub const SHADOW_TAKE: u32 = 43;
+    /// The last pages of a loan, which ends (munmap).
+    pub const SHADOW_RETURN: u32 = 44;
 }
+
+/// Most (first page, pages) runs one SHADOW_TAKE or SHADOW_RETURN carries.
+pub const MAX_RUNS: usize = 2048;
 
 /// A message that does not decode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

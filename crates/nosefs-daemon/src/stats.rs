@@ -121,6 +121,10 @@ fn name(opcode: u32) -> String {
         (op::RENAME_IN, "rename_in"),
         (op::DATA_MAP, "data_map"),
         (op::PATH_OF, "path_of"),
+        (op::SIZE_WATCH, "size_watch"),
+        (op::SHADOW_LEND, "shadow_lend"),
+        (op::SHADOW_TAKE, "shadow_take"),
+        (op::SHADOW_RETURN, "shadow_return"),
     ];
     known
         .iter()

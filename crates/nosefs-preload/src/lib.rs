@@ -17,6 +17,7 @@
 #[macro_use]
 mod sys;
 
+pub mod borrowed;
 pub mod exec;
 pub mod fdtable;
 pub mod ffi;

@@ -345,6 +345,10 @@ pub fn lseek(fd: i32, offset: i64, whence: i32) -> Result<i64, Errno> {
 pub fn fsync(fd: i32) -> Result<(), Errno> {
     let file = file_of(fd)?;
     if file.kind == Kind::File {
+        // Pages this process stored through mappings of the file join the commit.
+        if crate::borrowed::sync_file(file.ino)? {
+            return Ok(());
+        }
         crate::kernel::write_back_mapped(file.ino, true);
         with_service(|s| s.fsync(file.handle))?;
     }
@@ -358,6 +362,7 @@ pub fn sync_all() -> Result<(), Errno> {
     if !state::daemon_mode() && !state::is_mounted() {
         return Ok(());
     }
+    crate::borrowed::sync_every_file()?;
     with_service(|s| s.sync_all())
 }
 

@@ -66,10 +66,10 @@ pub(crate) struct Shadows {
 
 /// One mapped file's bytes in this process.
 #[derive(Debug)]
-struct Shadow {
-    memfd: OwnedFd,
+pub(super) struct Shadow {
+    pub(super) memfd: OwnedFd,
     tracker: Option<Arc<WriteTracker>>,
-    state: Mutex<ShadowState>,
+    pub(super) state: Mutex<ShadowState>,
 }
 
 impl Shadow {
@@ -102,17 +102,18 @@ struct SharedView {
 }
 
 #[derive(Debug)]
-struct ShadowState {
+pub(super) struct ShadowState {
     /// The file's size.
-    size: u64,
+    pub(super) size: u64,
     /// The core's own view of the whole memfd (not tracked: what the core copies in is already
     /// in the file's data path).
     view: View,
     /// The program's shared views.
     shared: Vec<SharedView>,
     next_id: u64,
-    /// Pages written through views since unmapped, not yet synced.
-    orphaned_pages: BTreeSet<u64>,
+    /// Pages written through views since unmapped, or reported by a process the shadow is lent
+    /// to ([`Fs::lend_shadow`]), not yet synced.
+    pub(super) orphaned_pages: BTreeSet<u64>,
 }
 
 /// How [`Fs::map_with`] maps.
@@ -407,7 +408,7 @@ impl Fs {
         }
     }
 
-    fn shadow_or_make(&self, inode: &Inode) -> Result<Arc<Shadow>> {
+    pub(super) fn shadow_or_make(&self, inode: &Inode) -> Result<Arc<Shadow>> {
         let mut by_ino = self.shadows.by_ino.lock();
         if let Some(shadow) = by_ino.get(&inode.ino) {
             return Ok(Arc::clone(shadow));
@@ -642,26 +643,37 @@ impl Fs {
                     self.drop_read_holes(inode, state, &mut pages)?;
                 }
             }
-            None => {
-                // The fallback: every page whose bytes differ from the file's.
-                let file = self.file_of(inode)?;
-                let data = file.lock();
-                let (mut mine, mut theirs) = (
-                    vec![0u8; PAGE_BYTES as usize],
-                    vec![0u8; PAGE_BYTES as usize],
-                );
-                let mut at = first / PAGE_BYTES * PAGE_BYTES;
-                while at < state.size.min(end) {
-                    let n = self.read_locked(&data, at, &mut theirs);
-                    state.view.read(at as usize, &mut mine[..n]);
-                    if mine[..n] != theirs[..n] {
-                        pages.insert(at / PAGE_BYTES);
-                    }
-                    at += PAGE_BYTES;
-                }
-            }
+            None => self.differing_pages(inode, state, first, end, &mut pages)?,
         }
         Ok(pages)
+    }
+
+    /// The fallback's record of stores: every page of `[first, end)` whose bytes in the shadow
+    /// differ from the file's, added to `pages`. O(range), no cost per store.
+    pub(super) fn differing_pages(
+        &self,
+        inode: &Inode,
+        state: &ShadowState,
+        first: u64,
+        end: u64,
+        pages: &mut BTreeSet<u64>,
+    ) -> Result<()> {
+        let file = self.file_of(inode)?;
+        let data = file.lock();
+        let (mut mine, mut theirs) = (
+            vec![0u8; PAGE_BYTES as usize],
+            vec![0u8; PAGE_BYTES as usize],
+        );
+        let mut at = first / PAGE_BYTES * PAGE_BYTES;
+        while at < state.size.min(end) {
+            let n = self.read_locked(&data, at, &mut theirs);
+            state.view.read(at as usize, &mut mine[..n]);
+            if mine[..n] != theirs[..n] {
+                pages.insert(at / PAGE_BYTES);
+            }
+            at += PAGE_BYTES;
+        }
+        Ok(())
     }
 }
 
@@ -705,7 +717,11 @@ impl Shadows {
 /// The pages of `memfd` in `[offset, offset + len)` that hold data (SEEK_DATA to SEEK_HOLE), as
 /// (offset from `offset`, bytes) runs of whole pages: what a new view of the range protects
 /// (`WriteTracker::track_ranges`).
-fn data_pages(memfd: &OwnedFd, offset: u64, len: usize) -> std::io::Result<Vec<(usize, usize)>> {
+pub(super) fn data_pages(
+    memfd: &OwnedFd,
+    offset: u64,
+    len: usize,
+) -> std::io::Result<Vec<(usize, usize)>> {
     use rustix::fs::SeekFrom;
     let end = offset + len as u64;
     let mut runs = Vec::new();

@@ -35,6 +35,7 @@ pub mod compact;
 pub(crate) mod filemap;
 pub mod holes;
 pub mod journal;
+pub mod lent;
 pub mod mmap;
 mod mmap_sys;
 mod ranges;

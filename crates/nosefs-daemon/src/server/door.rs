@@ -113,6 +113,12 @@ fn end_client(shared: &Shared, conn: &Conn) {
     for (ino, index) in conn.watched.lock().drain() {
         shared.fs.unwatch_size(ino, &sink, index);
     }
+    // Loans the client never returned: the pages it stored and did not report are found by
+    // comparison, so nothing it stored is lost.
+    let loans: Vec<_> = conn.loans.lock().drain().map(|(_, lent)| lent).collect();
+    for lent in loans {
+        let _ = shared.fs.return_shadow(lent, false);
+    }
     let held: Vec<u64> = conn.held.lock().drain().collect();
     for token in held {
         release(shared, token);
@@ -268,6 +274,9 @@ fn admit(shared: &Arc<Shared>, socket: &OwnedFd, spare: &mut Option<Area>) -> Op
         dead: AtomicBool::new(false),
         finished: Done::default(),
         watched: Mutex::new(HashMap::new()),
+        socket: rustix::io::fcntl_dupfd_cloexec(socket, 0).ok()?,
+        loans: Mutex::new(HashMap::new()),
+        next_loan: std::sync::atomic::AtomicU64::new(1),
     });
     if let Some(stats) = &shared.stats {
         stats.connected();

@@ -267,6 +267,38 @@ pub(super) fn execute(
             let index = watch_size(shared, conn, desc.ino)?;
             reply.u64(u64::from(index));
         }
+        op::SHADOW_LEND => {
+            let desc = description(shared, conn, d.u64()?)?;
+            let ino = readable(&desc)?;
+            let write = d.bool()?;
+            if write && !desc.writable {
+                return Err(Errno(libc::EACCES));
+            }
+            reply.u64(lend_shadow(shared, conn, ino, write)?);
+        }
+        op::SHADOW_TAKE | op::SHADOW_RETURN => {
+            let loan = d.u64()?;
+            let commit = d.bool()?;
+            let runs = page_runs(&mut d)?;
+            let mut loans = conn.loans.lock();
+            let lent = loans.get(&loan).ok_or(Errno(libc::EBADF))?;
+            let ino = lent.ino();
+            let taken = shared.fs.take_lent_writes(lent, &runs);
+            if opcode == op::SHADOW_RETURN {
+                let lent = loans.remove(&loan).expect("found above");
+                drop(loans);
+                shared.fs.return_shadow(lent, true).map_err(|e| e.errno())?;
+            } else {
+                drop(loans);
+            }
+            taken.map_err(|e| e.errno())?;
+            if commit {
+                local.fsync(ino)?;
+            }
+            if let (Some(i), false) = (inval, runs.is_empty()) {
+                i.inode(ino);
+            }
+        }
         op::PATH_OF => {
             let desc = description(shared, conn, d.u64()?)?;
             reply.bytes(&local.path_of(desc.ino)?);
@@ -554,4 +586,45 @@ fn open(
     conn.held.lock().insert(token);
     reply.attr(&opened.attr).kind(opened.kind).u64(token);
     Ok(())
+}
+
+/// Lends file `ino`'s shadow to the client: its memfd goes on the connection's socket with the
+/// loan's number, then the loan is the connection's.
+fn lend_shadow(shared: &Shared, conn: &Conn, ino: u64, write: bool) -> Result<u64, Errno> {
+    let lent = shared.fs.lend_shadow(ino, write).map_err(|e| e.errno())?;
+    let loan = conn.next_loan.fetch_add(1, Ordering::Relaxed);
+    let sent = lent.memfd().map_err(|e| e.errno()).and_then(|memfd| {
+        let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+        let mut control = SendAncillaryBuffer::new(&mut space);
+        let fds = [memfd.as_fd()];
+        if !control.push(SendAncillaryMessage::ScmRights(&fds)) {
+            return Err(Errno::EIO);
+        }
+        rustix::net::sendmsg(
+            &conn.socket,
+            &[IoSlice::new(&loan.to_le_bytes())],
+            &mut control,
+            SendFlags::NOSIGNAL | SendFlags::DONTWAIT,
+        )
+        .map_err(|_| Errno::EIO)
+    });
+    match sent {
+        Ok(_) => {
+            conn.loans.lock().insert(loan, lent);
+            Ok(loan)
+        }
+        Err(e) => {
+            let _ = shared.fs.return_shadow(lent, true);
+            Err(e)
+        }
+    }
+}
+
+/// The (first page, pages) runs of a SHADOW_TAKE or SHADOW_RETURN, at most [`MAX_RUNS`].
+fn page_runs(d: &mut Dec<'_>) -> Result<Vec<(u64, u64)>, Errno> {
+    let n = d.u32()? as usize;
+    if n > crate::proto::MAX_RUNS {
+        return Err(Errno::EINVAL);
+    }
+    (0..n).map(|_| Ok((d.u64()?, d.u64()?))).collect()
 }

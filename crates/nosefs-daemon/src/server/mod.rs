@@ -161,6 +161,13 @@ struct Conn {
     finished: Done,
     /// The files whose sizes its board follows, by inode, with their words.
     watched: Mutex<HashMap<u64, u32>>,
+    /// The socket it connected by: after the handshake it carries only the memfds of loans
+    /// ([`op::SHADOW_LEND`]), daemon to client.
+    socket: OwnedFd,
+    /// Its loans of mapped files' shadows, by number (`nosefs_core::file::lent`): returned
+    /// with their last pages at munmap, or, at the connection's end, unreported.
+    loans: Mutex<HashMap<u64, nosefs_core::file::lent::LentShadow>>,
+    next_loan: std::sync::atomic::AtomicU64,
 }
 
 /// A running daemon transport; dropping it stops serving (clients then get EIO).

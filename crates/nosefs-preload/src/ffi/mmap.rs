@@ -9,6 +9,7 @@ use nosefs_core::Errno;
 use super::pointers::forget_readable_pages;
 use super::rw::out_slice;
 use super::{in_shim, serve, set_errno, Guard};
+use crate::borrowed;
 use crate::fdtable::{self, Kind};
 use crate::kernel;
 use crate::maps;
@@ -61,7 +62,10 @@ pub unsafe extern "C" fn mmap64(
 #[no_mangle]
 pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
     if !in_shim() {
-        if let Some(done) = serve(|| Ok(maps::unmap(addr as usize, len))).unwrap_or(None) {
+        let unmapped = serve(|| {
+            Ok(maps::unmap(addr as usize, len).or_else(|| borrowed::unmap(addr as usize, len)))
+        });
+        if let Some(done) = unmapped.unwrap_or(None) {
             return match done {
                 Ok(()) => 0,
                 Err(e) => {
@@ -99,7 +103,11 @@ fn kernel_file_to_map(fd: c_int, prot: c_int) -> Result<Arc<kernel::KernelFile>,
 pub unsafe extern "C" fn mprotect(addr: *mut c_void, len: size_t, prot: c_int) -> c_int {
     if !in_shim() {
         // Embedded mode: the core tracks a mapping's stores from before it can be stored to.
-        let embedded = serve(|| maps::protect(addr as usize, len, prot).unwrap_or(Ok(())));
+        let embedded = serve(|| {
+            maps::protect(addr as usize, len, prot)
+                .or_else(|| borrowed::protect(addr as usize, len, prot))
+                .unwrap_or(Ok(()))
+        });
         if let Err(e) = embedded {
             set_errno(e);
             return -1;
@@ -114,7 +122,10 @@ pub unsafe extern "C" fn mprotect(addr: *mut c_void, len: size_t, prot: c_int) -
 #[no_mangle]
 pub unsafe extern "C" fn msync(addr: *mut c_void, len: size_t, flags: c_int) -> c_int {
     if !in_shim() {
-        if let Some(done) = serve(|| Ok(maps::sync(addr as usize, len))).unwrap_or(None) {
+        let synced = serve(|| {
+            Ok(maps::sync(addr as usize, len).or_else(|| borrowed::sync(addr as usize, len)))
+        });
+        if let Some(done) = synced.unwrap_or(None) {
             return match done {
                 Ok(()) => 0,
                 Err(e) => {
@@ -141,7 +152,11 @@ pub unsafe extern "C" fn mremap(
     new_addr: *mut c_void,
 ) -> *mut c_void {
     if !in_shim() {
-        match serve(|| Ok(maps::remap(old as usize, old_len, new_len, flags))) {
+        let remapped = serve(|| {
+            Ok(maps::remap(old as usize, old_len, new_len, flags)
+                .or_else(|| borrowed::remap(old as usize, old_len, new_len, flags)))
+        });
+        match remapped {
             Ok(Some(Ok(addr))) => return addr as *mut c_void,
             Ok(Some(Err(e))) | Err(e) => {
                 set_errno(e);
@@ -173,7 +188,12 @@ unsafe fn map_copy(
         || flags & libc::MAP_TYPE == libc::MAP_SHARED_VALIDATE;
     let f = real!(mmap64: fn(*mut c_void, size_t, c_int, c_int, c_int, off64_t) -> *mut c_void);
     if shared {
-        // Through the daemon's FUSE mount (see `maps`): one page cache for every process.
+        // Over the shadow the daemon lends (see `borrowed`), where the kernel tracks stores.
+        match borrowed::map(addr as usize, len, prot, flags, fd, offset) {
+            Err(Errno(libc::EOPNOTSUPP)) => {}
+            other => return other.map(|p| p as *mut c_void),
+        }
+        // Else through the daemon's FUSE mount (see `kernel`): one page cache for every process.
         let kernel_file = kernel_file_to_map(fd, prot)?;
         let kernel_fd = kernel_file.raw();
         // Another process may have grown the file through the daemon since the kernel last

@@ -32,6 +32,7 @@ extern "C" fn fork_prepare() {
 
 extern "C" fn fork_child() {
     maps::forget_in_child();
+    crate::borrowed::forget_in_child();
     state::in_forked_child();
 }
 
