@@ -438,7 +438,9 @@ impl Fs {
             while at < end {
                 let want = ((end - at) as usize).min(chunk.len());
                 let n = self.read_locked(&state, at, &mut chunk[..want]);
-                view.write(at as usize, &chunk[..n]);
+                // Written through the memfd, not the view: the kernel allocates the pages as it
+                // copies, with no page fault per page.
+                write_all_at(&memfd, &chunk[..n], at)?;
                 at += n as u64;
             }
         }
@@ -712,6 +714,16 @@ impl Shadows {
             })
             .clone()
     }
+}
+
+/// `data` written into `memfd` at `offset`, whole.
+fn write_all_at(memfd: &OwnedFd, mut data: &[u8], mut offset: u64) -> Result<()> {
+    while !data.is_empty() {
+        let n = rustix::io::pwrite(memfd, data, offset).map_err(|e| io_error(e.into()))?;
+        data = &data[n..];
+        offset += n as u64;
+    }
+    Ok(())
 }
 
 /// The pages of `memfd` in `[offset, offset + len)` that hold data (SEEK_DATA to SEEK_HOLE), as
