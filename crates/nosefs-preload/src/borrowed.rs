@@ -165,8 +165,9 @@ pub fn sync(addr: usize, len: usize) -> Option<Result<(), Errno>> {
     let found = all
         .iter()
         .find(|b| b.mapping.addr() <= addr && addr < b.mapping.addr() + b.mapping.len())?;
-    let first = found.mapping.offset() + ((addr - found.mapping.addr()) as u64 / 4096) * 4096;
-    let end = found.mapping.offset() + (addr + len - found.mapping.addr()) as u64;
+    let at = (addr - found.mapping.addr()) as u64;
+    let first = found.mapping.offset() + at / 4096 * 4096;
+    let end = (found.mapping.offset() + at).saturating_add(len as u64);
     Some(report_file(&all, found.ino, Some((first, end))))
 }
 
