@@ -5,8 +5,10 @@
 //! (the fileops phase's regime) instead of six seconds.
 //! With `append` instead of a size, 4 KiB appends with fsync (the fileops append phase) instead;
 //! with `aligned4096` (any size after `aligned`), overwrites at multiples of their size (the
-//! fileops aligned-overwrite phase: database pages).
-//! `cargo run --release --example overwrite_profile -- 1024|aligned8192|append [threads] [overwrites]`.
+//! fileops aligned-overwrite phase: database pages). With `wal`, SQLite's write-ahead log:
+//! 4,120-byte frames (a 24-byte header and a 4 KiB page) one after another from byte 32, each
+//! followed by fsync, the log overwritten from its start every 1,000 frames.
+//! `cargo run --release --example overwrite_profile -- 1024|aligned8192|append|wal [threads] [overwrites]`.
 
 use nosefs_bench::target::{cname, Native, Needs, Target};
 
@@ -16,6 +18,7 @@ fn main() -> std::io::Result<()> {
     let mut args = std::env::args().skip(1);
     let first = args.next();
     let append = first.as_deref() == Some("append");
+    let wal = first.as_deref() == Some("wal");
     let aligned = first.as_deref().is_some_and(|a| a.starts_with("aligned"));
     let io: usize = first
         .and_then(|a| a.trim_start_matches("aligned").parse().ok())
@@ -40,6 +43,8 @@ fn main() -> std::io::Result<()> {
                 s.spawn(move || {
                     if append {
                         append_all(target, t, count)
+                    } else if wal {
+                        wal_frames(target, t, count)
                     } else {
                         overwrite(target, t, io, aligned, count)
                     }
@@ -84,6 +89,30 @@ fn overwrite(
     println!(
         "thread {thread}: {n} overwrites, {:.2} us each, {} pieces",
         start.elapsed().as_secs_f64() * 1e6 / n as f64,
+        target.pieces(&file)
+    );
+    Ok(())
+}
+
+fn wal_frames(target: &Native, thread: u64, count: Option<u64>) -> std::io::Result<()> {
+    const FRAME_BYTES: u64 = 4120;
+    const FRAMES: u64 = 1000;
+    let file = target.open(target.root(), &cname(&format!("bench{thread}")), true)?;
+    let frame = vec![1u8; FRAME_BYTES as usize];
+    target.pwrite(&file, 0, &[0u8; 32])?;
+    for k in 0..FRAMES {
+        target.pwrite(&file, 32 + k * FRAME_BYTES, &frame)?;
+    }
+    target.fsync(&file)?;
+    let count = count.unwrap_or(1_000_000);
+    let start = std::time::Instant::now();
+    for k in 0..count {
+        target.pwrite(&file, 32 + k % FRAMES * FRAME_BYTES, &frame)?;
+        target.fsync(&file)?;
+    }
+    println!(
+        "thread {thread}: {count} frames, {:.2} us each, {} pieces",
+        start.elapsed().as_secs_f64() * 1e6 / count as f64,
         target.pieces(&file)
     );
     Ok(())

@@ -37,6 +37,9 @@ struct Region {
     end: u64,
     /// start block → run length.
     runs: Mutex<BTreeMap<u64, u64>>,
+    /// Every block at or past this one has never been handed out since mount (nor held at
+    /// mount): its pages may never have been touched ([`BlockAllocator::is_fresh`]).
+    high_water: AtomicU64,
 }
 
 /// Free runs of data blocks, split into per-CPU regions.
@@ -72,10 +75,17 @@ impl BlockAllocator {
         let regions = (0..count)
             .map(|i| {
                 let (first, end) = (i * per, ((i + 1) * per).min(blocks));
+                let runs = free_runs(bits, first, end);
+                // Past the last block in use: the free run that ends the region, if one does.
+                let high_water = match runs.iter().next_back() {
+                    Some((&start, &len)) if start + len == end => start,
+                    _ => end,
+                };
                 crate::padded::CachePadded(Region {
                     first,
                     end,
-                    runs: Mutex::new(free_runs(bits, first, end)),
+                    runs: Mutex::new(runs),
+                    high_water: AtomicU64::new(high_water),
                 })
             })
             .collect();
@@ -132,6 +142,36 @@ impl BlockAllocator {
     /// Gives back what is left of a promise (the file went, or the mount ends).
     pub fn release_promise(&self, count: u64) {
         self.unclaim(count);
+    }
+
+    /// Whether taking `block` would touch pages of an image mapped without being populated
+    /// that nothing touched yet: it lies past everything its region has handed out since mount
+    /// (and held at mount), and pages are made ready ahead of use
+    /// ([`BlockAllocator::populate_ahead`]). A file overwriting its data asks this of its goal
+    /// and takes space used before instead when there is some: otherwise every overwrite
+    /// moves on into fresh space (the goal is the block after the file's last), each 4 KiB
+    /// costing a page fault and memory, while the blocks the overwrites freed wait for the
+    /// whole image to be swept. On a populated image or DAX, where fresh space costs nothing
+    /// more, the goal stands (measured: following it is 5-10% faster for 8-16 KiB overwrites).
+    pub fn is_untouched(&self, block: u64) -> bool {
+        self.ahead.get().is_some() && self.is_fresh(block)
+    }
+
+    /// Whether `block` lies past everything its region has handed out since mount (and held
+    /// at mount).
+    fn is_fresh(&self, block: u64) -> bool {
+        self.regions
+            .get((block / self.blocks_per_region) as usize)
+            .is_some_and(|r| block >= r.high_water.load(Ordering::Relaxed))
+    }
+
+    /// Blocks below the regions' high-water marks: every block handed out since mount or in
+    /// use at mount lies there.
+    pub fn touched_blocks(&self) -> u64 {
+        self.regions
+            .iter()
+            .map(|r| r.high_water.load(Ordering::Relaxed) - r.first)
+            .sum()
     }
 
     /// Free blocks no one was promised.
@@ -196,10 +236,15 @@ impl BlockAllocator {
     /// Blocks `[start, start + count)` were handed out: when that comes near what was asked for
     /// in its region, ask for the next [`AHEAD_BLOCKS`]. One load when it is far.
     fn handed_out(&self, start: u64, count: u64) {
+        let index = (start / self.blocks_per_region) as usize;
+        if let Some(region) = self.regions.get(index) {
+            region
+                .high_water
+                .fetch_max(start + count, Ordering::Relaxed);
+        }
         let Some(ahead) = self.ahead.get() else {
             return;
         };
-        let index = (start / self.blocks_per_region) as usize;
         let (Some(region), Some(asked)) = (self.regions.get(index), ahead.asked.get(index)) else {
             return;
         };
@@ -430,6 +475,20 @@ fn insert_run(runs: &mut BTreeMap<u64, u64>, start: u64, count: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn blocks_past_what_was_ever_handed_out_are_fresh() {
+        // Blocks 0-2 and 5 in use at mount, in one region of 16.
+        let a = BlockAllocator::from_bitmap(&[0b0010_0111, 0], 16, 1);
+        assert!(!a.is_fresh(5) && a.is_fresh(6) && a.is_fresh(15));
+        let (start, n) = a.alloc_upto(Some(6), 2).unwrap();
+        assert_eq!((start, n), (6, 2));
+        assert!(!a.is_fresh(7) && a.is_fresh(8));
+        a.free(6, 2);
+        assert!(!a.is_fresh(7), "freed space stays used space");
+        // First fit takes the lowest free run: space used before, ahead of the fresh end.
+        assert_eq!(a.alloc_upto(None, 2), Some((3, 2)));
+    }
 
     #[test]
     fn promised_blocks_are_left_to_their_holder() {

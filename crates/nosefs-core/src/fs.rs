@@ -226,6 +226,12 @@ impl Fs {
         self.image
     }
 
+    /// Data blocks used since mount or in use at mount (below the allocator's high-water
+    /// marks): on an image in /dev/shm, what the data zone holds of memory, at most.
+    pub fn data_blocks_touched(&self) -> u64 {
+        self.blocks.touched_blocks()
+    }
+
     /// Bytes of the image made ready ahead of the block allocator so far (`pmem::Populator`):
     /// zero where the image was populated at mount, or is not a shared file mapping.
     pub fn populated_ahead_bytes(&self) -> u64 {

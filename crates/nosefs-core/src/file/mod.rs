@@ -412,7 +412,8 @@ impl Fs {
         } else {
             reserve::cap_blocks(&state.reserved, &state.map, offset, offset + len)
         };
-        let placement = self.place(&mut state, len, promise_cap)?;
+        let overwrite = offset + len <= state.size;
+        let placement = self.place(&mut state, len, promise_cap, overwrite)?;
         self.store_data(&placement, data);
         self.put_pieces(&mut state, offset, &placement);
         if offset + len > state.size {
@@ -467,8 +468,19 @@ impl Fs {
 
     /// Space for `len` new bytes: the rest of the tail block when they fit there, else whole
     /// blocks, the unused end of the last one becoming the tail; up to `promise_cap` of them
-    /// from the file's promise. ENOSPC takes nothing.
-    fn place(&self, state: &mut FileState, len: u64, promise_cap: u64) -> Result<Placement> {
+    /// from the file's promise. An `overwrite` (bytes inside the file) continues after the
+    /// file's last blocks only where that touches no fresh page of a lazily populated image
+    /// ([`BlockAllocator::is_untouched`]); an append continues there always, so a growing file
+    /// stays contiguous. ENOSPC takes nothing.
+    ///
+    /// [`BlockAllocator::is_untouched`]: crate::alloc::BlockAllocator::is_untouched
+    fn place(
+        &self,
+        state: &mut FileState,
+        len: u64,
+        promise_cap: u64,
+        overwrite: bool,
+    ) -> Result<Placement> {
         if let Some((next, end)) = state.tail {
             if len <= end - next {
                 state.tail = (next + len < end).then_some((next + len, end));
@@ -483,7 +495,9 @@ impl Fs {
         let mut usable = usable_before;
         while need > 0 {
             let want = need.div_ceil(BLOCK_SIZE).min(extent::MAX_BLOCKS);
-            let goal = state.goal;
+            let goal = state
+                .goal
+                .filter(|&g| !(overwrite && self.blocks.is_untouched(g)));
             let got = if usable > 0 {
                 let promised = std::cell::Cell::new(usable);
                 let got = self.alloc_or_settle(|| {
@@ -905,7 +919,7 @@ impl Fs {
             let bytes = &mut bytes[..(to - from) as usize];
             let read = self.read_locked(state, from, bytes);
             assert_eq!(read, bytes.len(), "a window's span ends within the file");
-            let placement = self.place(state, to - from, 0).ok()?;
+            let placement = self.place(state, to - from, 0, true).ok()?;
             self.store_data(&placement, bytes);
             Some(placement)
         });
