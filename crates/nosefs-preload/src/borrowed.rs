@@ -14,8 +14,8 @@ use nosefs_core::file::lent::BorrowedMapping;
 use nosefs_core::file::mmap::{MapAt, MapRequest};
 use parking_lot::Mutex;
 
-use crate::fdtable::{self, Kind};
-use crate::state;
+use crate::fdtable;
+use crate::{spans, state};
 
 /// A mapping with its loan, its file and protection, and whether its description was opened
 /// for writing (mprotect may then add PROT_WRITE).
@@ -47,30 +47,11 @@ pub fn map(
     offset: i64,
 ) -> Result<usize, Errno> {
     let file = fdtable::get(fd).ok_or(Errno::EBADF)?;
-    if file.kind != Kind::File || !file.readable() {
-        return Err(Errno(libc::EACCES));
-    }
-    let write = prot & libc::PROT_WRITE != 0;
-    if write && !file.writable() {
-        return Err(Errno(libc::EACCES));
-    }
-    let offset = u64::try_from(offset).map_err(|_| Errno::EINVAL)?;
-    if offset % 4096 != 0 || len == 0 {
+    let offset = spans::check_map(&file, prot & libc::PROT_WRITE != 0, offset)?;
+    if len == 0 {
         return Err(Errno::EINVAL);
     }
-    let at = if flags & libc::MAP_FIXED != 0 {
-        Some(MapAt {
-            addr,
-            replace: true,
-        })
-    } else if flags & libc::MAP_FIXED_NOREPLACE != 0 {
-        Some(MapAt {
-            addr,
-            replace: false,
-        })
-    } else {
-        None
-    };
+    let at = spans::placement(addr, flags);
     if let Some(MapAt {
         addr,
         replace: true,
@@ -126,22 +107,19 @@ pub fn unmap(addr: usize, len: usize) -> Option<Result<(), Errno>> {
     if LIVE.load(Ordering::Acquire) == 0 {
         return None;
     }
-    let end = addr.checked_add(len.checked_next_multiple_of(4096)?)?;
     let mut all = BORROWED.lock();
-    let touched = |m: &BorrowedMapping| m.addr() < end && addr < m.addr() + m.len();
-    if !all.iter().any(|b| touched(&b.mapping)) {
-        return None;
-    }
-    if all
-        .iter()
-        .filter(|b| touched(&b.mapping))
-        .any(|b| b.mapping.addr() < addr || b.mapping.addr() + b.mapping.len() > end)
-    {
-        state::say("munmap of part of a mapping of a noseFS file is not supported (EINVAL); unmap it whole");
-        return Some(Err(Errno::EINVAL));
-    }
+    let places = all.iter().map(|b| (b.mapping.addr(), b.mapping.len()));
+    let covered = match spans::unmapped(places, addr, len)? {
+        Ok(covered) => covered,
+        Err(e) => return Some(Err(e)),
+    };
     let mut result = Ok(());
-    let (gone, kept): (Vec<_>, Vec<_>) = all.drain(..).partition(|b| touched(&b.mapping));
+    let (gone, kept): (Vec<_>, Vec<_>) = all
+        .drain(..)
+        .zip(covered)
+        .partition(|(_, covered)| *covered);
+    let gone = gone.into_iter().map(|(b, _)| b);
+    let kept = kept.into_iter().map(|(b, _)| b).collect();
     *all = kept;
     set_live(&all);
     drop(all);
@@ -214,9 +192,8 @@ pub fn protect(addr: usize, len: usize, prot: i32) -> Option<Result<(), Errno>> 
     if LIVE.load(Ordering::Acquire) == 0 {
         return None;
     }
-    let end = addr.saturating_add(len.max(1));
     let mut all = BORROWED.lock();
-    let touched = |m: &BorrowedMapping| m.addr() < end && addr < m.addr() + m.len();
+    let touched = |m: &BorrowedMapping| spans::touches((m.addr(), m.len()), addr, len);
     if !all.iter().any(|b| touched(&b.mapping)) {
         return None;
     }
@@ -247,22 +224,21 @@ pub fn remap(
     if LIVE.load(Ordering::Acquire) == 0 {
         return None;
     }
-    let end = addr.saturating_add(old_len.max(1));
     let mut all = BORROWED.lock();
     let at = all
         .iter()
-        .position(|b| b.mapping.addr() < end && addr < b.mapping.addr() + b.mapping.len())?;
+        .position(|b| spans::touches((b.mapping.addr(), b.mapping.len()), addr, old_len))?;
     let b = &all[at];
-    let whole =
-        b.mapping.addr() == addr && old_len.checked_next_multiple_of(4096) == Some(b.mapping.len());
-    if !whole || flags & libc::MREMAP_FIXED != 0 || new_len == 0 {
-        return Some(Err(Errno::EINVAL));
-    }
-    if new_len.checked_next_multiple_of(4096) == Some(b.mapping.len()) {
-        return Some(Ok(addr));
-    }
-    if flags & libc::MREMAP_MAYMOVE == 0 {
-        return Some(Err(Errno(libc::ENOMEM)));
+    match spans::remap_asks(
+        (b.mapping.addr(), b.mapping.len()),
+        addr,
+        old_len,
+        new_len,
+        flags,
+    ) {
+        Err(e) => return Some(Err(e)),
+        Ok(None) => return Some(Ok(addr)),
+        Ok(Some(())) => {}
     }
     let fresh = match b.mapping.remap(new_len, b.prot) {
         Ok(fresh) => fresh,

@@ -26,6 +26,7 @@ pub mod maps;
 pub mod offsets;
 pub mod ops;
 pub mod route;
+pub mod spans;
 pub mod state;
 
 /// Every libc function the shim exports (besides its internal `nosefs_hook_*` entry points).

@@ -10,8 +10,8 @@ use nosefs_core::error::Errno;
 use nosefs_core::file::mmap::{MapAt, MapRequest, Mapping};
 use parking_lot::Mutex;
 
-use crate::fdtable::{self, Kind};
-use crate::state;
+use crate::fdtable;
+use crate::{spans, state};
 
 /// Each mapping with its protection (mremap makes the new one alike) and whether its
 /// description was opened for writing (mprotect may then add PROT_WRITE to a shared one).
@@ -34,28 +34,10 @@ pub fn map(
     offset: i64,
 ) -> Result<usize, Errno> {
     let file = fdtable::get(fd).ok_or(Errno::EBADF)?;
-    if file.kind != Kind::File || !file.readable() {
-        return Err(Errno(libc::EACCES));
-    }
     let map_type = flags & libc::MAP_TYPE;
     let shared = map_type == libc::MAP_SHARED || map_type == libc::MAP_SHARED_VALIDATE;
-    if shared && prot & libc::PROT_WRITE != 0 && !file.writable() {
-        return Err(Errno(libc::EACCES));
-    }
-    let offset = u64::try_from(offset).map_err(|_| Errno::EINVAL)?;
-    let at = if flags & libc::MAP_FIXED != 0 {
-        Some(MapAt {
-            addr,
-            replace: true,
-        })
-    } else if flags & libc::MAP_FIXED_NOREPLACE != 0 {
-        Some(MapAt {
-            addr,
-            replace: false,
-        })
-    } else {
-        None
-    };
+    let offset = spans::check_map(&file, shared && prot & libc::PROT_WRITE != 0, offset)?;
+    let at = spans::placement(addr, flags);
     if let Some(MapAt {
         addr,
         replace: true,
@@ -81,23 +63,14 @@ pub fn unmap(addr: usize, len: usize) -> Option<Result<(), Errno>> {
     if LIVE.load(Ordering::Acquire) == 0 {
         return None;
     }
-    // munmap(2) rounds the length up to whole pages.
-    let end = addr.checked_add(len.checked_next_multiple_of(4096)?)?;
     let mut all = MAPPINGS.lock();
-    let touched = |m: &Mapping| m.addr() < end && addr < m.addr() + m.len();
-    if !all.iter().any(|(m, ..)| touched(m)) {
-        return None;
-    }
-    if all
-        .iter()
-        .filter(|(m, ..)| touched(m))
-        .any(|(m, ..)| m.addr() < addr || m.addr() + m.len() > end)
-    {
-        state::say("munmap of part of a mapping of a noseFS file is not supported (EINVAL); unmap it whole");
-        return Some(Err(Errno::EINVAL));
-    }
+    let covered = match spans::unmapped(all.iter().map(|(m, ..)| (m.addr(), m.len())), addr, len)? {
+        Ok(covered) => covered,
+        Err(e) => return Some(Err(e)),
+    };
     // Dropping a mapping scans its written pages into the file's shadow, then unmaps it.
-    all.retain(|(m, ..)| !touched(m));
+    let mut covered = covered.into_iter();
+    all.retain(|_| !covered.next().unwrap_or(false));
     LIVE.store(all.len(), Ordering::Release);
     Some(Ok(()))
 }
@@ -125,9 +98,8 @@ pub fn protect(addr: usize, len: usize, prot: i32) -> Option<Result<(), Errno>> 
     if LIVE.load(Ordering::Acquire) == 0 {
         return None;
     }
-    let end = addr.saturating_add(len.max(1));
     let mut all = MAPPINGS.lock();
-    let touched = |m: &Mapping| m.addr() < end && addr < m.addr() + m.len();
+    let touched = |m: &Mapping| spans::touches((m.addr(), m.len()), addr, len);
     if !all.iter().any(|(m, ..)| touched(m)) {
         return None;
     }
@@ -161,22 +133,21 @@ pub fn remap(
     if LIVE.load(Ordering::Acquire) == 0 {
         return None;
     }
-    let end = addr.saturating_add(old_len.max(1));
     let mut all = MAPPINGS.lock();
     let at = all
         .iter()
-        .position(|(m, ..)| m.addr() < end && addr < m.addr() + m.len())?;
+        .position(|(m, ..)| spans::touches((m.addr(), m.len()), addr, old_len))?;
     let (mapping, prot, _) = &all[at];
-    let whole =
-        mapping.addr() == addr && old_len.checked_next_multiple_of(4096) == Some(mapping.len());
-    if !whole || flags & libc::MREMAP_FIXED != 0 || new_len == 0 {
-        return Some(Err(Errno::EINVAL));
-    }
-    if new_len.checked_next_multiple_of(4096) == Some(mapping.len()) {
-        return Some(Ok(addr));
-    }
-    if flags & libc::MREMAP_MAYMOVE == 0 {
-        return Some(Err(Errno(libc::ENOMEM)));
+    match spans::remap_asks(
+        (mapping.addr(), mapping.len()),
+        addr,
+        old_len,
+        new_len,
+        flags,
+    ) {
+        Err(e) => return Some(Err(e)),
+        Ok(None) => return Some(Ok(addr)),
+        Ok(Some(())) => {}
     }
     let fresh = match state::with_fs(|fs| fs.remap(mapping, new_len, *prot).map_err(errno)) {
         Ok(fresh) => fresh,
