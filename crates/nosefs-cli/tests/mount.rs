@@ -848,3 +848,40 @@ print(sorted(os.listdir('.')), open('named').read())
     assert_eq!(named, b"hello tmpfile");
     umount(&s.mnt);
 }
+
+/// A mount made right after an unmount of the same mount point stays: the daemon that lost the
+/// old mount must not unmount the mount point again on its way out (it did, by path, half the
+/// time: fuser read the device's POLLERR as "still mounted"; vendor/fuser/NOSEFS-PATCH.md).
+#[test]
+fn a_mount_right_after_an_unmount_of_the_same_mount_point_stays() {
+    if !fuse_usable() {
+        eprintln!("skipped: needs /dev/fuse and root");
+        return;
+    }
+    let s = setup();
+    for round in 0..12 {
+        // A new image each round: the last one's daemon may still be letting its image go.
+        let image = s.image.with_extension(format!("{round}.img"));
+        let out = nosefs()
+            .args(["mkfs", "--size", "64M"])
+            .arg(&image)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let out = nosefs()
+            .arg("mount")
+            .arg(&image)
+            .arg(&s.mnt)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "round {round}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // The old daemon's exit comes a moment after the unmount: still mounted after it.
+        std::thread::sleep(Duration::from_millis(50));
+        std::fs::write(s.mnt.join("f"), b"x").unwrap_or_else(|e| panic!("round {round}: {e}"));
+        umount(&s.mnt);
+    }
+}

@@ -207,7 +207,11 @@ fn is_mounted(fuse_device: &DevFuse) -> bool {
         let res = poll(slice::from_mut(&mut poll_fd), PollTimeout::ZERO);
         break match res {
             Ok(0) => true,
-            Ok(1) => poll_fd
+            // noseFS patch: the kernel answers POLLERR once the connection is gone (an unmount
+            // aborts it), so POLLERR means *not* mounted. Upstream reads it the other way round,
+            // and a session dropped after an outside `umount` then unmounted its mount point
+            // again by path: the next mount made there in the meantime.
+            Ok(1) => !poll_fd
                 .revents()
                 .is_some_and(|r| r.contains(PollFlags::POLLERR)),
             Ok(_) => unreachable!(),
