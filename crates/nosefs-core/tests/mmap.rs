@@ -317,6 +317,7 @@ fn model(compare: bool, sparse: bool) {
 fn a_lent_shadow_is_coherent_and_its_reported_pages_durable() {
     use nosefs_core::file::lent::BorrowedMapping;
     use nosefs_core::file::mmap::MapRequest;
+    use std::os::fd::AsFd;
     let t = common::fresh_image(32 << 20);
     let fs = Fs::mount(&t.path, &MountOptions::default()).unwrap();
     let ino = file_with(&fs, b"m", &vec![b'.'; 64 * PAGE]);
@@ -326,7 +327,8 @@ fn a_lent_shadow_is_coherent_and_its_reported_pages_durable() {
         prot: libc::PROT_READ | libc::PROT_WRITE,
         at: None,
     };
-    let borrowed = match BorrowedMapping::map(lent.memfd().unwrap(), 0, 64 * PAGE, &request) {
+    let memfd = lent.memfd().unwrap();
+    let borrowed = match BorrowedMapping::map(memfd.as_fd(), 0, 64 * PAGE, &request) {
         Ok(b) => b,
         Err(e) if e.errno().0 == libc::EOPNOTSUPP => {
             eprintln!("skipped: this kernel cannot track stores");
@@ -346,9 +348,15 @@ fn a_lent_shadow_is_coherent_and_its_reported_pages_durable() {
         &read, b"stored",
         "a reader sees the borrower's store at once"
     );
-    let runs = borrowed.take_written(None).unwrap();
+    let runs = borrowed.take_written(memfd.as_fd(), None).unwrap();
     assert_eq!(runs, vec![(10, 1), (40, 1)], "only the stored pages");
-    assert!(borrowed.take_written(None).unwrap().is_empty(), "re-armed");
+    assert!(
+        borrowed
+            .take_written(memfd.as_fd(), None)
+            .unwrap()
+            .is_empty(),
+        "re-armed"
+    );
     let before = fs.free_data_blocks();
     fs.take_lent_writes(&lent, &runs).unwrap();
     fs.fsync(ino).unwrap();
@@ -363,7 +371,7 @@ fn a_lent_shadow_is_coherent_and_its_reported_pages_durable() {
     fs.fsync(ino).unwrap();
     // A read-only loan: the memfd refuses a writable mapping, and reports are EBADF.
     let reader = fs.lend_shadow(ino, false).unwrap();
-    assert!(BorrowedMapping::map(reader.memfd().unwrap(), 0, PAGE, &request).is_err());
+    assert!(BorrowedMapping::map(reader.memfd().unwrap().as_fd(), 0, PAGE, &request).is_err());
     assert_eq!(
         fs.take_lent_writes(&reader, &[(0, 1)])
             .unwrap_err()

@@ -345,9 +345,14 @@ pub fn lseek(fd: i32, offset: i64, whence: i32) -> Result<i64, Errno> {
 pub fn fsync(fd: i32) -> Result<(), Errno> {
     let file = file_of(fd)?;
     if file.kind == Kind::File {
-        // Pages this process stored through mappings of the file join the commit.
-        if crate::borrowed::sync_file(file.ino)? {
-            return Ok(());
+        // Pages this process stored through mappings of the file join the commit: those
+        // through the FUSE mount written back first, then those over the shadow reported with
+        // the commit.
+        if crate::borrowed::maps_file(file.ino) {
+            crate::kernel::write_back_mapped(file.ino, false);
+            if crate::borrowed::sync_file(file.ino)? {
+                return Ok(());
+            }
         }
         crate::kernel::write_back_mapped(file.ino, true);
         with_service(|s| s.fsync(file.handle))?;

@@ -24,7 +24,7 @@
 //! ones they have not (tracking is per process), as a forked child's stores in `mmap`.
 
 use std::collections::BTreeSet;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -152,10 +152,11 @@ fn tracker() -> Option<Arc<WriteTracker>> {
 }
 
 /// A shared mapping of a lent shadow's memfd in the borrowing process, its stores tracked
-/// (see the module's notes). Unmapped on drop; report its written pages first.
+/// (see the module's notes). Unmapped on drop; report its written pages first. The memfd is the
+/// caller's to keep (one per lent file, however many mappings of it), and is passed to each call
+/// that needs it.
 #[derive(Debug)]
 pub struct BorrowedMapping {
-    memfd: OwnedFd,
     view: View,
     /// The file offset of the mapping's first byte.
     offset: u64,
@@ -170,7 +171,7 @@ impl BorrowedMapping {
     /// `memfd` (from [`LentShadow::memfd`]), shared, with `request`'s protection and placement.
     /// EOPNOTSUPP where this kernel cannot track stores (the caller maps another way).
     pub fn map(
-        memfd: OwnedFd,
+        memfd: BorrowedFd<'_>,
         offset: u64,
         len: usize,
         request: &MapRequest,
@@ -185,7 +186,7 @@ impl BorrowedMapping {
         let tracker = tracker().ok_or(Errno(libc::EOPNOTSUPP))?;
         let populate = !tracker.tracks_unpopulated();
         let view = View::map_placed(
-            memfd.as_fd(),
+            memfd,
             offset,
             len,
             true,
@@ -198,26 +199,25 @@ impl BorrowedMapping {
             None => io_error(e),
         })?;
         let mut mapping = BorrowedMapping {
-            memfd,
             view,
             offset,
             tracker,
             tracked: false,
         };
         if request.prot & libc::PROT_WRITE != 0 {
-            mapping.make_writable()?;
+            mapping.make_writable(memfd)?;
         }
         Ok(mapping)
     }
 
     /// The program is about to make the mapping writable (mprotect): its stores are tracked
     /// from now on. Call it before the protection changes.
-    pub fn make_writable(&mut self) -> Result<()> {
+    pub fn make_writable(&mut self, memfd: BorrowedFd<'_>) -> Result<()> {
         if self.tracked {
             return Ok(());
         }
         if self.tracker.tracks_unpopulated() {
-            let data = data_pages(&self.memfd, self.offset, self.view.len()).map_err(io_error)?;
+            let data = data_pages(memfd, self.offset, self.view.len()).map_err(io_error)?;
             self.tracker.track_ranges(&self.view, &data)
         } else {
             self.tracker.track(&self.view)
@@ -229,13 +229,18 @@ impl BorrowedMapping {
 
     /// The file's pages stored to through this mapping since the last call, as (first page,
     /// pages) runs; `range`: only within these bytes of the file. Their protection is armed
-    /// again in the same scan. Only the part inside the file is scanned (a store past its end
-    /// faults), so a mapping much larger than the file costs what the file holds.
-    pub fn take_written(&self, range: Option<(u64, u64)>) -> Result<Vec<(u64, u64)>> {
+    /// again in the same scan. Only the part inside the file (`memfd`'s size) is scanned (a
+    /// store past its end faults), so a mapping much larger than the file costs what the file
+    /// holds.
+    pub fn take_written(
+        &self,
+        memfd: BorrowedFd<'_>,
+        range: Option<(u64, u64)>,
+    ) -> Result<Vec<(u64, u64)>> {
         if !self.tracked {
             return Ok(Vec::new());
         }
-        let size = rustix::fs::fstat(&self.memfd)
+        let size = rustix::fs::fstat(memfd)
             .map_err(|e| io_error(e.into()))?
             .st_size as u64;
         let (first, end) = range.unwrap_or((0, u64::MAX));
@@ -265,9 +270,7 @@ impl BorrowedMapping {
     /// A new mapping of the same file range, `len` bytes long, where the kernel places it,
     /// with protection `prot` (mremap with MREMAP_MAYMOVE). Report this one's written pages and
     /// drop it once the new one is in place.
-    pub fn remap(&self, len: usize, prot: i32) -> Result<BorrowedMapping> {
-        let memfd =
-            rustix::io::fcntl_dupfd_cloexec(&self.memfd, 0).map_err(|e| io_error(e.into()))?;
+    pub fn remap(&self, memfd: BorrowedFd<'_>, len: usize, prot: i32) -> Result<BorrowedMapping> {
         let request = MapRequest {
             shared: true,
             prot,
@@ -304,11 +307,6 @@ impl BorrowedMapping {
     /// The file offset of its first byte.
     pub fn offset(&self) -> u64 {
         self.offset
-    }
-
-    /// The memfd it maps.
-    pub fn memfd(&self) -> BorrowedFd<'_> {
-        self.memfd.as_fd()
     }
 }
 

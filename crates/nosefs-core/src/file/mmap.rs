@@ -82,7 +82,7 @@ impl Shadow {
         if populated {
             tracker.track(view).map_err(io_error)
         } else {
-            let data = data_pages(&self.memfd, offset, view.len()).map_err(io_error)?;
+            let data = data_pages(self.memfd.as_fd(), offset, view.len()).map_err(io_error)?;
             tracker.track_ranges(view, &data).map_err(io_error)
         }
     }
@@ -730,7 +730,7 @@ fn write_all_at(memfd: &OwnedFd, mut data: &[u8], mut offset: u64) -> Result<()>
 /// (offset from `offset`, bytes) runs of whole pages: what a new view of the range protects
 /// (`WriteTracker::track_ranges`).
 pub(super) fn data_pages(
-    memfd: &OwnedFd,
+    memfd: std::os::fd::BorrowedFd<'_>,
     offset: u64,
     len: usize,
 ) -> std::io::Result<Vec<(usize, usize)>> {
