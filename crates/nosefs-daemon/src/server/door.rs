@@ -114,14 +114,34 @@ fn end_client(shared: &Shared, conn: &Conn) {
         shared.fs.unwatch_size(ino, &sink, index);
     }
     // Loans the client never returned: the pages it stored and did not report are found by
-    // comparison, so nothing it stored is lost.
+    // comparison (O(file)), so nothing it stored is lost; on a thread of its own, so that the
+    // door goes on admitting clients meanwhile.
     let loans: Vec<_> = conn.loans.lock().drain().map(|(_, lent)| lent).collect();
-    for lent in loans {
-        let _ = shared.fs.return_shadow(lent, false);
+    if !loans.is_empty() {
+        let pending = Arc::new(Mutex::new(loans));
+        let (theirs, fs) = (Arc::clone(&pending), Arc::clone(&shared.fs));
+        let spawned = std::thread::Builder::new()
+            .name("nosefs-return".into())
+            .spawn(move || return_unreported(&fs, &theirs));
+        match spawned {
+            Ok(thread) => {
+                let mut returns = shared.returns.lock();
+                returns.retain(|t| !t.is_finished());
+                returns.push(thread);
+            }
+            Err(_) => return_unreported(&shared.fs, &pending),
+        }
     }
     let held: Vec<u64> = conn.held.lock().drain().collect();
     for token in held {
         release(shared, token);
+    }
+}
+
+/// Gives back loans whose client ended without returning them (see `end_client`).
+fn return_unreported(fs: &Fs, loans: &Mutex<Vec<nosefs_core::file::lent::LentShadow>>) {
+    for lent in loans.lock().drain(..) {
+        let _ = fs.return_shadow(lent, false);
     }
 }
 

@@ -142,6 +142,9 @@ struct Shared {
     pair_threads: AtomicUsize,
     /// What was served, when counted.
     stats: Option<crate::stats::Stats>,
+    /// Threads giving back the loans of clients that ended without returning them (a
+    /// comparison of each shadow with its file, off the door thread); joined when serving stops.
+    returns: Mutex<Vec<std::thread::JoinHandle<()>>>,
 }
 
 struct Conn {
@@ -203,6 +206,7 @@ impl Server {
             tokens: Tokens::new(),
             tickets: Mutex::new(HashMap::new()),
             stop: AtomicBool::new(false),
+            returns: Mutex::new(Vec::new()),
             pair_threads: AtomicUsize::new(0),
             stats: options.stats.then(crate::stats::Stats::default),
             options,
@@ -236,6 +240,11 @@ impl Drop for Server {
         let _ = rustix::io::write(&self.wake, b"x");
         if let Some(door) = self.door.take() {
             let _ = door.join();
+        }
+        // The door ended every client; their loans are given back before the image can be.
+        let returns: Vec<_> = self.shared.returns.lock().drain(..).collect();
+        for thread in returns {
+            let _ = thread.join();
         }
     }
 }
