@@ -1,7 +1,7 @@
 //! The door thread and a connection's life: accepting a client (credentials, the handshake,
 //! its request area), handing it a server thread from the pool, and at its end (hang-up, exit
-//! or exec) releasing what it held: descriptions, size watches, hand-over tickets, loans of shadows. Also the
-//! credentials a RECRED reads again from /proc.
+//! or exec) releasing what it held: descriptions, size watches, hand-over tickets, loans of
+//! shadows. Also the credentials a RECRED reads again from /proc.
 
 use super::*;
 
