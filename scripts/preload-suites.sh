@@ -80,7 +80,7 @@ client() { # name, then the command to run as a client of the daemon, in $dmnt/<
 log "pjdfstest as a daemon client (expected failures: scripts/suites/pjdfstest-daemon.toml)"
 client pj pjdfstest -c "$repo/scripts/suites/pjdfstest-daemon.toml" -p "$dmnt/pj"
 grep Summary "$work/daemon-pj.log" >&2
-log "fsx as a daemon client: $ops operations, seed 1, mapped reads and writes through the FUSE mount (scripts/suites/fsx-daemon.toml)"
+log "fsx as a daemon client: $ops operations, seed 1, mapped reads and writes over the daemon's shadow of the file and, past 32 mappings, the FUSE mount (scripts/suites/fsx-daemon.toml)"
 client fsx fsx -N "$ops" -S 1 -f "$repo/scripts/suites/fsx-daemon.toml" "$dmnt/fsx/fsx.file"
 tail -n 1 "$work/daemon-fsx.log" >&2
 # pjdfstest's etxtbsy tests run `sleep 10` from the mount; where the test fails (an expected
