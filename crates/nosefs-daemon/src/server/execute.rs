@@ -153,11 +153,7 @@ pub(super) fn execute(
             };
             if let Some(i) = inval {
                 for f in &done {
-                    i.entry(f.parent, &f.name);
-                    i.inode(f.parent);
-                    if let Some(a) = f.attr {
-                        i.inode(a.ino);
-                    }
+                    name_changed(i, f);
                 }
             }
             reply.bool(!done.is_empty());
@@ -391,11 +387,7 @@ pub(super) fn execute(
                 local.rmdir(&found, last)?;
             }
             if let Some(i) = inval {
-                i.entry(found.parent, &found.name);
-                i.inode(found.parent);
-                if let Some(a) = found.attr {
-                    i.inode(a.ino);
-                }
+                name_changed(i, &found);
             }
         }
         op::RENAME => {
@@ -404,11 +396,7 @@ pub(super) fn execute(
             local.rename(&from, &to, d.u32()?)?;
             if let Some(i) = inval {
                 for f in [&from, &to] {
-                    i.entry(f.parent, &f.name);
-                    i.inode(f.parent);
-                    if let Some(a) = f.attr {
-                        i.inode(a.ino);
-                    }
+                    name_changed(i, f);
                 }
             }
         }
@@ -639,4 +627,14 @@ fn page_runs(d: &mut Dec<'_>) -> Result<Vec<(u64, u64)>, Errno> {
         return Err(Errno::EINVAL);
     }
     (0..n).map(|_| Ok((d.u64()?, d.u64()?))).collect()
+}
+
+/// The kernel's caches told that name `f` went or changed: its entry, its directory and the
+/// inode it named.
+fn name_changed(i: &dyn Invalidate, f: &Found) {
+    i.entry(f.parent, &f.name);
+    i.inode(f.parent);
+    if let Some(a) = f.attr {
+        i.inode(a.ino);
+    }
 }
