@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use nosefs_core::error::Errno;
 use nosefs_core::file::lent::BorrowedMapping;
 use nosefs_core::file::mmap::{MapAt, MapRequest};
-use parking_lot::Mutex;
+use parking_lot::{MappedMutexGuard, Mutex, MutexGuard};
 use std::os::fd::AsFd;
 
 use crate::fdtable::{self, LockFd};
@@ -56,6 +56,15 @@ const MAX_MAPPINGS_PER_FILE: usize = 32;
 /// How many mappings there are, read without the lock: munmap, msync and fsync of anything
 /// else pay one load.
 static LIVE: AtomicUsize = AtomicUsize::new(0);
+
+/// This process's mappings over shadows, locked; `None` (one load, no lock) when there are
+/// none, which is what munmap, msync and fsync of anything else find.
+fn borrowings() -> Option<MappedMutexGuard<'static, Borrowings>> {
+    if LIVE.load(Ordering::Acquire) == 0 {
+        return None;
+    }
+    MutexGuard::try_map(BORROWED.lock(), Option::as_mut).ok()
+}
 
 fn set_live(all: &Borrowings) {
     LIVE.store(all.mappings.len(), Ordering::Release);
@@ -156,11 +165,8 @@ fn report(
 /// munmap: `None` when the range holds no borrowed mapping. A range must cover each mapping it
 /// touches whole (EINVAL otherwise, as for the embedded mode's mappings).
 pub fn unmap(addr: usize, len: usize) -> Option<Result<(), Errno>> {
-    if LIVE.load(Ordering::Acquire) == 0 {
-        return None;
-    }
-    let mut guard = BORROWED.lock();
-    let all = guard.as_mut()?;
+    let mut guard = borrowings()?;
+    let all = &mut *guard;
     let places = all
         .mappings
         .iter()
@@ -197,11 +203,8 @@ pub fn unmap(addr: usize, len: usize) -> Option<Result<(), Errno>> {
 /// stored through this process's mappings of the file (within the range) and the file's
 /// writes become durable as one unit.
 pub fn sync(addr: usize, len: usize) -> Option<Result<(), Errno>> {
-    if LIVE.load(Ordering::Acquire) == 0 {
-        return None;
-    }
-    let guard = BORROWED.lock();
-    let all = guard.as_ref()?;
+    let mut guard = borrowings()?;
+    let all = &mut *guard;
     let found = all
         .mappings
         .iter()
@@ -235,23 +238,16 @@ fn report_file(all: &Borrowings, ino: u64, range: Option<(u64, u64)>) -> Result<
 
 /// Whether this process maps file `ino` over its shadow.
 pub fn maps_file(ino: u64) -> bool {
-    LIVE.load(Ordering::Acquire) != 0
-        && BORROWED
-            .lock()
-            .as_ref()
-            .is_some_and(|all| all.mappings.iter().any(|b| b.key.0 == ino))
+    borrowings().is_some_and(|all| all.mappings.iter().any(|b| b.key.0 == ino))
 }
 
 /// fsync and fdatasync of file `ino`: `true` when this process maps it here and its pages and
 /// writes were committed (then the caller's fsync is done).
 pub fn sync_file(ino: u64) -> Result<bool, Errno> {
-    if LIVE.load(Ordering::Acquire) == 0 {
-        return Ok(false);
-    }
-    let guard = BORROWED.lock();
-    let Some(all) = guard.as_ref() else {
+    let Some(guard) = borrowings() else {
         return Ok(false);
     };
+    let all = &*guard;
     if !all.mappings.iter().any(|b| b.key.0 == ino) {
         return Ok(false);
     }
@@ -261,13 +257,10 @@ pub fn sync_file(ino: u64) -> Result<bool, Errno> {
 
 /// syncfs and sync: every mapped file's pages, committed.
 pub fn sync_every_file() -> Result<(), Errno> {
-    if LIVE.load(Ordering::Acquire) == 0 {
-        return Ok(());
-    }
-    let guard = BORROWED.lock();
-    let Some(all) = guard.as_ref() else {
+    let Some(guard) = borrowings() else {
         return Ok(());
     };
+    let all = &*guard;
     let mut inos: Vec<u64> = all.mappings.iter().map(|b| b.key.0).collect();
     inos.sort_unstable();
     inos.dedup();
@@ -279,11 +272,8 @@ pub fn sync_every_file() -> Result<(), Errno> {
 /// the range touches no borrowed mapping. PROT_WRITE on a mapping of a read-only description
 /// is EACCES; otherwise the mapping's stores are tracked from now on.
 pub fn protect(addr: usize, len: usize, prot: i32) -> Option<Result<(), Errno>> {
-    if LIVE.load(Ordering::Acquire) == 0 {
-        return None;
-    }
-    let mut guard = BORROWED.lock();
-    let all = guard.as_mut()?;
+    let mut guard = borrowings()?;
+    let all = &mut *guard;
     let touched = |m: &BorrowedMapping| spans::touches((m.addr(), m.len()), addr, len);
     if !all.mappings.iter().any(|b| touched(&b.mapping)) {
         return None;
@@ -313,11 +303,8 @@ pub fn remap(
     new_len: usize,
     flags: i32,
 ) -> Option<Result<usize, Errno>> {
-    if LIVE.load(Ordering::Acquire) == 0 {
-        return None;
-    }
-    let mut guard = BORROWED.lock();
-    let all = guard.as_mut()?;
+    let mut guard = borrowings()?;
+    let all = &mut *guard;
     let at = all
         .mappings
         .iter()
