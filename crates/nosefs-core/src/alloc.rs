@@ -234,7 +234,7 @@ impl BlockAllocator {
     }
 
     /// Blocks `[start, start + count)` were handed out: when that comes near what was asked for
-    /// in its region, ask for the next [`AHEAD_BLOCKS`]. One load when it is far.
+    /// in its region, ask for the next [`AHEAD_BLOCKS`]; the region's high-water mark follows it.
     fn handed_out(&self, start: u64, count: u64) {
         let index = (start / self.blocks_per_region) as usize;
         if let Some(region) = self.regions.get(index) {
