@@ -11,9 +11,14 @@
 //! | 16 | 4 | bytes per slot (its 64-byte header and payload) |
 //! | 64 | 4 | `server_sleeping`: 1 while the connection's first server thread waits on `doorbell` |
 //! | 68 | 4 | `doorbell`: futex word; a client bumps it to wake that thread |
-//! | 128 + i·slot | 64 | slot i's header: `owner` (see [`owner`]), `state`, `client_waiting`, `len`, then `helper` (1 once the slot's pair has a server thread of its own), `helper_sleeping` and `helper_doorbell` (that thread's sleep, as above; a pair's thread uses its even slot's words), `server_cpu` and `client_cpu` (the CPU each side last ran on, plus one: see `wait`) |
-//! | 128 + i·slot + 64 | slot − 64 | slot i's payload: the request, then the reply |
-//! | 128 + slots·slot | 8 · [`SIZE_WORDS`] | the size board: word k holds the size of the file the client's watch k follows, stored by the daemon at every change of it (`nosefs_core::Fs::watch_size`) |
+//! | 128 + i·64 | 64 | slot i's header: `owner` (see [`owner`]), `state`, `client_waiting`, `len`, then `helper` (1 once the slot's pair has a server thread of its own), `helper_sleeping` and `helper_doorbell` (that thread's sleep, as above; a pair's thread uses its even slot's words), `server_cpu` and `client_cpu` (the CPU each side last ran on, plus one: see `wait`) |
+//! | P + i·(slot − 64) | slot − 64 | slot i's payload: the request, then the reply; P is the first page boundary after the slot headers |
+//! | P + slots·(slot − 64) | 8 · [`SIZE_WORDS`] | the size board: word k holds the size of the file the client's watch k follows, stored by the daemon at every change of it (`nosefs_core::Fs::watch_size`) |
+//!
+//! The slot headers share the first page(s), and the payloads follow: the server scans every
+//! slot's state, and with a header beside each payload that scan touched a page per slot, a page
+//! the kernel allocated, mapped into both processes and freed again for every connection (16
+//! page faults per process in the daemon alone, make's jobs being short processes).
 //!
 //! A slot's `state` goes idle (0) → request (1, client) → serving (2, server) → reply (3, server)
 //! → idle (client). Slots come in pairs (2k, 2k + 1): a client thread uses its pair first, one
@@ -35,7 +40,7 @@ use rustix::mm::{MapFlags, ProtFlags};
 /// The area's magic number.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"NOSEFSRQ");
 /// The layout's version.
-pub const VERSION: u32 = 3;
+pub const VERSION: u32 = 4;
 /// Bytes before the first slot.
 pub const HEADER_BYTES: usize = 128;
 /// Bytes of a slot's header.
@@ -71,6 +76,25 @@ pub const fn pair_first(slot: usize) -> usize {
     slot & !1
 }
 
+/// Where the payloads start: the first page boundary after the slot headers (`None` on overflow,
+/// for a count read from a client's area).
+fn payloads_offset(slots: usize) -> Option<usize> {
+    slots
+        .checked_mul(SLOT_HEADER_BYTES)?
+        .checked_add(HEADER_BYTES)?
+        .checked_next_multiple_of(PAGE_BYTES)
+}
+
+/// The bytes of an area of `slots` slots of `slot_bytes` (header and payload) each.
+fn area_bytes(slots: usize, slot_bytes: usize) -> usize {
+    payloads_offset(slots).expect("a sane slot count")
+        + slots * (slot_bytes - SLOT_HEADER_BYTES)
+        + SIZE_WORDS * 8
+}
+
+/// The page size the payloads are aligned to.
+const PAGE_BYTES: usize = 4096;
+
 /// One mapped request area.
 #[derive(Debug)]
 pub struct Area {
@@ -101,7 +125,7 @@ impl Area {
     pub fn create(slots: usize, slot_bytes: usize) -> rustix::io::Result<Area> {
         assert!(slots > 0 && slots % 2 == 0);
         assert!(slot_bytes > SLOT_HEADER_BYTES && slot_bytes % 64 == 0);
-        let bytes = HEADER_BYTES + slots * slot_bytes + SIZE_WORDS * 8;
+        let bytes = area_bytes(slots, slot_bytes);
         let fd = rustix::fs::memfd_create(
             "nosefs-requests",
             rustix::fs::MemfdFlags::CLOEXEC | rustix::fs::MemfdFlags::ALLOW_SEALING,
@@ -134,16 +158,14 @@ impl Area {
         }
         let slots = probe.read_u32(12) as usize;
         let slot_bytes = probe.read_u32(16) as usize;
+        if slots == 0 || slots % 2 != 0 || slot_bytes <= SLOT_HEADER_BYTES || slot_bytes % 64 != 0 {
+            return None;
+        }
         let fits = slots
-            .checked_mul(slot_bytes)
-            .and_then(|b| b.checked_add(HEADER_BYTES + SIZE_WORDS * 8))
+            .checked_mul(slot_bytes - SLOT_HEADER_BYTES)
+            .and_then(|b| b.checked_add(payloads_offset(slots)?.checked_add(SIZE_WORDS * 8)?))
             .is_some_and(|b| b <= bytes);
-        if slots == 0
-            || slots % 2 != 0
-            || slot_bytes <= SLOT_HEADER_BYTES
-            || slot_bytes % 64 != 0
-            || !fits
-        {
+        if !fits {
             return None;
         }
         let mut area = probe;
@@ -241,7 +263,9 @@ impl Area {
         if index >= SIZE_WORDS {
             return None;
         }
-        let offset = HEADER_BYTES + self.slots * self.slot_bytes + index * 8;
+        let offset = payloads_offset(self.slots).expect("checked")
+            + self.slots * self.payload_bytes()
+            + index * 8;
         assert!(
             offset + 8 <= self.bytes,
             "size word {index} out of the area"
@@ -252,9 +276,16 @@ impl Area {
         Some(unsafe { &*self.base.as_ptr().add(offset).cast::<AtomicU64>() })
     }
 
+    /// Where slot `slot`'s header is.
     fn slot_offset(&self, slot: usize) -> usize {
         assert!(slot < self.slots, "slot {slot} of {}", self.slots);
-        HEADER_BYTES + slot * self.slot_bytes
+        HEADER_BYTES + slot * SLOT_HEADER_BYTES
+    }
+
+    /// Where slot `slot`'s payload is.
+    fn payload_offset(&self, slot: usize) -> usize {
+        assert!(slot < self.slots, "slot {slot} of {}", self.slots);
+        payloads_offset(self.slots).expect("checked") + slot * self.payload_bytes()
     }
 
     /// Who uses slot `slot` (see [`owner`]).
@@ -306,7 +337,7 @@ impl Area {
     pub fn put(&self, slot: usize, at: usize, data: &[u8]) {
         let end = at.checked_add(data.len()).expect("no overflow");
         assert!(end <= self.payload_bytes(), "payload overrun");
-        let offset = self.slot_offset(slot) + SLOT_HEADER_BYTES + at;
+        let offset = self.payload_offset(slot) + at;
         // SAFETY: the destination is inside the mapping (bounds checked above) and does not
         // overlap `data`, which is private memory.
         unsafe {
@@ -325,7 +356,7 @@ impl Area {
     ) -> R {
         let end = at.checked_add(len).expect("no overflow");
         assert!(end <= self.payload_bytes(), "payload overrun");
-        let offset = self.slot_offset(slot) + SLOT_HEADER_BYTES + at;
+        let offset = self.payload_offset(slot) + at;
         // SAFETY: the bytes are inside the mapping (bounds checked above), which outlives the
         // call, and the slot is the serving thread's until it stores the reply state, so no
         // other thread of this process touches them. The client may store into them meanwhile
@@ -340,7 +371,7 @@ impl Area {
     pub fn get(&self, slot: usize, at: usize, out: &mut [u8]) {
         let end = at.checked_add(out.len()).expect("no overflow");
         assert!(end <= self.payload_bytes(), "payload overrun");
-        let offset = self.slot_offset(slot) + SLOT_HEADER_BYTES + at;
+        let offset = self.payload_offset(slot) + at;
         // SAFETY: the source is inside the mapping (bounds checked above); `out` is private.
         // A peer writing the bytes meanwhile changes only the values copied, which the reader
         // validates.
@@ -392,6 +423,33 @@ mod tests {
             client.state(2).load(std::sync::atomic::Ordering::Acquire),
             state::REPLY
         );
+    }
+
+    #[test]
+    fn every_slot_header_is_on_the_first_page_and_payloads_start_on_the_next() {
+        let area = Area::create(16, 256 << 10).unwrap();
+        for slot in 0..16 {
+            assert!(area.slot_offset(slot) + SLOT_HEADER_BYTES <= PAGE_BYTES);
+            assert_eq!(
+                area.payload_offset(slot),
+                PAGE_BYTES + slot * area.payload_bytes()
+            );
+        }
+        let board = area.size_word(0).unwrap() as *const AtomicU64 as usize;
+        assert_eq!(
+            board - area.base.as_ptr() as usize,
+            PAGE_BYTES + 16 * area.payload_bytes()
+        );
+        // The last word of the board is the area's last.
+        let last = area.size_word(SIZE_WORDS as u32 - 1).unwrap() as *const AtomicU64 as usize;
+        assert_eq!(last + 8 - area.base.as_ptr() as usize, area.bytes);
+    }
+
+    #[test]
+    fn an_area_claiming_more_slots_than_it_holds_is_refused() {
+        let area = Area::create(4, 4096).unwrap();
+        area.write_u32(12, 6);
+        assert!(Area::open(area.fd().try_clone().unwrap()).is_none());
     }
 
     #[test]

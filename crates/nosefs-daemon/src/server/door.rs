@@ -9,7 +9,9 @@ use super::*;
 pub(super) fn door(shared: Arc<Shared>, listener: OwnedFd, wake: OwnedFd) {
     let serving = Arc::clone(&shared);
     let workers = Workers::new("nosefs-client", WORKER_IDLE, move |conn: Arc<Conn>| {
-        let _finished = conn.finished.when_dropped();
+        // Released however serving ends (a panic's unwinding too): nothing the client held
+        // outlives it.
+        let _release = ReleaseOnDrop(&serving, &conn);
         serve_client(&serving, &conn);
     });
     // The next client's request area, made while no one waits for it.
@@ -47,7 +49,7 @@ pub(super) fn door(shared: Arc<Shared>, listener: OwnedFd, wake: OwnedFd) {
         let mut kept = Vec::with_capacity(clients.len());
         for (index, client) in clients.drain(..).enumerate() {
             if client_ready[index] {
-                end_client(&shared, &client.1);
+                end_client(&client.1);
             } else {
                 kept.push(client);
             }
@@ -59,9 +61,9 @@ pub(super) fn door(shared: Arc<Shared>, listener: OwnedFd, wake: OwnedFd) {
                     match workers.run(Arc::clone(&conn)) {
                         Ok(()) => clients.push((socket, conn)),
                         Err(_) => {
-                            // No thread serves it: nothing to wait for.
-                            conn.finished.set();
-                            end_client(&shared, &conn);
+                            // No thread serves it.
+                            end_client(&conn);
+                            release_client(&shared, &conn);
                         }
                     }
                 }
@@ -72,8 +74,9 @@ pub(super) fn door(shared: Arc<Shared>, listener: OwnedFd, wake: OwnedFd) {
         }
     }
     for (_, conn) in clients {
-        end_client(&shared, &conn);
+        end_client(&conn);
     }
+    // Joins every server thread once it has released its client.
     workers.stop();
 }
 
@@ -97,7 +100,11 @@ pub(super) fn watch_size(shared: &Shared, conn: &Conn, ino: u64) -> Result<u32, 
     Ok(index)
 }
 
-fn end_client(shared: &Shared, conn: &Conn) {
+/// Ends a client: its server thread stops serving and then releases what it held
+/// ([`release_client`]). The door does not wait for that: a process's end (make's jobs end
+/// while others start) would otherwise keep the next process waiting at the door for the
+/// server thread's wake-up and the release.
+fn end_client(conn: &Conn) {
     conn.dead.store(true, Ordering::SeqCst);
     let area = &conn.area;
     for bell in std::iter::once(area.doorbell()).chain(
@@ -108,7 +115,20 @@ fn end_client(shared: &Shared, conn: &Conn) {
         bell.fetch_add(1, Ordering::SeqCst);
         let _ = futex::wake(bell, futex::Flags::empty(), 1);
     }
-    conn.finished.wait();
+}
+
+/// Runs [`release_client`] when dropped.
+struct ReleaseOnDrop<'a>(&'a Shared, &'a Conn);
+
+impl Drop for ReleaseOnDrop<'_> {
+    fn drop(&mut self) {
+        release_client(self.0, self.1);
+    }
+}
+
+/// Releases what an ended client held (size watches, loans, descriptions), once no thread
+/// serves it any more: run by its server thread after it stopped serving.
+fn release_client(shared: &Shared, conn: &Conn) {
     let sink: Arc<dyn nosefs_core::file::SizeSink> = conn.area.clone();
     for (ino, index) in conn.watched.lock().drain() {
         shared.fs.unwatch_size(ino, &sink, index);
@@ -138,7 +158,7 @@ fn end_client(shared: &Shared, conn: &Conn) {
     }
 }
 
-/// Gives back loans whose client ended without returning them (see `end_client`).
+/// Gives back loans whose client ended without returning them (see `release_client`).
 fn return_unreported(fs: &Fs, loans: &Mutex<Vec<nosefs_core::file::lent::LentShadow>>) {
     for lent in loans.lock().drain(..) {
         let _ = fs.return_shadow(lent, false);
@@ -292,7 +312,6 @@ fn admit(shared: &Arc<Shared>, socket: &OwnedFd, spare: &mut Option<Area>) -> Op
         prefix,
         held: Mutex::new(HashSet::new()),
         dead: AtomicBool::new(false),
-        finished: Done::default(),
         watched: Mutex::new(HashMap::new()),
         socket: rustix::io::fcntl_dupfd_cloexec(socket, 0).ok()?,
         loans: Mutex::new(HashMap::new()),

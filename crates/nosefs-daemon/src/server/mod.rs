@@ -44,7 +44,7 @@ use crate::proto::{op, Dec, Enc};
 use crate::service::{Local, Service, XattrTarget};
 use crate::shm::{current_cpu, owner, state, Area};
 use crate::wait::Spinner;
-use crate::workers::{Done, Workers};
+use crate::workers::Workers;
 
 mod door;
 mod execute;
@@ -160,8 +160,6 @@ struct Conn {
     /// Tokens this connection holds a reference on.
     held: Mutex<HashSet<u64>>,
     dead: AtomicBool,
-    /// Set by its server thread when it stops serving the connection (after `dead`).
-    finished: Done,
     /// The files whose sizes its board follows, by inode, with their words.
     watched: Mutex<HashMap<u64, u32>>,
     /// The socket it connected by: after the handshake it carries only the memfds of loans
@@ -302,8 +300,14 @@ impl Tokens {
 /// calls in flight at once: that pair gets a thread of its own ([`serve_own_pair`]), so the
 /// threads of one process are served side by side, as separate processes are.
 fn serve_client(shared: &Arc<Shared>, conn: &Arc<Conn>) {
+    thread_local! {
+        /// A request's copy, kept by the pool's thread for its next client: a fresh one per
+        /// connection was a payload-sized zeroing (a quarter MiB) for every process.
+        static REQUEST: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+    }
     let area = &conn.area;
-    let mut request = vec![0u8; area.payload_bytes()];
+    let mut request = REQUEST.take();
+    request.resize(area.payload_bytes(), 0);
     // By pair: own_thread[p] for slots 2p and 2p + 1.
     let mut own_thread = vec![false; area.slots() / 2];
     let mut helpers = Vec::new();
@@ -361,6 +365,7 @@ fn serve_client(shared: &Arc<Shared>, conn: &Arc<Conn>) {
     for helper in helpers {
         let _ = helper.join();
     }
+    REQUEST.set(request);
 }
 
 /// Starts the own server thread of slot pair `pair`; `None` if the system has no thread to

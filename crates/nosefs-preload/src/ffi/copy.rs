@@ -79,6 +79,11 @@ unsafe fn any_write(fd: c_int, data: &[u8], offset: Option<i64>) -> Result<usize
     Ok(n as usize)
 }
 
+/// The first read of a copy between descriptors; later reads double it while they fill it, up
+/// to [`COPY_MAX_CHUNK_BYTES`].
+const COPY_FIRST_CHUNK_BYTES: usize = 16 << 10;
+const COPY_MAX_CHUNK_BYTES: usize = 1 << 20;
+
 /// Copies up to `len` bytes; offsets given by pointer are used and advanced instead of the
 /// descriptors' own.
 unsafe fn copy_between(
@@ -88,9 +93,15 @@ unsafe fn copy_between(
     off_out: *mut off64_t,
     len: usize,
 ) -> Result<usize, Errno> {
-    let mut buf = vec![0u8; len.min(1 << 20)];
+    // The buffer starts small and doubles while reads fill it: a zeroed buffer of `len` (cp
+    // asks for ~100 KB, others for gigabytes) cost a short process 25 page faults and a memset
+    // per copy of a file of a few bytes.
+    let mut buf = vec![0u8; len.min(COPY_FIRST_CHUNK_BYTES)];
     let mut done = 0;
     while done < len {
+        if done > 0 && buf.len() < COPY_MAX_CHUNK_BYTES && len - done > buf.len() {
+            buf.resize((buf.len() * 2).min(COPY_MAX_CHUNK_BYTES), 0);
+        }
         let want = (len - done).min(buf.len());
         let at_in = (!off_in.is_null()).then(|| unsafe { *off_in });
         let n = unsafe { any_read(fd_in, &mut buf[..want], at_in) }?;
@@ -108,7 +119,9 @@ unsafe fn copy_between(
             }
         }
         done += w;
-        if w < n {
+        // A short count is always a valid answer, and a short read is where the file ends: one
+        // read more would only find that out again (a round trip for a daemon client).
+        if w < n || n < want {
             break;
         }
     }
