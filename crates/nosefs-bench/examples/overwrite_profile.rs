@@ -7,7 +7,8 @@
 //! with `aligned4096` (any size after `aligned`), overwrites at multiples of their size (the
 //! fileops aligned-overwrite phase: database pages). With `wal`, SQLite's write-ahead log:
 //! 4,120-byte frames (a 24-byte header and a 4 KiB page) one after another from byte 32, each
-//! followed by fsync, the log overwritten from its start every 1,000 frames.
+//! followed by fsync, the log overwritten from its start every 1,000 frames; `walsplit` writes
+//! each frame as SQLite does, header and page apart.
 //! `cargo run --release --example overwrite_profile -- 1024|aligned8192|append|wal [threads] [overwrites]`.
 
 use nosefs_bench::target::{cname, Native, Needs, Target};
@@ -18,7 +19,8 @@ fn main() -> std::io::Result<()> {
     let mut args = std::env::args().skip(1);
     let first = args.next();
     let append = first.as_deref() == Some("append");
-    let wal = first.as_deref() == Some("wal");
+    let wal = first.as_deref().is_some_and(|a| a.starts_with("wal"));
+    let split = first.as_deref() == Some("walsplit");
     let aligned = first.as_deref().is_some_and(|a| a.starts_with("aligned"));
     let io: usize = first
         .and_then(|a| a.trim_start_matches("aligned").parse().ok())
@@ -44,7 +46,7 @@ fn main() -> std::io::Result<()> {
                     if append {
                         append_all(target, t, count)
                     } else if wal {
-                        wal_frames(target, t, count)
+                        wal_frames(target, t, count, split)
                     } else {
                         overwrite(target, t, io, aligned, count)
                     }
@@ -94,7 +96,12 @@ fn overwrite(
     Ok(())
 }
 
-fn wal_frames(target: &Native, thread: u64, count: Option<u64>) -> std::io::Result<()> {
+fn wal_frames(
+    target: &Native,
+    thread: u64,
+    count: Option<u64>,
+    split: bool,
+) -> std::io::Result<()> {
     const FRAME_BYTES: u64 = 4120;
     const FRAMES: u64 = 1000;
     let file = target.open(target.root(), &cname(&format!("bench{thread}")), true)?;
@@ -107,7 +114,14 @@ fn wal_frames(target: &Native, thread: u64, count: Option<u64>) -> std::io::Resu
     let count = count.unwrap_or(1_000_000);
     let start = std::time::Instant::now();
     for k in 0..count {
-        target.pwrite(&file, 32 + k % FRAMES * FRAME_BYTES, &frame)?;
+        let at = 32 + k % FRAMES * FRAME_BYTES;
+        if split {
+            // As SQLite writes a frame: its 24-byte header, then the page.
+            target.pwrite(&file, at, &frame[..24])?;
+            target.pwrite(&file, at + 24, &frame[24..])?;
+        } else {
+            target.pwrite(&file, at, &frame)?;
+        }
         target.fsync(&file)?;
     }
     println!(

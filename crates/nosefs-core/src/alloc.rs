@@ -307,6 +307,31 @@ impl BlockAllocator {
         }
     }
 
+    /// Exactly `count` blocks from `start` on, if every one of them is free (nothing is taken
+    /// otherwise): a write that continues a file's run of the data zone.
+    pub fn alloc_exact(&self, start: u64, count: u64) -> bool {
+        assert!(count > 0, "allocating no blocks");
+        if self.claim(count, count) == 0 {
+            return false;
+        }
+        match self.take_at(start, count) {
+            Some((_, got)) if got == count => {
+                self.handed_out(start, count);
+                true
+            }
+            Some((_, got)) => {
+                // The free run ends before `count` (or at its region's end): put it back.
+                self.free(start, got);
+                self.unclaim(count - got);
+                false
+            }
+            None => {
+                self.unclaim(count);
+                false
+            }
+        }
+    }
+
     /// Between 1 and `max` contiguous free blocks: starting at `goal` when that block is free (so
     /// a file that grows stays contiguous), else a run of `max` by first fit, else the longest run
     /// there is. Returns (start, length), or `None` when no block is free.

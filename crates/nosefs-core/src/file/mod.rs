@@ -98,6 +98,9 @@ pub struct FileState {
     committed_mtime_ns: i64,
     /// Free bytes `[next, end)` of the tail block.
     tail: Option<(u64, u64)>,
+    /// The file offset right after the bytes placed just before the tail: a write starting
+    /// there continues them, in the file and (placed from the tail on) in the data zone.
+    tail_continues_at: Option<u64>,
     /// Bytes written (or rewritten) since the last commit.
     dirty_bytes: u64,
     /// The block after the file's last allocation, tried first for the next one.
@@ -134,6 +137,7 @@ impl FileState {
             mtime_ns: now,
             committed_mtime_ns: now,
             tail: None,
+            tail_continues_at: None,
             dirty_bytes: 0,
             goal: None,
             released: false,
@@ -413,7 +417,7 @@ impl Fs {
             reserve::cap_blocks(&state.reserved, &state.map, offset, offset + len)
         };
         let overwrite = offset + len <= state.size;
-        let placement = self.place(&mut state, len, promise_cap, overwrite)?;
+        let placement = self.place(&mut state, offset, len, promise_cap, overwrite)?;
         self.store_data(&placement, data);
         self.put_pieces(&mut state, offset, &placement);
         if offset + len > state.size {
@@ -477,6 +481,7 @@ impl Fs {
     fn place(
         &self,
         state: &mut FileState,
+        offset: u64,
         len: u64,
         promise_cap: u64,
         overwrite: bool,
@@ -484,7 +489,12 @@ impl Fs {
         if let Some((next, end)) = state.tail {
             if len <= end - next {
                 state.tail = (next + len < end).then_some((next + len, end));
+                state.tail_continues_at = Some(offset + len);
                 return Ok(smallvec::smallvec![(next, len)]);
+            }
+            if let Some(placement) = self.continue_tail(state, offset, len, promise_cap, overwrite)
+            {
+                return Ok(placement);
             }
         }
         let mut placement = Placement::new();
@@ -533,12 +543,54 @@ impl Fs {
         if end > addr + bytes {
             let old = state.tail_block();
             state.tail = Some((addr + bytes, end));
+            state.tail_continues_at = Some(offset + len);
             // A tail block has bytes never written, so nothing covers it whole.
             if let Some(old) = old.filter(|&b| state.partial_block_unused(b)) {
                 self.blocks.free(old, 1);
             }
         }
         Ok(placement)
+    }
+
+    /// Space for a write that continues the file's previous one but does not fit in the tail
+    /// block (SQLite's log: each frame is a 24-byte header, then its page): the tail's free bytes
+    /// and the blocks right after the tail block, so that the two writes are one run of the data
+    /// zone and the commit joins them into one piece. Placed apart, a frame was two pieces, its
+    /// page in a block of its own and its header in a half-empty tail block, and a 64 KiB window
+    /// of frames passed the rewrite threshold. `None` (nothing taken) when the blocks after the
+    /// tail block are not free, when the file's promise is involved, when the result would not
+    /// fit one extent, or for an overwrite into untouched pages of a lazily populated image (see
+    /// [`Fs::place`]).
+    fn continue_tail(
+        &self,
+        state: &mut FileState,
+        offset: u64,
+        len: u64,
+        promise_cap: u64,
+        overwrite: bool,
+    ) -> Option<Placement> {
+        let (next, end) = state.tail?;
+        if state.tail_continues_at != Some(offset)
+            || (promise_cap > 0 && state.promised > 0)
+            || !fits_one_extent(next, len)
+        {
+            return None;
+        }
+        debug_assert_eq!(end % BLOCK_SIZE, 0, "a tail ends its block");
+        let after = end / BLOCK_SIZE;
+        let blocks = (len - (end - next)).div_ceil(BLOCK_SIZE);
+        if overwrite && self.blocks.is_untouched(after) {
+            return None;
+        }
+        if !self.blocks.alloc_exact(after, blocks) {
+            return None;
+        }
+        state.goal = Some(after + blocks);
+        let new_next = next + len;
+        let new_end = new_next.next_multiple_of(BLOCK_SIZE);
+        state.tail = (new_next < new_end).then_some((new_next, new_end));
+        state.tail_continues_at = Some(offset + len);
+        Some(smallvec::smallvec![(next, len)])
     }
 
     /// Frees the blocks of bytes just dropped from the map (addr, len, fresh) that nothing uses
@@ -919,7 +971,7 @@ impl Fs {
             let bytes = &mut bytes[..(to - from) as usize];
             let read = self.read_locked(state, from, bytes);
             assert_eq!(read, bytes.len(), "a window's span ends within the file");
-            let placement = self.place(state, to - from, 0, true).ok()?;
+            let placement = self.place(state, from, to - from, 0, true).ok()?;
             self.store_data(&placement, bytes);
             Some(placement)
         });

@@ -75,6 +75,51 @@ fn small_writes_pack_into_blocks_and_merge_into_one_extent() {
 }
 
 #[test]
+fn a_write_continuing_the_last_one_continues_its_run_of_the_data_zone() {
+    // SQLite's log: each frame a 24-byte header, then the 4 KiB page right after it, each frame
+    // synced; a second lap overwrites the first from its start.
+    const FRAME: u64 = 24 + 4096;
+    let mut h = fresh(None);
+    let f = new_file(&h, b"wal");
+    let frame = |lap: u8, k: u64| -> (Vec<u8>, Vec<u8>) {
+        let tag = lap.wrapping_mul(31).wrapping_add(k as u8);
+        (vec![tag; 24], vec![tag ^ 0x5a; 4096])
+    };
+    let free = h.fs().free_data_blocks();
+    for lap in 0..2u8 {
+        for k in 0..40 {
+            let (header, page) = frame(lap, k);
+            h.fs().write(f, 32 + k * FRAME, &header).unwrap();
+            h.fs().write(f, 32 + k * FRAME + 24, &page).unwrap();
+            h.fs().fsync(f).unwrap();
+        }
+    }
+    assert!(
+        h.fs().file_pieces(f).unwrap() <= 3,
+        "the frames of a lap are one run: {} pieces",
+        h.fs().file_pieces(f).unwrap()
+    );
+    let used = free - h.fs().free_data_blocks();
+    assert!(
+        used <= (32 + 40 * FRAME).div_ceil(4096) + 2,
+        "{used} blocks for a log of {} bytes: no half-empty block per frame",
+        32 + 40 * FRAME
+    );
+    h.remount(false);
+    let data = read_all(h.fs(), f);
+    for k in 0..40 {
+        let (header, page) = frame(1, k);
+        let at = (32 + k * FRAME) as usize;
+        assert_eq!(&data[at..at + 24], &header[..], "frame {k}'s header");
+        assert_eq!(
+            &data[at + 24..at + FRAME as usize],
+            &page[..],
+            "frame {k}'s page"
+        );
+    }
+}
+
+#[test]
 fn fragmented_windows_are_rewritten_at_fsync() {
     let h = fresh(None);
     let f = new_file(&h, b"f");
