@@ -214,7 +214,7 @@ fn run_mkfs(args: MkfsArgs) -> Result<(), Error> {
 }
 
 fn run_info(path: &Path) -> Result<(), Error> {
-    let image = Image::open(path, Access::ReadOnly)?;
+    let image = when_image_free(|| Image::open(path, Access::ReadOnly))?;
     let sb = image.superblock();
     let g = image.geometry();
     let usage = Usage::scan(&image);
@@ -305,8 +305,29 @@ fn run_info(path: &Path) -> Result<(), Error> {
     Ok(())
 }
 
+/// How long a command waits for an image another process holds.
+const IMAGE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Runs `open` until the image is no longer held by another process, for up to [`IMAGE_WAIT`]:
+/// a `nosefs mount` lets go of its image only after the kernel's unmount has returned, once it
+/// has committed everything, so `umount MNT; nosefs fsck IMAGE` (or a mount) right after was
+/// refused as in use.
+pub(crate) fn when_image_free<T>(
+    mut open: impl FnMut() -> nosefs_core::Result<T>,
+) -> nosefs_core::Result<T> {
+    let deadline = std::time::Instant::now() + IMAGE_WAIT;
+    loop {
+        match open() {
+            Err(Error::InUse(_)) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            other => return other,
+        }
+    }
+}
+
 fn run_fsck(path: &Path, repair: bool, quiet: bool) -> ExitCode {
-    let report = match fsck(path, FsckOptions { repair }) {
+    let report = match when_image_free(|| fsck(path, FsckOptions { repair })) {
         Ok(report) => report,
         Err(e) => {
             eprintln!("nosefs fsck: {}: {e}", path.display());

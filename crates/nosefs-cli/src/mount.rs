@@ -275,7 +275,8 @@ fn serve(args: &MountArgs, options: &Options) -> Result<(), String> {
         atime: options.atime,
         ..MountOptions::default()
     };
-    let fs = Fs::mount(&args.image, &mount_options).map_err(|e| e.to_string())?;
+    let fs = crate::when_image_free(|| Fs::mount(&args.image, &mount_options))
+        .map_err(|e| e.to_string())?;
     if let Some(damage) = &fs.mount_report().damage {
         eprintln!(
             "nosefs mount: {} is damaged ({}); mounted read-only over a copy repaired in memory \

@@ -853,6 +853,39 @@ print(sorted(os.listdir('.')), open('named').read())
 /// old mount must not unmount the mount point again on its way out (it did, by path, half the
 /// time: fuser read the device's POLLERR as "still mounted"; vendor/fuser/NOSEFS-PATCH.md).
 #[test]
+fn the_same_image_mounts_and_checks_right_after_an_unmount() {
+    if !fuse_usable() {
+        eprintln!("skipped: needs /dev/fuse and root");
+        return;
+    }
+    let s = setup();
+    for round in 0..5 {
+        let out = nosefs()
+            .arg("mount")
+            .arg(&s.image)
+            .arg(&s.mnt)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "round {round}: mount: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // Enough dirty files that the daemon's commit at unmount takes a moment.
+        for i in 0..200 {
+            std::fs::write(s.mnt.join(format!("f{round}-{i}")), [round as u8; 5000]).unwrap();
+        }
+        umount(&s.mnt);
+        let out = nosefs().arg("fsck").arg(&s.image).output().unwrap();
+        assert!(
+            out.status.success(),
+            "round {round}: fsck right after the unmount: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+#[test]
 fn a_mount_right_after_an_unmount_of_the_same_mount_point_stays() {
     if !fuse_usable() {
         eprintln!("skipped: needs /dev/fuse and root");
