@@ -25,11 +25,12 @@
 
 use std::collections::BTreeSet;
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::mmap::{data_pages, MapRequest, Shadow};
+use super::mmap::{data_pages, extend_reach, MapRequest, Shadow};
 use super::mmap_sys::{View, WriteTracker, PAGE_BYTES};
 use crate::error::{Errno, Error, Result};
 use crate::fs::Fs;
@@ -164,6 +165,9 @@ pub struct BorrowedMapping {
     /// Whether its stores are tracked: from the start when it is writable, else from
     /// [`BorrowedMapping::make_writable`].
     tracked: bool,
+    /// Where the memfd's data ends, as last found: a scan stops there (see
+    /// `Fs::written_pages`).
+    reach: AtomicU64,
 }
 
 impl BorrowedMapping {
@@ -203,6 +207,7 @@ impl BorrowedMapping {
             offset,
             tracker,
             tracked: false,
+            reach: AtomicU64::new(0),
         };
         if request.prot & libc::PROT_WRITE != 0 {
             mapping.make_writable(memfd)?;
@@ -229,9 +234,9 @@ impl BorrowedMapping {
 
     /// The file's pages stored to through this mapping since the last call, as (first page,
     /// pages) runs; `range`: only within these bytes of the file. Their protection is armed
-    /// again in the same scan. Only the part inside the file (`memfd`'s size) is scanned (a
-    /// store past its end faults), so a mapping much larger than the file costs what the file
-    /// holds.
+    /// again in the same scan. Only the part inside the file (`memfd`'s size) and its data (a
+    /// store allocates its page in the memfd) is scanned, so a mapping much larger than the
+    /// data costs what the data holds.
     pub fn take_written(
         &self,
         memfd: BorrowedFd<'_>,
@@ -244,7 +249,9 @@ impl BorrowedMapping {
             .map_err(|e| io_error(e.into()))?
             .st_size as u64;
         let (first, end) = range.unwrap_or((0, u64::MAX));
-        let in_file = size.div_ceil(PAGE_BYTES) * PAGE_BYTES;
+        let reach = extend_reach(memfd, self.reach.load(Ordering::Relaxed)).map_err(io_error)?;
+        self.reach.store(reach, Ordering::Relaxed);
+        let in_file = (size.div_ceil(PAGE_BYTES) * PAGE_BYTES).min(reach);
         let from = first.max(self.offset);
         let to = end.min(self.offset + self.view.len() as u64).min(in_file);
         let mut runs = Vec::new();

@@ -114,6 +114,10 @@ pub(super) struct ShadowState {
     /// Pages written through views since unmapped, or reported by a process the shadow is lent
     /// to ([`Fs::lend_shadow`]), not yet synced.
     pub(super) orphaned_pages: BTreeSet<u64>,
+    /// No page of the memfd at or past this offset holds data, as last found ([`extend_reach`]);
+    /// `None` until a scan first asks. A store through a view allocates its page in the memfd,
+    /// so a scan for written pages need not go past it.
+    reach: Option<u64>,
 }
 
 /// How [`Fs::map_with`] maps.
@@ -453,6 +457,7 @@ impl Fs {
                 shared: Vec::new(),
                 next_id: 0,
                 orphaned_pages: BTreeSet::new(),
+                reach: None,
             }),
         });
         by_ino.insert(inode.ino, Arc::clone(&shadow));
@@ -621,8 +626,18 @@ impl Fs {
                 let mut runs = Vec::new();
                 // Stores land only inside the file (a page past its end faults), so a mapping
                 // much larger than the file (LMDB maps its whole map_size) is scanned only as
-                // far as the file reaches: the cost follows the file, not the mapping.
-                let in_file = state.size.div_ceil(PAGE_BYTES) * PAGE_BYTES;
+                // far as the file reaches: the cost follows the file, not the mapping. And a
+                // store allocates its page in the memfd, so the scan stops where the memfd's
+                // data does: LMDB with writemap sizes its file to the whole map (1 GiB of which
+                // it uses tens of MiB), and walking the rest of the view's page tables took half
+                // of each write transaction.
+                let mut in_file = state.size.div_ceil(PAGE_BYTES) * PAGE_BYTES;
+                if state.shared.iter().any(|s| s.tracked) {
+                    let reach = extend_reach(shadow.memfd.as_fd(), state.reach.unwrap_or(0))
+                        .map_err(io_error)?;
+                    state.reach = Some(reach);
+                    in_file = in_file.min(reach);
+                }
                 for SharedView { view, offset, .. } in state.shared.iter().filter(|s| s.tracked) {
                     // The part of this view inside the range, in whole pages of the view.
                     let from = first.max(*offset);
@@ -724,6 +739,26 @@ fn write_all_at(memfd: &OwnedFd, mut data: &[u8], mut offset: u64) -> Result<()>
         offset += n as u64;
     }
     Ok(())
+}
+
+/// The end of the last data run of `memfd` at or past `reach` (page aligned), or `reach` when
+/// there is none: what [`Fs::written_pages`] scans up to. SEEK_DATA skips a hole at once;
+/// SEEK_HOLE walks a data run page by page, so the runs found since the last call are walked,
+/// not the whole file.
+pub(super) fn extend_reach(
+    memfd: std::os::fd::BorrowedFd<'_>,
+    mut reach: u64,
+) -> std::io::Result<u64> {
+    use rustix::fs::SeekFrom;
+    loop {
+        let data = match rustix::fs::seek(memfd, SeekFrom::Data(reach)) {
+            Ok(d) => d,
+            Err(rustix::io::Errno::NXIO) => return Ok(reach),
+            Err(e) => return Err(e.into()),
+        };
+        let hole = rustix::fs::seek(memfd, SeekFrom::Hole(data))?;
+        reach = hole.div_ceil(PAGE_BYTES) * PAGE_BYTES;
+    }
 }
 
 /// The pages of `memfd` in `[offset, offset + len)` that hold data (SEEK_DATA to SEEK_HOLE), as
