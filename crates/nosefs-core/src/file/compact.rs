@@ -406,7 +406,7 @@ impl Fs {
             return None;
         }
         // The span an inline rewrite takes (`Fs::defragment_window`).
-        let (from, to) = super::window_span(state, window)?;
+        let (from, to) = super::commit::window_span(state, window)?;
         Some(Plan {
             pieces: window_pieces(state, from, to),
             from,
@@ -465,7 +465,7 @@ impl Fs {
             let (before, after) = (link(i.checked_sub(1), prev), link(after, next));
             new.push((
                 eno,
-                super::extent_record(inode.ino, at, addr, len, before, after),
+                super::commit::extent_record(inode.ino, at, addr, len, before, after),
             ));
             at += len;
         }

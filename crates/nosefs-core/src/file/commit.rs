@@ -1,0 +1,342 @@
+//! The DRAM side of a file commit: pending pieces joined with the neighbours they continue,
+//! crowded windows rewritten (the fragmentation policy), extent numbers and records, the
+//! journal transaction ([`super::journal::commit`]) and the bookkeeping once it is durable.
+
+use zerocopy::little_endian::{U16, U32, U64};
+
+use crate::error::{Errno, Result};
+use crate::format::extent::Extent;
+use crate::format::BLOCK_SIZE;
+use crate::fs::Fs;
+use crate::inode::Inode;
+
+use super::filemap::Piece;
+use super::journal::{self, FileCommit};
+use super::{compact, fits_one_extent, FileState, CHECKSUM_DATA_MAX_BYTES, WINDOW_BYTES};
+
+impl Fs {
+    /// Commits the file's pending state (the caller holds its inode lock and file lock).
+    pub(super) fn commit_file(&self, inode: &Inode, state: &mut FileState) -> Result<()> {
+        if !state.is_dirty() {
+            return Ok(());
+        }
+        self.merge_pending(state);
+        self.install_prepared(state);
+        if self.compaction_deferred() {
+            self.queue_crowded(inode.ino, state);
+        } else {
+            self.defragment(state);
+        }
+        if std::mem::take(&mut state.punched) {
+            self.relink_around_removed(state);
+        }
+        let offsets = state.map.pending();
+        let enos = self.alloc_extents(offsets.len())?;
+        for (&offset, &eno) in offsets.iter().zip(&enos) {
+            state.map.set_eno(offset, eno);
+        }
+        let new = self.extent_records(inode.ino, state, &offsets);
+        let removed: Vec<u32> = state.removed.iter().map(|r| r.0).collect();
+        let eno_at = |p: Option<(u64, Piece)>| p.map_or(0, |(_, p)| p.eno);
+        let c = FileCommit {
+            ino: inode.ino,
+            slot: inode.primary_slot(),
+            size: state.size,
+            mtime_ns: state.mtime_ns,
+            head: eno_at(state.map.iter().next()),
+            last: eno_at(state.map.last()),
+            new: &new,
+            removed: &removed,
+            data_fenced: state.dirty_bytes > CHECKSUM_DATA_MAX_BYTES,
+        };
+        let Some(overflow) = self.alloc_overflow(c.overflow_blocks_needed()) else {
+            offsets.iter().for_each(|&o| state.map.set_eno(o, 0));
+            enos.iter().for_each(|&e| self.extents.free(e));
+            return Err(Errno::ENOSPC.into());
+        };
+        let log = self.take_file_log();
+        // Blocks of the retired extents that no new extent covers: no piece covers them whole
+        // (they held retired bytes), so the counts tell whether one still uses them.
+        journal::commit(&self.image, log, &overflow, &c, &|b| {
+            state.map.refs().touched(b)
+        });
+        self.file_logs.free(log as u32);
+        overflow.iter().for_each(|&b| self.blocks.free(b, 1));
+        self.after_commit(state, &new);
+        self.debug_check_list(inode, state);
+        Ok(())
+    }
+
+    /// Debug builds: the media's extent list of a small file is exactly its map, in order.
+    pub(super) fn debug_check_list(&self, inode: &Inode, state: &FileState) {
+        if !cfg!(debug_assertions) || state.map.len() > 256 {
+            return;
+        }
+        let mut on_media = Vec::with_capacity(state.map.len());
+        let mut eno = self
+            .image
+            .pinode(u64::from(inode.primary_slot()))
+            .extent_head
+            .get();
+        let mut prev = 0;
+        while eno != 0 && on_media.len() <= state.map.len() {
+            let e = self.image.extent(u64::from(eno));
+            assert_eq!(
+                e.prev.get(),
+                prev,
+                "extent {eno} links back to the wrong extent"
+            );
+            on_media.push((e.file_offset.get(), eno));
+            (prev, eno) = (eno, e.next.get());
+        }
+        let in_map: Vec<(u64, u32)> = state.map.iter().map(|(o, p)| (o, p.eno)).collect();
+        assert_eq!(
+            on_media, in_map,
+            "inode {}: the media list is not the map",
+            inode.ino
+        );
+    }
+
+    /// The apply step relinks only the neighbours of new extents and the ends of the list. A
+    /// removed extent whose media predecessor stays committed while the piece now after that
+    /// predecessor is committed too (a punch dropping whole pieces between two kept ones, or an
+    /// overwrite whose new piece was punched away before the commit) would leave the
+    /// predecessor's `next` naming a retired extent: that predecessor is committed again as a new
+    /// extent over the same bytes, whose apply step links both its sides. O(removed extents),
+    /// each a read of two records; run by commits after a punch (`FileState::punched`).
+    pub(super) fn relink_around_removed(&self, state: &mut FileState) {
+        for i in 0..state.removed.len() {
+            let prev = self.image.extent(u64::from(state.removed[i].0)).prev.get();
+            if prev == 0 {
+                // It was the head: the piece now first is the head (or new, or after a new one).
+                continue;
+            }
+            let offset = self.image.extent(u64::from(prev)).file_offset.get();
+            let kept = state.map.get(offset).is_some_and(|p| p.eno == prev);
+            let next_committed = state.map.after(offset).is_some_and(|(_, p)| p.eno != 0);
+            if kept && next_committed {
+                state.map.reissue(offset, &mut state.removed);
+            }
+        }
+    }
+
+    /// DRAM bookkeeping once a commit is durable: the committed counts follow the map, and blocks
+    /// set aside for this commit and extents that left the map are freed.
+    pub(super) fn after_commit(&self, state: &mut FileState, new: &[(u32, Extent)]) {
+        let removed = std::mem::take(&mut state.removed);
+        for &(_, addr, len) in &removed {
+            state.committed_refs.remove(addr, len);
+        }
+        for (_, e) in new {
+            let addr =
+                u64::from(e.start_block.get()) * BLOCK_SIZE + u64::from(e.block_offset.get());
+            state.committed_refs.add(addr, u64::from(e.length.get()));
+        }
+        // Only blocks that lost bytes can be free now, so this stays O(change), not O(file): an
+        // append merged into a long extent retires it whole, yet frees nothing.
+        let deferred = std::mem::take(&mut state.deferred);
+        let tail = state.tail_block();
+        let unused = deferred
+            .into_iter()
+            .filter(|&b| !state.map.refs().touched(b) && tail != Some(b));
+        self.free_blocks(unused.collect());
+        removed.iter().for_each(|r| self.extents.free(r.0));
+        state.committed_size = state.size;
+        state.committed_mtime_ns = state.mtime_ns;
+        state.dirty_bytes = 0;
+        debug_assert!(!state.is_dirty());
+        debug_assert_eq!(state.committed_refs, *state.map.refs());
+    }
+
+    pub(super) fn alloc_extents(&self, count: usize) -> Result<Vec<u32>> {
+        let mut enos = Vec::with_capacity(count);
+        for _ in 0..count {
+            match self.alloc_or_settle(|| self.extents.alloc(&self.image)) {
+                Some(eno) => enos.push(eno),
+                None => {
+                    enos.iter().for_each(|&e| self.extents.free(e));
+                    return Err(Errno::ENOSPC.into());
+                }
+            }
+        }
+        Ok(enos)
+    }
+
+    pub(super) fn alloc_overflow(&self, count: usize) -> Option<Vec<u64>> {
+        let mut blocks = Vec::with_capacity(count);
+        for _ in 0..count {
+            match self.alloc_or_settle(|| self.blocks.alloc(1)) {
+                Some(b) => blocks.push(b),
+                None => {
+                    blocks.iter().for_each(|&b| self.blocks.free(b, 1));
+                    return None;
+                }
+            }
+        }
+        Some(blocks)
+    }
+
+    /// A free file log. There are far more logs than threads committing at once, so waiting for
+    /// one is a formality.
+    pub(super) fn take_file_log(&self) -> u64 {
+        loop {
+            if let Some(log) = self.file_logs.alloc(&self.image) {
+                return u64::from(log);
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    /// The extent records of the pieces at `offsets` (numbers assigned), linked to their
+    /// neighbours in the file, valid bit clear.
+    pub(super) fn extent_records(
+        &self,
+        ino: u64,
+        state: &FileState,
+        offsets: &[u64],
+    ) -> Vec<(u32, Extent)> {
+        offsets
+            .iter()
+            .map(|&offset| {
+                let p = state.map.get(offset).expect("a pending piece");
+                let neighbour = |n: Option<(u64, Piece)>| n.map_or(0, |(_, q)| q.eno);
+                let e = extent_record(
+                    ino,
+                    offset,
+                    p.addr,
+                    p.len,
+                    neighbour(state.map.before(offset)),
+                    neighbour(state.map.after(offset)),
+                );
+                (p.eno, e)
+            })
+            .collect()
+    }
+
+    /// Joins each pending piece with the pieces before and after it that it continues both in
+    /// the file and in the data zone (appends, 1 KiB writes packed in a tail block).
+    pub(super) fn merge_pending(&self, state: &mut FileState) {
+        let offsets = state.map.pending();
+        for offset in offsets {
+            let Some(piece) = state.map.get(offset) else {
+                continue; // merged into an earlier one
+            };
+            let mut at = (offset, piece);
+            while let Some(joined) = state.map.before(at.0).and_then(|q| join(state, q, at)) {
+                at = joined;
+            }
+            while let Some(joined) = state.map.after(at.0).and_then(|r| join(state, at, r)) {
+                at = joined;
+            }
+        }
+    }
+
+    /// The fragmentation policy: any 64 KiB window with a pending piece and more than 32 pieces is
+    /// rewritten into fresh contiguous space as one piece. Skipped quietly when space is short.
+    pub(super) fn defragment(&self, state: &mut FileState) {
+        let mut windows: Vec<u64> = state
+            .map
+            .pending()
+            .iter()
+            .map(|offset| offset / WINDOW_BYTES)
+            .collect();
+        windows.dedup();
+        for window in windows {
+            if compact::crowded(state, window) && !self.defragment_window(state, window) {
+                return;
+            }
+        }
+    }
+
+    /// Rewrites one window's pieces into fresh contiguous space as one pending piece; false when
+    /// space is short (nothing changed).
+    pub(super) fn defragment_window(&self, state: &mut FileState, window: u64) -> bool {
+        let Some((from, to)) = window_span(state, window) else {
+            return true; // nothing to rewrite
+        };
+        thread_local! {
+            /// The window's bytes on their way to the new blocks. Kept: a fresh zeroed 64 KiB
+            /// vector costs a memset per rewrite, and `read_locked` writes every byte anyway
+            /// (holes as zeros).
+            static WINDOW: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+        }
+        let placed = WINDOW.with_borrow_mut(|bytes| {
+            bytes.resize(WINDOW_BYTES as usize, 0);
+            let bytes = &mut bytes[..(to - from) as usize];
+            let read = self.read_locked(state, from, bytes);
+            assert_eq!(read, bytes.len(), "a window's span ends within the file");
+            let placement = self.place(state, from, to - from, 0, true).ok()?;
+            self.store_data(&placement, bytes);
+            Some(placement)
+        });
+        let Some(placement) = placed else {
+            return false;
+        };
+        self.put_pieces(state, from, &placement);
+        state.dirty_bytes += to - from;
+        true
+    }
+}
+
+/// The span a window's rewrite takes: from its first piece's start to its last one's end,
+/// within the window and the file's size; None when that leaves nothing.
+pub(super) fn window_span(state: &FileState, window: u64) -> Option<(u64, u64)> {
+    let (start, end) = (window * WINDOW_BYTES, (window + 1) * WINDOW_BYTES);
+    let first = state.map.overlapping(start, end).next()?;
+    let last = state.map.overlapping(start, end).last()?;
+    let from = first.0.max(start);
+    let to = (last.0 + last.1.len).min(end).min(state.size);
+    (from < to).then_some((from, to))
+}
+
+/// The extent record of `len` bytes at file offset `offset`, data-zone address `addr`, between
+/// extents `prev` and `next` (0: none), valid bit clear.
+pub(super) fn extent_record(
+    ino: u64,
+    offset: u64,
+    addr: u64,
+    len: u64,
+    prev: u32,
+    next: u32,
+) -> Extent {
+    let block_offset = addr % BLOCK_SIZE;
+    Extent {
+        ino: U64::new(ino),
+        file_offset: U64::new(offset),
+        flags: U32::new(0),
+        next: U32::new(next),
+        prev: U32::new(prev),
+        start_block: U32::new((addr / BLOCK_SIZE) as u32),
+        length: U32::new(len as u32),
+        block_offset: U16::new(block_offset as u16),
+        block_count: U16::new(Extent::blocks_needed(block_offset, len) as u16),
+    }
+}
+
+/// Replaces two neighbouring pieces by one pending piece if `right` continues `left` both in the
+/// file and in the data zone and the result fits one extent; a committed side's extent is retired
+/// at the commit. Returns the joined piece.
+pub(super) fn join(
+    state: &mut FileState,
+    (left_offset, left): (u64, Piece),
+    (right_offset, right): (u64, Piece),
+) -> Option<(u64, Piece)> {
+    let continues = left_offset + left.len == right_offset && left.addr_end() == right.addr;
+    if !continues || !fits_one_extent(left.addr, left.len + right.len) {
+        return None;
+    }
+    for (offset, piece) in [(left_offset, left), (right_offset, right)] {
+        state.map.remove(offset);
+        if piece.eno != 0 {
+            state.removed.push((piece.eno, piece.addr, piece.len));
+        }
+    }
+    let joined = Piece {
+        addr: left.addr,
+        len: left.len + right.len,
+        eno: 0,
+        fresh: left.fresh && right.fresh,
+    };
+    state.map.insert(left_offset, joined);
+    Some((left_offset, joined))
+}

@@ -1,0 +1,224 @@
+//! Where a write's bytes go: the tail block, a continuation of the file's last run, or whole
+//! blocks ([`Fs::place`]); storing them ([`Fs::store_data`]); and the file's DRAM map and block
+//! counts after the write, freeing what no piece holds any more ([`Fs::put_pieces`]). See the
+//! parent module for the policy.
+
+use smallvec::SmallVec;
+
+use crate::error::{Errno, Result};
+use crate::format::extent;
+use crate::format::BLOCK_SIZE;
+use crate::fs::Fs;
+
+use super::filemap::{Piece, Punched};
+use super::{fits_one_extent, FileState, Placement, NT_COPY_MIN_BYTES};
+
+impl Fs {
+    /// Copies `data` to the ranges of `placement`, flushed (or non-temporal).
+    pub(super) fn store_data(&self, placement: &Placement, data: &[u8]) {
+        let region = self.image.region();
+        let base = self.image.geometry().block_offset(0);
+        let mut done = 0usize;
+        for &(addr, len) in placement {
+            let chunk = &data[done..done + len as usize];
+            if data.len() >= NT_COPY_MIN_BYTES {
+                region.copy_nt(base + addr, chunk);
+            } else {
+                region.write_bytes(base + addr, chunk);
+                region.flush(base + addr, len);
+            }
+            done += len as usize;
+        }
+    }
+
+    /// Replaces file bytes `[offset, ...)` by the pieces of `placement`, and frees what no piece
+    /// holds any more.
+    pub(super) fn put_pieces(&self, state: &mut FileState, offset: u64, placement: &Placement) {
+        let len: u64 = placement.iter().map(|p| p.1).sum();
+        let mut punched = Punched::default();
+        state.map.punch(offset, offset + len, &mut punched);
+        let mut at = offset;
+        for &(addr, piece_len) in placement {
+            let piece = Piece {
+                addr,
+                len: piece_len,
+                eno: 0,
+                fresh: true,
+            };
+            state.map.insert(at, piece);
+            at += piece_len;
+        }
+        state.removed.extend(punched.removed);
+        self.free_dropped(state, &punched.dropped);
+    }
+
+    /// Space for `len` new bytes: the rest of the tail block when they fit there, else whole
+    /// blocks, the unused end of the last one becoming the tail; up to `promise_cap` of them
+    /// from the file's promise. An `overwrite` (bytes inside the file) continues after the
+    /// file's last blocks only where that touches no fresh page of a lazily populated image
+    /// ([`BlockAllocator::is_untouched`]); an append continues there always, so a growing file
+    /// stays contiguous. ENOSPC takes nothing.
+    ///
+    /// [`BlockAllocator::is_untouched`]: crate::alloc::BlockAllocator::is_untouched
+    pub(super) fn place(
+        &self,
+        state: &mut FileState,
+        offset: u64,
+        len: u64,
+        promise_cap: u64,
+        overwrite: bool,
+    ) -> Result<Placement> {
+        if let Some((next, end)) = state.tail {
+            if len <= end - next {
+                state.tail = (next + len < end).then_some((next + len, end));
+                state.tail_continues_at = Some(offset + len);
+                return Ok(smallvec::smallvec![(next, len)]);
+            }
+            if let Some(placement) = self.continue_tail(state, offset, len, promise_cap, overwrite)
+            {
+                return Ok(placement);
+            }
+        }
+        let mut placement = Placement::new();
+        let mut runs: SmallVec<[(u64, u64); 2]> = SmallVec::new();
+        let mut need = len;
+        // The part of the promise this write may spend, spent from a copy and settled at the end.
+        let usable_before = state.promised.min(promise_cap);
+        let mut usable = usable_before;
+        while need > 0 {
+            let want = need.div_ceil(BLOCK_SIZE).min(extent::MAX_BLOCKS);
+            let goal = state
+                .goal
+                .filter(|&g| !(overwrite && self.blocks.is_untouched(g)));
+            let got = if usable > 0 {
+                let promised = std::cell::Cell::new(usable);
+                let got = self.alloc_or_settle(|| {
+                    let mut p = promised.get();
+                    let got = self.blocks.alloc_upto_promised(goal, want, &mut p);
+                    promised.set(p);
+                    got
+                });
+                usable = promised.get();
+                got
+            } else {
+                self.alloc_or_settle(|| self.blocks.alloc_upto(goal, want))
+            };
+            let Some((start, count)) = got else {
+                runs.iter().for_each(|&(s, n)| self.blocks.free(s, n));
+                // What this placement spent of the file's promise is the file's again, if the
+                // blocks just freed are still unclaimed.
+                let spent = usable_before - usable;
+                if spent > 0 && !self.blocks.promise(spent) {
+                    state.promised -= spent;
+                }
+                return Err(Errno::ENOSPC.into());
+            };
+            runs.push((start, count));
+            state.goal = Some(start + count);
+            let bytes = (count * BLOCK_SIZE).min(need);
+            placement.push((start * BLOCK_SIZE, bytes));
+            need -= bytes;
+        }
+        state.promised -= usable_before - usable;
+        let (addr, bytes) = *placement.last().expect("len > 0");
+        let end = (addr + bytes).next_multiple_of(BLOCK_SIZE);
+        if end > addr + bytes {
+            let old = state.tail_block();
+            state.tail = Some((addr + bytes, end));
+            state.tail_continues_at = Some(offset + len);
+            // A tail block has bytes never written, so nothing covers it whole.
+            if let Some(old) = old.filter(|&b| state.partial_block_unused(b)) {
+                self.blocks.free(old, 1);
+            }
+        }
+        Ok(placement)
+    }
+
+    /// Space for a write that continues the file's previous one but does not fit in the tail
+    /// block (SQLite's log: each frame is a 24-byte header, then its page): the tail's free bytes
+    /// and the blocks right after the tail block, so that the two writes are one run of the data
+    /// zone and the commit joins them into one piece. Placed apart, a frame was two pieces, its
+    /// page in a block of its own and its header in a half-empty tail block, and a 64 KiB window
+    /// of frames passed the rewrite threshold. `None` (nothing taken) when the blocks after the
+    /// tail block are not free, when the file's promise is involved, when the result would not
+    /// fit one extent, or for an overwrite into untouched pages of a lazily populated image (see
+    /// [`Fs::place`]).
+    fn continue_tail(
+        &self,
+        state: &mut FileState,
+        offset: u64,
+        len: u64,
+        promise_cap: u64,
+        overwrite: bool,
+    ) -> Option<Placement> {
+        let (next, end) = state.tail?;
+        if state.tail_continues_at != Some(offset)
+            || (promise_cap > 0 && state.promised > 0)
+            || !fits_one_extent(next, len)
+        {
+            return None;
+        }
+        debug_assert_eq!(end % BLOCK_SIZE, 0, "a tail ends its block");
+        let after = end / BLOCK_SIZE;
+        let blocks = (len - (end - next)).div_ceil(BLOCK_SIZE);
+        if overwrite && self.blocks.is_untouched(after) {
+            return None;
+        }
+        if !self.blocks.alloc_exact(after, blocks) {
+            return None;
+        }
+        state.goal = Some(after + blocks);
+        let new_next = next + len;
+        let new_end = new_next.next_multiple_of(BLOCK_SIZE);
+        state.tail = (new_next < new_end).then_some((new_next, new_end));
+        state.tail_continues_at = Some(offset + len);
+        Some(smallvec::smallvec![(next, len)])
+    }
+
+    /// Frees the blocks of bytes just dropped from the map (addr, len, fresh) that nothing uses
+    /// any more, and sets aside for the next commit those of non-fresh pieces (see the module
+    /// doc). Ranges may share blocks (the pieces of one split); each block is freed once.
+    pub(super) fn free_dropped(&self, state: &mut FileState, dropped: &[(u64, u64, bool)]) {
+        let mut blocks: SmallVec<[u64; 8]> = SmallVec::new();
+        for &(addr, len, fresh) in dropped {
+            let (first, end) = (addr / BLOCK_SIZE, (addr + len).div_ceil(BLOCK_SIZE));
+            if !fresh {
+                state.deferred.extend(first..end);
+                continue;
+            }
+            for block in first..end {
+                let whole = block * BLOCK_SIZE >= addr && (block + 1) * BLOCK_SIZE <= addr + len;
+                debug_assert!(!whole || state.tail_block() != Some(block));
+                if whole || state.partial_block_unused(block) {
+                    blocks.push(block);
+                }
+            }
+        }
+        self.free_blocks(blocks)
+    }
+
+    /// Frees a list of blocks (in any order, possibly repeated) as runs.
+    pub(super) fn free_blocks(&self, blocks: SmallVec<[u64; 8]>) {
+        runs_of(blocks)
+            .into_iter()
+            .for_each(|(start, n)| self.blocks.free(start, n));
+    }
+}
+
+/// Blocks (in any order, possibly repeated) as sorted runs (start, count).
+pub(super) fn runs_of(mut blocks: SmallVec<[u64; 8]>) -> Vec<(u64, u64)> {
+    blocks.sort_unstable();
+    blocks.dedup();
+    let mut runs = Vec::new();
+    let mut i = 0;
+    while i < blocks.len() {
+        let start = blocks[i];
+        let mut n = 1;
+        while i + n < blocks.len() && blocks[i + n] == start + n as u64 {
+            n += 1;
+        }
+        runs.push((start, n as u64));
+        i += n;
+    }
+    runs
+}
