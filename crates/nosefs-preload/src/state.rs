@@ -112,6 +112,12 @@ static PENDING_TICKET: AtomicU64 = AtomicU64::new(0);
 /// Set in a forked child while its parent still holds the image.
 static FORKED_WHILE_MOUNTED: AtomicBool = AtomicBool::new(false);
 static EXIT_HOOK_REGISTERED: AtomicBool = AtomicBool::new(false);
+/// When this process last failed to reach its daemon (CLOCK_MONOTONIC ns; 0: never). For
+/// [`UNREACHABLE_RETRY_NS`] after, a call fails at once instead of trying again: each try waits
+/// up to 80 ms for a mount that may be coming up ([`Remote::connect`]), and a program whose
+/// daemon is gone made every call wait that long.
+static UNREACHABLE_SINCE_NS: AtomicU64 = AtomicU64::new(0);
+const UNREACHABLE_RETRY_NS: u64 = 1_000_000_000;
 static CRED: RwLock<Option<Cred>> = RwLock::new(None);
 static UMASK: AtomicU32 = AtomicU32::new(u32::MAX);
 
@@ -231,7 +237,27 @@ fn mount() -> Result<(), Errno> {
     Ok(())
 }
 
+fn monotonic_ns() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    (t.tv_sec as u64).saturating_mul(1_000_000_000) + t.tv_nsec as u64
+}
+
 fn connect(config: &Config) -> Result<Remote, Errno> {
+    let since = UNREACHABLE_SINCE_NS.load(Ordering::Relaxed);
+    if since != 0 && monotonic_ns().saturating_sub(since) < UNREACHABLE_RETRY_NS {
+        return Err(Errno::EIO);
+    }
+    let reached = reach_daemon(config);
+    let now = if reached.is_err() {
+        monotonic_ns().max(1)
+    } else {
+        0
+    };
+    UNREACHABLE_SINCE_NS.store(now, Ordering::Relaxed);
+    reached
+}
+
+fn reach_daemon(config: &Config) -> Result<Remote, Errno> {
     let mut remote = match Remote::connect(&config.prefix) {
         Ok(Some(remote)) => remote,
         Ok(None) => {
