@@ -34,6 +34,11 @@ use crate::wait::Spinner;
 
 /// How long a client spins on its slot before it sleeps on the futex.
 pub const CLIENT_SPIN: Duration = Duration::from_micros(20);
+/// How long a client spins (yielding, see [`crate::wait`]) for the reply after it woke a
+/// sleeping server thread, and on its connection's first call: that thread needs tens of
+/// microseconds to run again (a halted vCPU's wake-up on this VM), so a client that slept after
+/// [`CLIENT_SPIN`] paid a second wake-up of the same length for the reply.
+pub const WAKE_SPIN: Duration = Duration::from_micros(250);
 /// How often a sleeping client checks that the daemon lives.
 pub const DAEMON_CHECK: Duration = Duration::from_millis(100);
 
@@ -50,6 +55,9 @@ pub struct Remote {
     /// Held from a loan's request until its memfd is read from the socket, so that each
     /// thread reads the memfd of its own loan.
     lending: parking_lot::Mutex<()>,
+    /// A reply came on this connection: its server thread has run since it was handed the
+    /// connection (until then a call waits [`WAKE_SPIN`], as after ringing a sleeping thread).
+    answered: AtomicBool,
 }
 
 /// Connections made by this process so far (a forked child counts on from its parent's).
@@ -220,6 +228,7 @@ impl Remote {
             dead: AtomicBool::new(false),
             id: (pid << 8 | (count & 0xff)).max(1),
             lending: parking_lot::Mutex::new(()),
+            answered: AtomicBool::new(false),
         })
     }
 
@@ -351,12 +360,13 @@ impl Remote {
     /// Puts a request in slot `slot` (taken) and rings the doorbell of the thread serving it if
     /// that thread sleeps.
     fn send(&self, slot: usize, request: &Enc) {
-        self.send_with(slot, request, &[]);
+        let _ = self.send_with(slot, request, &[]);
     }
 
     /// [`Remote::send`] with `data` after the request's bytes, copied straight from the
     /// caller's buffer (a write's data: the request ends with its length).
-    fn send_with(&self, slot: usize, request: &Enc, data: &[u8]) {
+    /// Returns whether it rang a sleeping server thread.
+    fn send_with(&self, slot: usize, request: &Enc, data: &[u8]) -> bool {
         let len = request.buf.len() + data.len();
         assert!(len <= self.area.payload_bytes(), "requests are chunked");
         let area = &self.area;
@@ -374,10 +384,12 @@ impl Remote {
         } else {
             (area.server_sleeping(), area.doorbell())
         };
-        if sleeping.load(Ordering::SeqCst) != 0 {
+        let asleep = sleeping.load(Ordering::SeqCst) != 0;
+        if asleep {
             bell.fetch_add(1, Ordering::SeqCst);
             let _ = futex::wake(bell, futex::Flags::empty(), 1);
         }
+        asleep
     }
 
     /// Whether the daemon has closed its end (it died or stopped).
@@ -415,9 +427,14 @@ impl Remote {
             return Err(Errno::EIO);
         }
         let slot = self.take_slot().ok_or(Errno::EIO)?;
-        self.send_with(slot, request, data);
+        let rang = self.send_with(slot, request, data);
+        let window = if rang || !self.answered.load(Ordering::Relaxed) {
+            WAKE_SPIN
+        } else {
+            CLIENT_SPIN
+        };
         let result = self
-            .wait_reply(slot)
+            .wait_reply(slot, window)
             .and_then(|len| take(&self.area, slot, len));
         self.area.state(slot).store(state::IDLE, Ordering::Release);
         self.area.owner(slot).store(owner::FREE, Ordering::Release);
@@ -425,7 +442,7 @@ impl Remote {
     }
 
     /// Waits for slot `slot`'s reply; its length after the errno, or the errno.
-    fn wait_reply(&self, slot: usize) -> Result<usize, Errno> {
+    fn wait_reply(&self, slot: usize, window: Duration) -> Result<usize, Errno> {
         let area = &self.area;
         let mut spinner = Spinner::new();
         loop {
@@ -434,7 +451,7 @@ impl Remote {
                 break;
             }
             let server_here = || area.server_cpu(slot).load(Ordering::Relaxed) == current_cpu();
-            if spinner.pause(CLIENT_SPIN, server_here) {
+            if spinner.pause(window, server_here) {
                 continue;
             }
             area.client_waiting(slot).store(1, Ordering::SeqCst);
@@ -454,6 +471,7 @@ impl Remote {
             }
             area.client_waiting(slot).store(0, Ordering::Relaxed);
         }
+        self.answered.store(true, Ordering::Relaxed);
         let len = (area.len(slot).load(Ordering::Acquire) as usize).min(area.payload_bytes());
         if len < 4 {
             return Err(Errno::EIO);
