@@ -65,6 +65,12 @@ pub struct KernelView {
     dirs: parking_lot::Mutex<std::collections::HashSet<u64>>,
     /// Inodes the kernel holds, with their lookup counts (FUSE's nlookup).
     inodes: parking_lot::Mutex<std::collections::HashMap<u64, u64>>,
+    /// Held inodes whose data the kernel may have cached pages of: it read or wrote through the
+    /// mount (a READ or WRITE served, a mapping's faults and write-back among them). A file the
+    /// kernel holds only for its record locks (SQLite's, PostgreSQL's) has none, and a write
+    /// by a shim client then invalidates its attributes alone instead of storing its bytes
+    /// into pages of the kernel's cache no one reads (a copy of the data, memory included).
+    paged: parking_lot::Mutex<std::collections::HashSet<u64>>,
 }
 
 impl KernelView {
@@ -89,7 +95,16 @@ impl KernelView {
             inodes.remove(&ino);
             drop(inodes);
             self.dirs.lock().remove(&ino);
+            self.paged.lock().remove(&ino);
         }
+    }
+
+    fn note_paged(&self, ino: u64) {
+        self.paged.lock().insert(ino);
+    }
+
+    fn may_cache_pages_of(&self, ino: u64) -> bool {
+        self.paged.lock().contains(&ino)
     }
 
     fn may_hold_entries_of(&self, dir: u64) -> bool {
@@ -220,6 +235,9 @@ impl nosefs_daemon::server::Invalidate for Invalidator {
         }
         // Attributes only (offset -1 leaves the pages).
         let _ = self.notifier.inval_inode(INodeNo(ino), -1, 0);
+        if !self.view.may_cache_pages_of(ino) {
+            return;
+        }
         let stored = data.len() <= STORE_MAX_BYTES
             && self.notifier.store(INodeNo(ino), offset, data).is_ok();
         if !stored {
@@ -664,6 +682,8 @@ impl Filesystem for NoseFuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        // Before the read: a write racing it is either seen by it or stored into its pages.
+        self.view.note_paged(ino.0);
         let mut buf = vec![0u8; size as usize];
         match self.fs().read(ino.0, offset, &mut buf) {
             Ok(n) => reply.data(&buf[..n]),
@@ -683,6 +703,8 @@ impl Filesystem for NoseFuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        // The kernel keeps the bytes it writes through in its cache.
+        self.view.note_paged(ino.0);
         // The kernel's FUSE client clears set-group-id only with group-execute set before a
         // write; the frontend clears what tmpfs and ext4 clear.
         let result = self
