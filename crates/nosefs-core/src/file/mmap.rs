@@ -632,9 +632,10 @@ impl Fs {
                 // it uses tens of MiB), and walking the rest of the view's page tables took half
                 // of each write transaction.
                 let mut in_file = state.size.div_ceil(PAGE_BYTES) * PAGE_BYTES;
-                if state.shared.iter().any(|s| s.tracked) {
-                    let reach = extend_reach(shadow.memfd.as_fd(), state.reach.unwrap_or(0))
-                        .map_err(io_error)?;
+                let known = state.reach.unwrap_or(0);
+                // Nothing to ask while the known reach covers the file (a file mapped whole).
+                if known < in_file && state.shared.iter().any(|s| s.tracked) {
+                    let reach = extend_reach(shadow.memfd.as_fd(), known).map_err(io_error)?;
                     state.reach = Some(reach);
                     in_file = in_file.min(reach);
                 }
