@@ -250,12 +250,9 @@ impl BorrowedMapping {
             .st_size as u64;
         let (first, end) = range.unwrap_or((0, u64::MAX));
         let whole = size.div_ceil(PAGE_BYTES) * PAGE_BYTES;
-        let mut reach = self.reach.load(Ordering::Relaxed);
-        // Nothing to ask while the known reach covers the file (a file mapped whole).
-        if reach < whole {
-            reach = extend_reach(memfd, reach).map_err(io_error)?;
-            self.reach.store(reach, Ordering::Relaxed);
-        }
+        let reach =
+            extend_reach(memfd, self.reach.load(Ordering::Relaxed), whole).map_err(io_error)?;
+        self.reach.store(reach, Ordering::Relaxed);
         let in_file = whole.min(reach);
         let from = first.max(self.offset);
         let to = end.min(self.offset + self.view.len() as u64).min(in_file);

@@ -114,10 +114,10 @@ pub(super) struct ShadowState {
     /// Pages written through views since unmapped, or reported by a process the shadow is lent
     /// to ([`Fs::lend_shadow`]), not yet synced.
     pub(super) orphaned_pages: BTreeSet<u64>,
-    /// No page of the memfd at or past this offset holds data, as last found ([`extend_reach`]);
-    /// `None` until a scan first asks. A store through a view allocates its page in the memfd,
-    /// so a scan for written pages need not go past it.
-    reach: Option<u64>,
+    /// No page of the memfd at or past this offset holds data, as last found ([`extend_reach`];
+    /// 0 until a scan first asks). A store through a view allocates its page in the memfd, so a
+    /// scan for written pages need not go past it.
+    reach: u64,
 }
 
 /// How [`Fs::map_with`] maps.
@@ -457,7 +457,7 @@ impl Fs {
                 shared: Vec::new(),
                 next_id: 0,
                 orphaned_pages: BTreeSet::new(),
-                reach: None,
+                reach: 0,
             }),
         });
         by_ino.insert(inode.ino, Arc::clone(&shadow));
@@ -632,12 +632,10 @@ impl Fs {
                 // it uses tens of MiB), and walking the rest of the view's page tables took half
                 // of each write transaction.
                 let mut in_file = state.size.div_ceil(PAGE_BYTES) * PAGE_BYTES;
-                let known = state.reach.unwrap_or(0);
-                // Nothing to ask while the known reach covers the file (a file mapped whole).
-                if known < in_file && state.shared.iter().any(|s| s.tracked) {
-                    let reach = extend_reach(shadow.memfd.as_fd(), known).map_err(io_error)?;
-                    state.reach = Some(reach);
-                    in_file = in_file.min(reach);
+                if state.shared.iter().any(|s| s.tracked) {
+                    state.reach = extend_reach(shadow.memfd.as_fd(), state.reach, in_file)
+                        .map_err(io_error)?;
+                    in_file = in_file.min(state.reach);
                 }
                 for SharedView { view, offset, .. } in state.shared.iter().filter(|s| s.tracked) {
                     // The part of this view inside the range, in whole pages of the view.
@@ -742,24 +740,23 @@ fn write_all_at(memfd: &OwnedFd, mut data: &[u8], mut offset: u64) -> Result<()>
     Ok(())
 }
 
-/// The end of the last data run of `memfd` at or past `reach` (page aligned), or `reach` when
-/// there is none: what [`Fs::written_pages`] scans up to. SEEK_DATA skips a hole at once;
+/// The end of the last data run of `memfd` in `[reach, end)` (page aligned), or `reach` when
+/// there is none (no system call when `reach` covers `end`, a file mapped whole): what
+/// [`Fs::written_pages`] scans up to. SEEK_DATA skips a hole at once;
 /// SEEK_HOLE walks a data run page by page, so the runs found since the last call are walked,
 /// not the whole file.
 pub(super) fn extend_reach(
     memfd: std::os::fd::BorrowedFd<'_>,
-    mut reach: u64,
+    reach: u64,
+    end: u64,
 ) -> std::io::Result<u64> {
-    use rustix::fs::SeekFrom;
-    loop {
-        let data = match rustix::fs::seek(memfd, SeekFrom::Data(reach)) {
-            Ok(d) => d,
-            Err(rustix::io::Errno::NXIO) => return Ok(reach),
-            Err(e) => return Err(e.into()),
-        };
-        let hole = rustix::fs::seek(memfd, SeekFrom::Hole(data))?;
-        reach = hole.div_ceil(PAGE_BYTES) * PAGE_BYTES;
+    if reach >= end {
+        return Ok(reach);
     }
+    let runs = data_pages(memfd, reach, (end - reach) as usize)?;
+    Ok(runs
+        .last()
+        .map_or(reach, |&(at, len)| reach + (at + len) as u64))
 }
 
 /// The pages of `memfd` in `[offset, offset + len)` that hold data (SEEK_DATA to SEEK_HOLE), as
