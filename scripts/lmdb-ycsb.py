@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """YCSB-A-like mix on LMDB (python3-lmdb): 20,000 records of 1 KB, then 5,000 operations, half
-reads, half updates, each update one durable write transaction. Usage: lmdb-ycsb.py DIR default|writemap"""
+reads, half updates, each update one durable write transaction. Usage: lmdb-ycsb.py DIR default|writemap
+(OPS in the environment: operations instead of 5,000)."""
 import lmdb, os, random, sys, time
 path, writemap = sys.argv[1], sys.argv[2] == 'writemap'
-n, ops = 20000, 5000
+n, ops = 20000, int(os.environ.get("OPS", "5000"))
 os.makedirs(path, exist_ok=True)
 env = lmdb.open(path, map_size=2 << 30, writemap=writemap)
 val = b'v' * 1000

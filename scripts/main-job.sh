@@ -32,7 +32,7 @@ mkdir -p "$out/apps"
 # shellcheck disable=SC2086
 target/release/nosefs bench ${NOSEFS_BENCH_ARGS:-} --threads 1 \
   --target tmpfs --target ramdisk:ext4 --target nosefs-client --target nosefs-preload \
-  --workload sqlite --workload redis --workload kv --workload oltp --workload tools \
+  --workload sqlite --workload redis --workload kv --workload rocksdb --workload oltp --workload tools \
   --json "$out/apps/results.json" --out "$out/apps" | tee "$out/apps/table.md"
 if [ "${NOSEFS_STANDING:-1}" != 0 ]; then
   python3 scripts/standing.py "$out" --doc docs/benchmarks.md

@@ -127,7 +127,7 @@ def section(results):
         lines.append("")
         lines += tables(micro, "###")
     if apps:
-        lines.append("The programs themselves (`--workload sqlite redis kv oltp tools`, one")
+        lines.append("The programs themselves (`--workload sqlite redis kv rocksdb oltp tools`, one")
         lines.append("thread; `nosefs-client`: daemon clients of `nosefs mount`, `nosefs-preload`:")
         lines.append("embedded):")
         lines.append("")

@@ -390,6 +390,8 @@ fn application_workloads_run_the_programs_and_check_their_data() {
             "--workload",
             "kv",
             "--workload",
+            "rocksdb",
+            "--workload",
             "oltp",
             "--workload",
             "tools",
@@ -455,6 +457,17 @@ fn application_workloads_run_the_programs_and_check_their_data() {
             .is_ok_and(|s| s.success())
         {
             assert!(has(target, "kv", "ycsb-f", "leveldb"), "{output:?}");
+        }
+    }
+    if installed("/usr/bin/db_bench") {
+        // Its own second process checks that every key is there; a run that lost one fails.
+        for target in ["tmpfs", "nosefs-preload"] {
+            for op in ["fillseq-sync", "overwrite-sync", "readrandom"] {
+                assert!(
+                    has(target, "rocksdb", op, "db_bench"),
+                    "rocksdb {op} on {target}: {output:?}"
+                );
+            }
         }
     }
     for op in ["untar", "git-commit", "git-clone", "make", "rsync"] {

@@ -137,7 +137,7 @@ pub enum Workload {
 }
 
 /// Workload names accepted by `--workload`.
-pub const NAMES: [&str; 17] = [
+pub const NAMES: [&str; 18] = [
     "dirops",
     "fileops",
     "mmap",
@@ -153,6 +153,7 @@ pub const NAMES: [&str; 17] = [
     "sqlite",
     "redis",
     "kv",
+    "rocksdb",
     "oltp",
     "tools",
 ];
@@ -177,6 +178,7 @@ impl Workload {
             "sqlite" => Ok(vec![Workload::App(apps::App::Sqlite)]),
             "redis" => Ok(vec![Workload::App(apps::App::Redis)]),
             "kv" => Ok(vec![Workload::App(apps::App::Kv)]),
+            "rocksdb" => Ok(vec![Workload::App(apps::App::Rocksdb)]),
             "oltp" => Ok(vec![Workload::App(apps::App::Oltp)]),
             "tools" => Ok(vec![Workload::App(apps::App::Tools)]),
             "fileserver" | "fileserver-1k" | "varmail" | "varmail-1k" | "webserver"

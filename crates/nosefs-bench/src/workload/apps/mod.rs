@@ -15,6 +15,8 @@
 //!   latest for D), 1 KB records, every write durable: on LMDB (python3-lmdb, memory-mapped like
 //!   seed 000's MongoDB engine; default and writemap) and on LevelDB (python3-plyvel, an LSM
 //!   store with its log synced); then every record the run wrote is read back and compared.
+//! - `rocksdb`: RocksDB's own benchmark, db_bench, every write synced to its log: fillseq,
+//!   overwrite and readrandom in one process; then a second process must find every key.
 //! - `oltp` (`oltp/`): PostgreSQL 15 (pgbench's TPC-B-like transactions and a TPC-C-like mix),
 //!   MariaDB (sysbench oltp_read_write) and SQLite (the TPC-C-like mix, one client), each with
 //!   its default durability; then a restart and checks of everything committed. The servers
@@ -34,6 +36,7 @@
 mod kv;
 mod oltp;
 mod redis;
+mod rocksdb;
 mod sqlite;
 mod tools;
 
@@ -55,6 +58,8 @@ pub enum App {
     Redis,
     /// YCSB A-F on LMDB and LevelDB.
     Kv,
+    /// RocksDB's db_bench, every write synced.
+    Rocksdb,
     /// TPC-B and TPC-C-like on PostgreSQL, sysbench on MariaDB, TPC-C-like on SQLite.
     Oltp,
     /// tar, git, make and rsync on a source tree.
@@ -68,6 +73,7 @@ impl App {
             App::Sqlite => "sqlite",
             App::Redis => "redis",
             App::Kv => "kv",
+            App::Rocksdb => "rocksdb",
             App::Oltp => "oltp",
             App::Tools => "tools",
         }
@@ -152,6 +158,7 @@ pub fn run_once(app: App, place: &Place, threads: usize, ops: usize) -> io::Resu
         App::Sqlite => sqlite::run(place, ops),
         App::Redis => redis::run(place, ops),
         App::Kv => kv::run(place, ops),
+        App::Rocksdb => rocksdb::run(place, ops),
         App::Oltp => oltp::run(place, ops),
         App::Tools => tools::run(place),
     }
