@@ -1,7 +1,9 @@
 //! `mmap`: per thread, 4 KiB stores at random page offsets of a mapped file, with msync of the
 //! stored page after each (seed 001 IV-B, Fig. 10): files of 1-12 MiB mapped whole; a file larger
 //! than the last-level cache (1 GiB; `--quick` 64 MiB); and the smallest file through a mapping
-//! much larger than it (2 GiB; `--quick` 256 MiB), as LMDB maps its whole map size.
+//! much larger than it (2 GiB; `--quick` 256 MiB), as LMDB maps its whole map size. The last two
+//! again with msync of the whole mapping after each store (`msync=mapping`), as LMDB syncs its
+//! map: the file system must find the one written page itself.
 
 use std::io;
 
@@ -16,15 +18,21 @@ const PAGE: u64 = 4096;
 struct Phase {
     file_mib: u64,
     map_mib: u64,
+    /// Each msync covers the whole mapping, not only the page stored to.
+    whole: bool,
 }
 
 impl Phase {
     fn variant(self) -> String {
-        if self.map_mib == self.file_mib {
+        let mut v = if self.map_mib == self.file_mib {
             format!("file={}MiB", self.file_mib)
         } else {
             format!("file={}MiB,map={}MiB", self.file_mib, self.map_mib)
+        };
+        if self.whole {
+            v.push_str(",msync=mapping");
         }
+        v
     }
 }
 
@@ -36,14 +44,29 @@ fn phases(sizes: &Sizes) -> Vec<Phase> {
         .map(|&mib| Phase {
             file_mib: mib,
             map_mib: mib,
+            whole: false,
         })
         .collect();
+    let large = Phase {
+        file_mib: sizes.mmap_large_mib,
+        map_mib: sizes.mmap_large_mib,
+        whole: true,
+    };
     if let Some(&smallest) = sizes.mmap_mib.iter().min() {
-        all.push(Phase {
+        let sparse = Phase {
             file_mib: smallest,
             map_mib: sizes.mmap_sparse_map_mib.max(smallest),
-        });
+            whole: false,
+        };
+        all.extend([
+            sparse,
+            Phase {
+                whole: true,
+                ..sparse
+            },
+        ]);
     }
+    all.push(large);
     all
 }
 
@@ -69,8 +92,16 @@ pub fn run_once<T: Target>(target: &T, threads: usize, sizes: &Sizes) -> io::Res
             let at = offsets(n, len, PAGE, seed);
             samples.push(gate.timed(&counters, n, |k| {
                 target.map_write(&map, at[k], &page);
-                target.msync(&map, at[k], PAGE)
+                if phase.whole {
+                    target.msync(&map, 0, phase.map_mib << 20)
+                } else {
+                    target.msync(&map, at[k], PAGE)
+                }
             })?);
+            // One phase's file alive at a time (the image is sized for that, with room for
+            // what the overwrites take before their commits free the blocks they replace).
+            drop(map);
+            target.unlink(target.root(), &name)?;
         }
         Ok(samples)
     })?;

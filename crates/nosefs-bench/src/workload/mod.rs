@@ -221,11 +221,17 @@ impl Workload {
                 data_bytes: 0,
             },
             Workload::Fileops => fileops::needs(sizes),
+            // Each phase's file is removed after it: the largest alive at once, twice over for
+            // the blocks an msync writes before its commit frees the ones it replaces.
             Workload::Mmap => Needs {
-                names: sizes.mmap_mib.len() as u64 + 2,
-                data_bytes: (sizes.mmap_mib.iter().sum::<u64>()
-                    + sizes.mmap_large_mib
-                    + sizes.mmap_mib.iter().min().copied().unwrap_or(1))
+                names: 2,
+                data_bytes: (2 * sizes
+                    .mmap_mib
+                    .iter()
+                    .copied()
+                    .chain([sizes.mmap_large_mib])
+                    .max()
+                    .unwrap_or(1))
                     << 20,
             },
             Workload::Fragment => Needs {
