@@ -291,6 +291,46 @@ fn the_shim_and_the_fuse_mount_see_one_file_system() {
     m.unmount_and_fsck();
 }
 
+/// The daemon invalidates the kernel's attributes of an inode only while the kernel may hold
+/// them valid (it gave them in a reply since the last invalidation): every stat through the
+/// mount between shim changes must still see each change, through every reply that hands the
+/// kernel attributes (lookup, getattr, readdirplus, setattr, create).
+#[test]
+fn attributes_through_the_mount_follow_every_change_by_shim_clients() {
+    if !usable() {
+        return;
+    }
+    let m = mount_with(&[]);
+    std::fs::create_dir(m.mnt.join("d")).unwrap();
+    std::fs::write(m.mnt.join("d/f"), b"").unwrap();
+    let dir_nlink = || std::fs::metadata(m.mnt.join("d")).unwrap().nlink();
+    let file = || std::fs::metadata(m.mnt.join("d/f")).unwrap();
+    for round in 0..4u64 {
+        // Kernel views before each change: a getattr, and a listing with attributes.
+        let before = (dir_nlink(), file().len(), file().mode());
+        let _ = std::fs::read_dir(m.mnt.join("d")).unwrap().count();
+        let script = format!(
+            r#"set -e; cd "$D/d"; mkdir sub{round}; printf 'xx' >> f; chmod {mode:o} f; touch -d @{t} f"#,
+            mode = 0o600 + round,
+            t = 1_000_000_000 + round * 1000,
+        );
+        let out = m.run(&script);
+        assert!(out.status.success(), "{}", text(&out));
+        let after = (dir_nlink(), file().len(), file().mode() & 0o777);
+        assert_eq!(
+            after,
+            (before.0 + 1, before.1 + 2, 0o600 + round as u32),
+            "round {round}: what the kernel shows after the shim's changes"
+        );
+        assert_eq!(file().mtime(), 1_000_000_000 + round as i64 * 1000);
+        // A second change with no kernel look in between, then one look.
+        let out = m.run(&format!(r#"set -e; cd "$D/d"; mkdir again{round}; printf 'y' >> f"#));
+        assert!(out.status.success(), "{}", text(&out));
+        assert_eq!((dir_nlink(), file().len()), (after.0 + 1, after.1 + 1));
+    }
+    m.unmount_and_fsck();
+}
+
 #[test]
 fn another_user_gets_the_permissions_the_fuse_mount_gives() {
     if !usable() {

@@ -11,10 +11,19 @@ use fuser::INodeNo;
 /// that (each invalidation is a write to /dev/fuse, about a microsecond, and a name a shim
 /// client creates in a directory the kernel never looked into needs none).
 ///
-/// Both sets are filled *before* what they cover is served: a directory before a name in it is
+/// The sets are filled *before* what they cover is served: a directory before a name in it is
 /// looked up (so a change racing the lookup is invalidated), an inode before the attributes the
 /// kernel will cache are read (so a change racing them either comes after the read or is
 /// invalidated). They shrink at `forget`, when the kernel lets an inode go.
+///
+/// Attributes are invalidated only while the kernel may hold them valid: from a reply that
+/// gave them (lookup, getattr, setattr, create, readdirplus) to the next invalidation, after
+/// which the kernel asks again before it uses them. A directory in which a shim client creates
+/// a thousand files is invalidated once, not a thousand times, unless the kernel looks at it
+/// in between. (An invalidation racing a reply is safe either way: the flag is set before the
+/// reply's attributes are read, so the invalidation either finds it set or comes before that
+/// read, which then sees the change; and the kernel drops a reply's attributes if an
+/// invalidation of the inode came after the request was sent.)
 #[derive(Debug, Default)]
 pub struct KernelView {
     /// Directories the kernel may hold entries (or negative entries) of.
@@ -27,6 +36,9 @@ pub struct KernelView {
     /// by a shim client then invalidates its attributes alone instead of storing its bytes
     /// into pages of the kernel's cache no one reads (a copy of the data, memory included).
     paged: parking_lot::Mutex<std::collections::HashSet<u64>>,
+    /// Inodes whose attributes the kernel may hold as valid: given in a reply since their last
+    /// invalidation.
+    attrs: parking_lot::Mutex<std::collections::HashSet<u64>>,
 }
 
 impl KernelView {
@@ -34,8 +46,21 @@ impl KernelView {
         self.dirs.lock().insert(dir);
     }
 
+    /// The kernel takes a lookup reference on `ino`, with its attributes (read after this).
     pub(crate) fn note_inode(&self, ino: u64) {
         *self.inodes.lock().entry(ino).or_insert(0) += 1;
+        self.note_attrs(ino);
+    }
+
+    /// The kernel is about to be given the attributes of `ino` (read after this).
+    pub(crate) fn note_attrs(&self, ino: u64) {
+        self.attrs.lock().insert(ino);
+    }
+
+    /// Whether the kernel may hold valid attributes of `ino`; they count as invalidated from
+    /// now on (the caller invalidates them when this says so).
+    fn take_attrs(&self, ino: u64) -> bool {
+        self.attrs.lock().remove(&ino)
     }
 
     pub(crate) fn forget(&self, ino: u64, nlookup: u64) {
@@ -52,6 +77,7 @@ impl KernelView {
             drop(inodes);
             self.dirs.lock().remove(&ino);
             self.paged.lock().remove(&ino);
+            self.attrs.lock().remove(&ino);
         }
     }
 
@@ -101,9 +127,17 @@ impl nosefs_daemon::server::Invalidate for Invalidator {
         }
     }
 
+    /// Attributes and cached pages; for an inode the kernel caches no pages of (a directory,
+    /// a file held only for its locks), the attributes alone, and only while the kernel may
+    /// hold them valid.
     fn inode(&self, ino: u64) {
-        if self.view.may_hold_inode(ino) {
+        if !self.view.may_hold_inode(ino) {
+            return;
+        }
+        if self.view.may_cache_pages_of(ino) {
             let _ = self.notifier.inval_inode(INodeNo(ino), 0, 0);
+        } else if self.view.take_attrs(ino) {
+            let _ = self.notifier.inval_inode(INodeNo(ino), -1, 0);
         }
     }
 
@@ -116,8 +150,10 @@ impl nosefs_daemon::server::Invalidate for Invalidator {
         if !self.view.may_hold_inode(ino) {
             return;
         }
-        // Attributes only (offset -1 leaves the pages).
-        let _ = self.notifier.inval_inode(INodeNo(ino), -1, 0);
+        // Attributes only (offset -1 leaves the pages), if the kernel may hold them valid.
+        if self.view.take_attrs(ino) {
+            let _ = self.notifier.inval_inode(INodeNo(ino), -1, 0);
+        }
         if !self.view.may_cache_pages_of(ino) {
             return;
         }
@@ -132,6 +168,7 @@ impl nosefs_daemon::server::Invalidate for Invalidator {
 
     fn resized(&self, ino: u64, size: u64) {
         if self.view.may_hold_inode(ino) {
+            self.view.take_attrs(ino);
             let _ = self.notifier.inval_inode(INodeNo(ino), 0, 0);
             // An empty store at `size` raises the kernel's size to it (never lowers it; a
             // shrink is learnt at the next getattr, which the invalidation forces).

@@ -108,6 +108,7 @@ impl Filesystem for NoseFuse {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        self.view.note_attrs(ino.0);
         reply_attr(reply, self.fs().getattr(ino.0));
     }
 
@@ -143,6 +144,7 @@ impl Filesystem for NoseFuse {
                 return;
             }
         }
+        self.view.note_attrs(ino.0);
         reply_attr(reply, self.fs().setattr(ino.0, &change));
     }
 
