@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job: build noseFS and run the benchmark suite, the native library side by side with a
 # private tmpfs and an ext4 ramdisk on the micro workloads (dirops, fileops, mmap), then the
-# application workloads (SQLite, Redis, YCSB on LMDB, pgbench on PostgreSQL, tar/git/make/rsync:
+# application workloads (SQLite, Redis, YCSB on LMDB and LevelDB, RocksDB db_bench, pgbench on
+# PostgreSQL, sysbench on MariaDB, tar/git/make/rsync:
 # the programs themselves) on tmpfs, the ext4 ramdisk and noseFS through the shim (daemon clients and
 # embedded), and write the reports (table, JSON, plots) under results/. Needs root for the
 # scratch mounts.
