@@ -324,7 +324,9 @@ fn attributes_through_the_mount_follow_every_change_by_shim_clients() {
         );
         assert_eq!(file().mtime(), 1_000_000_000 + round as i64 * 1000);
         // A second change with no kernel look in between, then one look.
-        let out = m.run(&format!(r#"set -e; cd "$D/d"; mkdir again{round}; printf 'y' >> f"#));
+        let out = m.run(&format!(
+            r#"set -e; cd "$D/d"; mkdir again{round}; printf 'y' >> f"#
+        ));
         assert!(out.status.success(), "{}", text(&out));
         assert_eq!((dir_nlink(), file().len()), (after.0 + 1, after.1 + 1));
     }
