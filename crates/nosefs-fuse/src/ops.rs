@@ -16,7 +16,9 @@ use nosefs_core::file::holes::Seek;
 use nosefs_core::format::pinode;
 use nosefs_core::namespace::{Attr, RenameFlags, SetAttr, XattrMode};
 
-use crate::convert::*;
+use crate::convert::{
+    errno, file_attr, kind, reply_attr, reply_empty, reply_xattr, request_cred, set_time,
+};
 use crate::{NoseFuse, TTL};
 
 impl Filesystem for NoseFuse {
