@@ -883,6 +883,26 @@ fn a_directory_removed_while_open_is_fstat_able_as_on_the_kernel() {
 }
 
 #[test]
+fn a_directory_something_is_mounted_on_is_busy_until_the_unmount() {
+    if !usable() {
+        return;
+    }
+    let m = mount_with(&[]);
+    // The first rmdir reads the mount table; the mount after it and the unmount after that
+    // must both be seen by the next rmdir (the daemon keeps the table between rmdirs).
+    let out = same_as_kernel(
+        &m,
+        "mkdir $D/a $D/b && rmdir $D/a && echo removed a
+         mount -t tmpfs none $D/b || exit 1
+         rmdir $D/b 2>/dev/null || echo b busy
+         umount $D/b && rmdir $D/b && echo removed b
+         ls $D",
+    );
+    assert_eq!(out, "removed a\nb busy\nremoved b\n");
+    m.unmount_and_fsck();
+}
+
+#[test]
 fn unnamed_files_are_written_and_named_as_on_the_kernel() {
     if !usable() {
         return;

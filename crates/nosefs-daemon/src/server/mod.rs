@@ -48,10 +48,12 @@ use crate::workers::Workers;
 
 mod door;
 mod execute;
+mod mounts;
 
 pub use door::proc_cred;
 use door::{door, recred, release, release_ticket, watch_size};
 use execute::execute;
+use mounts::{is_mount_point, unescape};
 
 /// How long a server thread keeps polling after its last request before it sleeps.
 pub const SERVER_SPIN: Duration = Duration::from_micros(50);
@@ -589,39 +591,6 @@ pub fn find_daemon(mountinfo: &str, mount_point: &[u8]) -> Option<(u32, u32, u32
             .ok()?;
         Some((major.parse().ok()?, minor.parse().ok()?, owner))
     })
-}
-
-/// Whether the kernel has something mounted at `path` (a directory of the FUSE mount that a
-/// client is about to remove: rmdir(2) answers EBUSY for a mount point).
-fn is_mount_point(path: &[u8]) -> bool {
-    let Ok(mountinfo) = std::fs::read_to_string("/proc/self/mountinfo") else {
-        return false;
-    };
-    mountinfo.lines().any(|line| {
-        line.split(' ')
-            .nth(4)
-            .is_some_and(|point| unescape(point) == path)
-    })
-}
-
-/// mountinfo's octal escapes (`\040` for a space) undone.
-fn unescape(field: &str) -> Vec<u8> {
-    let b = field.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\'
-            && i + 3 < b.len()
-            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
-        {
-            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    out
 }
 
 #[cfg(test)]
