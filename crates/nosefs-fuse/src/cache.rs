@@ -166,6 +166,10 @@ impl nosefs_daemon::server::Invalidate for Invalidator {
         }
     }
 
+    fn may_be_mounted_on(&self, ino: u64) -> bool {
+        self.view.may_hold_inode(ino)
+    }
+
     fn resized(&self, ino: u64, size: u64) {
         if self.view.may_hold_inode(ino) {
             self.view.take_attrs(ino);

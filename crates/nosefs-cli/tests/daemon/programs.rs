@@ -249,22 +249,33 @@ fn a_directory_removed_while_open_is_fstat_able_as_on_the_kernel() {
 }
 
 #[test]
-fn a_directory_something_is_mounted_on_is_busy_until_the_unmount() {
+fn what_something_is_mounted_on_is_busy_until_the_unmount() {
     if !usable() {
         return;
     }
     let m = mount_with(&[]);
-    // The first rmdir reads the mount table; the mount after it and the unmount after that
-    // must both be seen by the next rmdir (the daemon keeps the table between rmdirs).
+    // The first rmdir reads the mount table; the mounts after it and the unmounts after those
+    // must be seen by the next call (the daemon keeps the table between calls). A directory and
+    // a file mounted on can be neither removed nor renamed, nor renamed over, as the kernel
+    // answers; a rename through the daemon would also have detached the kernel's mount.
     let out = same_as_kernel(
         &m,
-        "mkdir $D/a $D/b && rmdir $D/a && echo removed a
-         mount -t tmpfs none $D/b || exit 1
-         rmdir $D/b 2>/dev/null || echo b busy
-         umount $D/b && rmdir $D/b && echo removed b
-         ls $D",
+        "cd $D && mkdir a b c && touch f g && rmdir a && echo removed a
+         mount -t tmpfs none b && mount --bind g f || exit 1
+         rmdir b 2>/dev/null || echo b busy
+         mv b b2 2>/dev/null || echo b not renamed
+         mv -T c b 2>/dev/null || echo c not renamed over b
+         rm f 2>/dev/null || echo f busy
+         mv f f2 2>/dev/null || echo f not renamed
+         mount | grep -c \" $D/[bf] \"
+         umount b f && rmdir b && mv f f2 && rm f2 && echo removed b and f
+         ls",
     );
-    assert_eq!(out, "removed a\nb busy\nremoved b\n");
+    assert_eq!(
+        out,
+        "removed a\nb busy\nb not renamed\nc not renamed over b\nf busy\nf not renamed\n2\n\
+         removed b and f\nc\ng\n"
+    );
     m.unmount_and_fsck();
 }
 

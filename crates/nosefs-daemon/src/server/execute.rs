@@ -140,7 +140,10 @@ pub(super) fn execute(
             } else {
                 None
             };
+            // A name the kernel holds may be a mount point: the full walk's request checks it.
+            let held = |f: &Option<Found>| f.as_ref().is_some_and(|f| may_be_mounted_on(inval, f));
             let done: Vec<Found> = match (first, second) {
+                (a, b) if held(&a) || b.as_ref().is_some_and(held) => Vec::new(),
                 (Some(f), None) => {
                     local.unlink(&f)?;
                     vec![f]
@@ -376,14 +379,15 @@ pub(super) fn execute(
         }
         op::UNLINK | op::RMDIR => {
             let found = rewalk(&local, &mut d)?;
+            // The kernel's order: a directory to unlink or a file to rmdir is refused first.
+            let dir = found.attr.is_some_and(|a| a.is_dir());
+            if dir == (opcode == op::RMDIR) && mounted_on(inval, &found) {
+                return Err(Errno(libc::EBUSY));
+            }
             if opcode == op::UNLINK {
                 local.unlink(&found)?;
             } else {
                 let last = d.bytes()?;
-                if found.attr.is_some_and(|a| a.is_dir()) && is_mount_point(&found.path) {
-                    // Something is mounted on it through the FUSE mount: the kernel says EBUSY.
-                    return Err(Errno(libc::EBUSY));
-                }
                 local.rmdir(&found, last)?;
             }
             if let Some(i) = inval {
@@ -393,6 +397,9 @@ pub(super) fn execute(
         op::RENAME => {
             let from = rewalk(&local, &mut d)?;
             let to = rewalk(&local, &mut d)?;
+            if mounted_on(inval, &from) || mounted_on(inval, &to) {
+                return Err(Errno(libc::EBUSY));
+            }
             local.rename(&from, &to, d.u32()?)?;
             if let Some(i) = inval {
                 for f in [&from, &to] {
@@ -631,6 +638,20 @@ fn page_runs(d: &mut Dec<'_>) -> Result<Vec<(u64, u64)>, Errno> {
 
 /// The kernel's caches told that name `f` went or changed: its entry, its directory and the
 /// inode it named.
+/// Whether the kernel may have something mounted on what `found` names.
+fn may_be_mounted_on(inval: Option<&dyn Invalidate>, found: &Found) -> bool {
+    found
+        .attr
+        .is_some_and(|a| inval.map_or(true, |i| i.may_be_mounted_on(a.ino)))
+}
+
+/// Whether something is mounted through the FUSE mount on what `found` names: the kernel
+/// answers EBUSY to its rename, unlink or rmdir (and the daemon's change under the mount would
+/// detach it when the kernel's entry is invalidated).
+fn mounted_on(inval: Option<&dyn Invalidate>, found: &Found) -> bool {
+    may_be_mounted_on(inval, found) && is_mount_point(&found.path)
+}
+
 fn name_changed(i: &dyn Invalidate, f: &Found) {
     i.entry(f.parent, &f.name);
     i.inode(f.parent);

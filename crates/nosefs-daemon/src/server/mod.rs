@@ -92,6 +92,13 @@ pub trait Invalidate: Send + Sync {
         let _ = (offset, data);
         self.inode(ino);
     }
+    /// Whether the kernel may have something mounted on `ino` through the FUSE mount: only on
+    /// an inode it holds (a mount point is a name it looked up and keeps), so the daemon reads
+    /// the mount table for no other (rename, unlink and rmdir of a mount point are EBUSY).
+    fn may_be_mounted_on(&self, ino: u64) -> bool {
+        let _ = ino;
+        true
+    }
 }
 
 /// How the daemon serves clients.
