@@ -862,6 +862,13 @@ fn splice_moves_data_between_nosefs_files_and_pipes() {
 }
 
 #[test]
+fn posix_asynchronous_io_reads_and_writes_nosefs_files() {
+    let setup = setup();
+    let out = same_as_kernel(&setup, common::POSIX_AIO_SCRIPT);
+    assert_eq!(out, common::POSIX_AIO_OUTPUT);
+}
+
+#[test]
 fn mappings_resize_and_sparse_files_map_whole() {
     let setup = setup();
     let out = same_as_kernel(&setup, common::MREMAP_SCRIPT);

@@ -449,6 +449,17 @@ fn programs_are_found_through_path_directories_on_nosefs() {
 }
 
 #[test]
+fn posix_asynchronous_io_reads_and_writes_nosefs_files() {
+    if !usable() {
+        return;
+    }
+    let m = mount_with(&[]);
+    let out = same_as_kernel(&m, common::POSIX_AIO_SCRIPT);
+    assert_eq!(out, common::POSIX_AIO_OUTPUT);
+    m.unmount_and_fsck();
+}
+
+#[test]
 fn splice_moves_data_between_nosefs_files_and_pipes() {
     if !usable() {
         return;

@@ -106,6 +106,7 @@ mod mmap;
 mod names;
 mod open;
 mod pointers;
+mod posix_aio;
 mod process;
 mod routing;
 mod rw;
