@@ -869,6 +869,13 @@ fn posix_asynchronous_io_reads_and_writes_nosefs_files() {
 }
 
 #[test]
+fn linux_asynchronous_io_is_served_for_nosefs_files() {
+    let setup = setup();
+    let out = same_as_kernel(&setup, common::LINUX_AIO_SCRIPT);
+    assert_eq!(out, common::LINUX_AIO_OUTPUT);
+}
+
+#[test]
 fn mappings_resize_and_sparse_files_map_whole() {
     let setup = setup();
     let out = same_as_kernel(&setup, common::MREMAP_SCRIPT);

@@ -22,6 +22,7 @@ pub mod exec;
 pub mod fdtable;
 pub mod ffi;
 pub mod kernel;
+pub mod linux_aio;
 pub mod maps;
 pub mod offsets;
 pub mod ops;

@@ -12,6 +12,7 @@
 int nosefs_hook_openat(int dirfd, const char *path, int flags, mode_t mode);
 int nosefs_hook_fcntl(int fd, int cmd, void *arg);
 int nosefs_hook_ioctl(int fd, unsigned long request, void *arg);
+long nosefs_hook_syscall(long number, long a1, long a2, long a3, long a4, long a5, long a6);
 
 /* O_CREAT and O_TMPFILE are the flags that carry a mode (open(2)). */
 static int wants_mode(int flags) {
@@ -71,6 +72,17 @@ int nosefs_c_ioctl(int fd, unsigned long request, ...) {
     void *arg = va_arg(ap, void *);
     va_end(ap);
     return nosefs_hook_ioctl(fd, request, arg);
+}
+
+/* syscall(2): six arguments, however many the caller passed, as glibc's own syscall reads them
+ * (the kernel ignores the ones a call does not take). */
+long nosefs_c_syscall(long number, ...) {
+    va_list ap;
+    va_start(ap, number);
+    long a1 = va_arg(ap, long), a2 = va_arg(ap, long), a3 = va_arg(ap, long);
+    long a4 = va_arg(ap, long), a5 = va_arg(ap, long), a6 = va_arg(ap, long);
+    va_end(ap);
+    return nosefs_hook_syscall(number, a1, a2, a3, a4, a5, a6);
 }
 
 /* The exec family's list forms: gather the arguments, then call the hooked vector forms, which

@@ -87,13 +87,14 @@ fn mariadb_runs_with_its_default_configuration() {
     let script = r#"set -e
 mkdir "$D/data"; chown mysql:mysql "$D/data"
 sock="$(mktemp -u /tmp/nosefs-maria.XXXXXX)"
+log="$(mktemp /tmp/nosefs-maria-log.XXXXXX)"; chmod 666 "$log"
 # A server that hangs (install-db's bootstrap runs one as its child, which `timeout` does not
 # reach) must not outlive the test.
 trap 'pkill -9 -f -- "--datadir=$D/data" || true' EXIT
 timeout 120 mariadb-install-db --user=mysql --datadir="$D/data" >/dev/null 2>&1
 serve() {
   timeout 120 mariadbd --user=mysql --datadir="$D/data" --socket="$sock" --skip-networking \
-    >/dev/null 2>&1 &
+    --log-error="$log" >/dev/null 2>&1 &
   for _ in $(seq 1 300); do mariadb -S "$sock" -uroot -e 'select 1' >/dev/null 2>&1 && return; sleep 0.1; done
   echo "mariadbd did not start"
 }
@@ -105,12 +106,14 @@ serve
 mariadb -S "$sock" -uroot -N -e "select count(*) from t.x; check table t.x;"
 mariadb-admin -S "$sock" -uroot shutdown
 wait
+# InnoDB's default, native AIO (the shim's Linux AIO), at both starts; io_uring is refused.
+grep -c "InnoDB: Using Linux native AIO" "$log"; rm -f "$log"
 "#;
     let out = m.run(script);
     assert!(out.status.success(), "{}", text(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
-        stdout.contains("5000\nt.x\tcheck\tstatus\tOK\n"),
+        stdout.contains("5000\nt.x\tcheck\tstatus\tOK\n2\n"),
         "{}",
         text(&out)
     );

@@ -460,6 +460,17 @@ fn posix_asynchronous_io_reads_and_writes_nosefs_files() {
 }
 
 #[test]
+fn linux_asynchronous_io_is_served_for_nosefs_files() {
+    if !usable() {
+        return;
+    }
+    let m = mount_with(&[]);
+    let out = same_as_kernel(&m, common::LINUX_AIO_SCRIPT);
+    assert_eq!(out, common::LINUX_AIO_OUTPUT);
+    m.unmount_and_fsck();
+}
+
+#[test]
 fn splice_moves_data_between_nosefs_files_and_pipes() {
     if !usable() {
         return;

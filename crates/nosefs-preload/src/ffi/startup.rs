@@ -89,6 +89,7 @@ variadic! {
     fcntl => nosefs_c_fcntl,
     fcntl64 => nosefs_c_fcntl64,
     ioctl => nosefs_c_ioctl,
+    syscall => nosefs_c_syscall,
     execl => nosefs_c_execl,
     execlp => nosefs_c_execlp,
     execle => nosefs_c_execle,
