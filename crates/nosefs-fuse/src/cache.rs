@@ -166,6 +166,12 @@ impl nosefs_daemon::server::Invalidate for Invalidator {
         }
     }
 
+    fn attributes(&self, ino: u64) {
+        if self.view.may_hold_inode(ino) && self.view.take_attrs(ino) {
+            let _ = self.notifier.inval_inode(INodeNo(ino), -1, 0);
+        }
+    }
+
     fn may_be_mounted_on(&self, ino: u64) -> bool {
         self.view.may_hold_inode(ino)
     }

@@ -234,7 +234,7 @@ pub(super) fn execute(
             }
             local.fsetattr(desc.ino, &change, d.bool()?)?;
             if let Some(i) = inval {
-                i.inode(desc.ino);
+                i.attributes(desc.ino);
             }
         }
         op::READDIR => {
@@ -364,7 +364,7 @@ pub(super) fn execute(
                     let from = other.expect("link has a source");
                     local.link(&from, &found)?;
                     if let (Some(i), Some(a)) = (inval, from.attr) {
-                        i.inode(a.ino);
+                        i.attributes(a.ino);
                     }
                 }
             }
@@ -415,7 +415,7 @@ pub(super) fn execute(
             }
             local.setattr(&found, &change, d.bool()?)?;
             if let (Some(i), Some(a)) = (inval, found.attr) {
-                i.inode(a.ino);
+                i.attributes(a.ino);
             }
         }
         op::STATFS => {
@@ -434,7 +434,7 @@ pub(super) fn execute(
             if let Some(i) = inval {
                 i.entry(to.parent, &to.name);
                 i.inode(to.parent);
-                i.inode(desc.ino);
+                i.attributes(desc.ino);
             }
         }
         op::XATTR | op::FXATTR => {
@@ -451,9 +451,10 @@ pub(super) fn execute(
                 let call = d.xattr_call()?;
                 (desc.ino, local.xattr(XattrTarget::Handle(desc.ino), call)?)
             };
-            // A change may change the mode (an ACL), and the kernel caches ACLs with the inode.
+            // A change may change the mode (an ACL), and the kernel caches ACLs with the inode
+            // (dropped with its attributes).
             if let Some(i) = inval {
-                i.inode(ino);
+                i.attributes(ino);
             }
             reply.bytes(&out);
         }
@@ -656,6 +657,6 @@ fn name_changed(i: &dyn Invalidate, f: &Found) {
     i.entry(f.parent, &f.name);
     i.inode(f.parent);
     if let Some(a) = f.attr {
-        i.inode(a.ino);
+        i.attributes(a.ino);
     }
 }

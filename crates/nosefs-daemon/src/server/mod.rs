@@ -79,6 +79,11 @@ pub trait Invalidate: Send + Sync {
     fn entry(&self, parent: u64, name: &[u8]);
     /// The inode's attributes or data changed.
     fn inode(&self, ino: u64);
+    /// Only the inode's attributes changed (its mode, owner, times, links or ACLs): what the
+    /// kernel caches of its data stays valid.
+    fn attributes(&self, ino: u64) {
+        self.inode(ino);
+    }
     /// The inode's size was set to `size` (truncate, fallocate): besides
     /// [`Invalidate::inode`], a kernel that maps the file learns a larger size at once, so pages
     /// its processes mapped past the old end do not fault SIGBUS.
