@@ -183,40 +183,23 @@ unsafe fn submit(cb: *mut libc::aiocb, request: Request, glibc: impl FnOnce() ->
     glibc()
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn aio_read(cb: *mut libc::aiocb) -> c_int {
-    unsafe {
-        submit(cb, Request::Read, || {
-            real!(aio_read: fn(*mut libc::aiocb) -> c_int)(cb)
-        })
-    }
+/// aio_read and aio_write under both their names.
+macro_rules! submit_hooks {
+    ($($name:ident => $request:expr),* $(,)?) => {
+        $(
+            #[no_mangle]
+            pub unsafe extern "C" fn $name(cb: *mut libc::aiocb) -> c_int {
+                unsafe { submit(cb, $request, || real!($name: fn(*mut libc::aiocb) -> c_int)(cb)) }
+            }
+        )*
+    };
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn aio_read64(cb: *mut libc::aiocb) -> c_int {
-    unsafe {
-        submit(cb, Request::Read, || {
-            real!(aio_read64: fn(*mut libc::aiocb) -> c_int)(cb)
-        })
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn aio_write(cb: *mut libc::aiocb) -> c_int {
-    unsafe {
-        submit(cb, Request::Write, || {
-            real!(aio_write: fn(*mut libc::aiocb) -> c_int)(cb)
-        })
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn aio_write64(cb: *mut libc::aiocb) -> c_int {
-    unsafe {
-        submit(cb, Request::Write, || {
-            real!(aio_write64: fn(*mut libc::aiocb) -> c_int)(cb)
-        })
-    }
+submit_hooks! {
+    aio_read => Request::Read,
+    aio_read64 => Request::Read,
+    aio_write => Request::Write,
+    aio_write64 => Request::Write,
 }
 
 /// aio_fsync's operation, or EINVAL (checked before the descriptor, as glibc does).
@@ -228,23 +211,23 @@ fn sync_request(op: c_int) -> Option<Request> {
     }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn aio_fsync(op: c_int, cb: *mut libc::aiocb) -> c_int {
-    let glibc = || unsafe { real!(aio_fsync: fn(c_int, *mut libc::aiocb) -> c_int)(op, cb) };
-    match sync_request(op) {
-        Some(request) => unsafe { submit(cb, request, glibc) },
-        None => glibc(),
-    }
+/// aio_fsync under both its names: an unknown operation goes to glibc, which refuses it.
+macro_rules! fsync_hooks {
+    ($($name:ident),*) => {
+        $(
+            #[no_mangle]
+            pub unsafe extern "C" fn $name(op: c_int, cb: *mut libc::aiocb) -> c_int {
+                let glibc = || unsafe { real!($name: fn(c_int, *mut libc::aiocb) -> c_int)(op, cb) };
+                match sync_request(op) {
+                    Some(request) => unsafe { submit(cb, request, glibc) },
+                    None => glibc(),
+                }
+            }
+        )*
+    };
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn aio_fsync64(op: c_int, cb: *mut libc::aiocb) -> c_int {
-    let glibc = || unsafe { real!(aio_fsync64: fn(c_int, *mut libc::aiocb) -> c_int)(op, cb) };
-    match sync_request(op) {
-        Some(request) => unsafe { submit(cb, request, glibc) },
-        None => glibc(),
-    }
-}
+fsync_hooks!(aio_fsync, aio_fsync64);
 
 /// lio_listio: the noseFS requests served here (each notified as glibc notifies them), the
 /// kernel's handed to glibc in the same list with the served ones taken out (a null entry is
@@ -300,34 +283,27 @@ unsafe fn list_io(
     0
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn lio_listio(
-    mode: c_int,
-    list: *const *mut libc::aiocb,
-    count: c_int,
-    event: *mut libc::sigevent,
-) -> c_int {
-    unsafe {
-        list_io(mode, list, count, event, |l| {
-            real!(lio_listio: fn(c_int, *const *mut libc::aiocb, c_int, *mut libc::sigevent) -> c_int)(
-                mode, l, count, event,
-            )
-        })
-    }
+/// lio_listio under both its names.
+macro_rules! list_hooks {
+    ($($name:ident),*) => {
+        $(
+            #[no_mangle]
+            pub unsafe extern "C" fn $name(
+                mode: c_int,
+                list: *const *mut libc::aiocb,
+                count: c_int,
+                event: *mut libc::sigevent,
+            ) -> c_int {
+                unsafe {
+                    list_io(mode, list, count, event, |l| {
+                        real!($name: fn(c_int, *const *mut libc::aiocb, c_int, *mut libc::sigevent) -> c_int)(
+                            mode, l, count, event,
+                        )
+                    })
+                }
+            }
+        )*
+    };
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn lio_listio64(
-    mode: c_int,
-    list: *const *mut libc::aiocb,
-    count: c_int,
-    event: *mut libc::sigevent,
-) -> c_int {
-    unsafe {
-        list_io(mode, list, count, event, |l| {
-            real!(lio_listio64: fn(c_int, *const *mut libc::aiocb, c_int, *mut libc::sigevent) -> c_int)(
-                mode, l, count, event,
-            )
-        })
-    }
-}
+list_hooks!(lio_listio, lio_listio64);
