@@ -637,8 +637,6 @@ fn page_runs(d: &mut Dec<'_>) -> Result<Vec<(u64, u64)>, Errno> {
     (0..n).map(|_| Ok((d.u64()?, d.u64()?))).collect()
 }
 
-/// The kernel's caches told that name `f` went or changed: its entry, its directory and the
-/// inode it named.
 /// Whether the kernel may have something mounted on what `found` names.
 fn may_be_mounted_on(inval: Option<&dyn Invalidate>, found: &Found) -> bool {
     found
@@ -653,6 +651,8 @@ fn mounted_on(inval: Option<&dyn Invalidate>, found: &Found) -> bool {
     may_be_mounted_on(inval, found) && is_mount_point(&found.path)
 }
 
+/// The kernel's caches told that name `f` went or changed: its entry, its directory and the
+/// attributes of the inode it named.
 fn name_changed(i: &dyn Invalidate, f: &Found) {
     i.entry(f.parent, &f.name);
     i.inode(f.parent);
