@@ -132,45 +132,45 @@ impl<T> Inner<T> {
     }
 }
 
-/// A job's end, which whoever handed it over can wait for.
-#[derive(Debug, Default)]
-pub struct Done {
-    done: Mutex<bool>,
-    wake: Condvar,
-}
-
-impl Done {
-    /// Marks the job ended.
-    pub fn set(&self) {
-        *self.done.lock() = true;
-        self.wake.notify_all();
-    }
-
-    /// A guard that marks the job ended when dropped, by a return or by a panic's unwinding:
-    /// a waiter never waits on a job that died.
-    pub fn when_dropped(&self) -> impl Drop + '_ {
-        struct SetOnDrop<'a>(&'a Done);
-        impl Drop for SetOnDrop<'_> {
-            fn drop(&mut self) {
-                self.0.set();
-            }
-        }
-        SetOnDrop(self)
-    }
-
-    /// Waits until the job ended.
-    pub fn wait(&self) {
-        let mut done = self.done.lock();
-        while !*done {
-            self.wake.wait(&mut done);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::sync::atomic::AtomicUsize;
+
+    /// A job's end, which whoever handed it over can wait for.
+    #[derive(Debug, Default)]
+    pub struct Done {
+        done: Mutex<bool>,
+        wake: Condvar,
+    }
+
+    impl Done {
+        /// Marks the job ended.
+        pub fn set(&self) {
+            *self.done.lock() = true;
+            self.wake.notify_all();
+        }
+
+        /// A guard that marks the job ended when dropped, by a return or by a panic's unwinding:
+        /// a waiter never waits on a job that died.
+        pub fn when_dropped(&self) -> impl Drop + '_ {
+            struct SetOnDrop<'a>(&'a Done);
+            impl Drop for SetOnDrop<'_> {
+                fn drop(&mut self) {
+                    self.0.set();
+                }
+            }
+            SetOnDrop(self)
+        }
+
+        /// Waits until the job ended.
+        pub fn wait(&self) {
+            let mut done = self.done.lock();
+            while !*done {
+                self.wake.wait(&mut done);
+            }
+        }
+    }
 
     /// Waits (up to 10 s) until `check` holds: the pool's threads move on their own time.
     fn eventually(what: &str, check: impl Fn() -> bool) {
