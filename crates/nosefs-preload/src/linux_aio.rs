@@ -32,8 +32,9 @@ struct Queue {
     destroyed: bool,
 }
 
+/// An emulated context: its events and their waiters.
 #[derive(Debug)]
-struct Context {
+pub struct Context {
     queue: Mutex<Queue>,
     ready: Condvar,
     /// Events it may hold uncollected (the kernel's ring size): a submission beyond is EAGAIN.
@@ -47,14 +48,11 @@ struct Context {
 /// an id is never a kernel context's).
 static CONTEXTS: Mutex<Option<HashMap<u64, Arc<Context>>>> = Mutex::new(None);
 
-fn context(id: u64) -> Option<Arc<Context>> {
+/// Context `id`, if it was made here by this process (else it is the kernel's, or nothing):
+/// looked up once per call, then used through its methods.
+pub fn lookup(id: u64) -> Option<Arc<Context>> {
     let context = CONTEXTS.lock().as_ref()?.get(&id).cloned()?;
     (context.owner == std::process::id()).then_some(context)
-}
-
-/// Whether `id` names a context made here (else it is the kernel's, or nothing).
-pub fn is_ours(id: u64) -> bool {
-    context(id).is_some()
 }
 
 /// A new context for up to `max_events` requests in flight; its id.
@@ -91,47 +89,45 @@ pub fn destroy(id: u64) -> Result<(), Errno> {
     Ok(())
 }
 
-/// How many more events context `id` can hold.
-pub fn room(id: u64) -> Result<usize, Errno> {
-    let context = context(id).ok_or(Errno::EINVAL)?;
-    let queued = context.queue.lock().events.len();
-    Ok(context.capacity.saturating_sub(queued))
-}
-
-/// Queues the completion of a request served at submission.
-pub fn complete(id: u64, event: Event) -> Result<(), Errno> {
-    let context = context(id).ok_or(Errno::EINVAL)?;
-    context.queue.lock().events.push_back(event);
-    context.ready.notify_all();
-    Ok(())
-}
-
-/// Waits until at least `min` events are queued in context `id` (or `timeout` passes, or the
-/// context is destroyed), then takes up to `max` of them, oldest first.
-pub fn get_events(
-    id: u64,
-    min: usize,
-    max: usize,
-    timeout: Option<Duration>,
-) -> Result<Vec<Event>, Errno> {
-    if min > max {
-        return Err(Errno::EINVAL);
+impl Context {
+    /// How many more events it can hold.
+    pub fn room(&self) -> usize {
+        let queued = self.queue.lock().events.len();
+        self.capacity.saturating_sub(queued)
     }
-    let context = context(id).ok_or(Errno::EINVAL)?;
-    let deadline = timeout.map(|t| Instant::now() + t);
-    let mut queue = context.queue.lock();
-    while queue.events.len() < min && !queue.destroyed {
-        match deadline {
-            Some(deadline) => {
-                if context.ready.wait_until(&mut queue, deadline).timed_out() {
-                    break;
-                }
-            }
-            None => context.ready.wait(&mut queue),
+
+    /// Queues the completion of a request served at submission.
+    pub fn complete(&self, event: Event) {
+        self.queue.lock().events.push_back(event);
+        self.ready.notify_all();
+    }
+
+    /// Waits until at least `min` events are queued (or `timeout` passes, or the context is
+    /// destroyed), then takes up to `max` of them, oldest first.
+    pub fn get_events(
+        &self,
+        min: usize,
+        max: usize,
+        timeout: Option<Duration>,
+    ) -> Result<Vec<Event>, Errno> {
+        if min > max {
+            return Err(Errno::EINVAL);
         }
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let mut queue = self.queue.lock();
+        while queue.events.len() < min && !queue.destroyed {
+            match deadline {
+                Some(deadline) => {
+                    if self.ready.wait_until(&mut queue, deadline).timed_out() {
+                        break;
+                    }
+                }
+                None => self.ready.wait(&mut queue),
+            }
+        }
+        let take = queue.events.len().min(max);
+        Ok(queue.events.drain(..take).collect())
     }
-    let take = queue.events.len().min(max);
-    Ok(queue.events.drain(..take).collect())
 }
 
 #[cfg(test)]
@@ -150,32 +146,36 @@ mod tests {
     #[test]
     fn events_come_back_in_order_up_to_the_number_asked() {
         let id = setup(4).unwrap();
-        assert!(is_ours(id));
+        let context = lookup(id).expect("made here");
         for d in 1..=3 {
-            complete(id, event(d)).unwrap();
+            context.complete(event(d));
         }
-        let got = get_events(id, 1, 2, None).unwrap();
+        let got = context.get_events(1, 2, None).unwrap();
         assert_eq!(got.iter().map(|e| e.data).collect::<Vec<_>>(), [1, 2]);
-        let got = get_events(id, 0, 8, Some(Duration::ZERO)).unwrap();
+        let got = context.get_events(0, 8, Some(Duration::ZERO)).unwrap();
         assert_eq!(got.iter().map(|e| e.data).collect::<Vec<_>>(), [3]);
-        assert_eq!(get_events(id, 2, 1, None), Err(Errno::EINVAL));
+        assert_eq!(context.get_events(2, 1, None), Err(Errno::EINVAL));
         destroy(id).unwrap();
-        assert!(!is_ours(id));
-        assert_eq!(get_events(id, 0, 1, None), Err(Errno::EINVAL));
+        assert!(lookup(id).is_none());
         assert_eq!(destroy(id), Err(Errno::EINVAL));
     }
 
     #[test]
     fn a_wait_ends_at_its_timeout_at_a_completion_or_at_destroy() {
         let id = setup(1).unwrap();
+        let context = lookup(id).unwrap();
         let started = Instant::now();
-        let got = get_events(id, 1, 1, Some(Duration::from_millis(20))).unwrap();
+        let got = context
+            .get_events(1, 1, Some(Duration::from_millis(20)))
+            .unwrap();
         assert!(got.is_empty() && started.elapsed() >= Duration::from_millis(20));
-        let waiter = std::thread::spawn(move || get_events(id, 1, 1, None).unwrap());
+        let waiting = Arc::clone(&context);
+        let waiter = std::thread::spawn(move || waiting.get_events(1, 1, None).unwrap());
         std::thread::sleep(Duration::from_millis(10));
-        complete(id, event(9)).unwrap();
+        context.complete(event(9));
         assert_eq!(waiter.join().unwrap(), [event(9)]);
-        let waiter = std::thread::spawn(move || get_events(id, 1, 1, None).unwrap());
+        let waiting = Arc::clone(&context);
+        let waiter = std::thread::spawn(move || waiting.get_events(1, 1, None).unwrap());
         std::thread::sleep(Duration::from_millis(10));
         destroy(id).unwrap();
         assert!(waiter.join().unwrap().is_empty(), "destroy ends the wait");
@@ -185,11 +185,11 @@ mod tests {
     fn a_full_context_has_no_room_and_bad_sizes_are_refused() {
         assert_eq!(setup(0), Err(Errno::EINVAL));
         let id = setup(1).unwrap();
-        let room_at_first = room(id).unwrap();
-        for d in 0..room_at_first as u64 {
-            complete(id, event(d)).unwrap();
+        let context = lookup(id).unwrap();
+        for d in 0..context.room() as u64 {
+            context.complete(event(d));
         }
-        assert_eq!(room(id).unwrap(), 0);
+        assert_eq!(context.room(), 0);
         destroy(id).unwrap();
     }
 }

@@ -20,7 +20,7 @@ use libc::{size_t, ssize_t};
 use nosefs_core::Errno;
 
 use super::rw::{fdatasync, fsync, pread64, preadv64v2, pwrite64, pwritev64v2};
-use crate::linux_aio::{self, Event};
+use crate::linux_aio::{self, Context, Event};
 use crate::state;
 
 /// Whether the process's asynchronous I/O is the shim's (a process it serves).
@@ -189,7 +189,7 @@ unsafe fn run(cb: &Iocb) -> Result<i64, Errno> {
 
 /// `io_submit`: serves the requests in order; how many were submitted (an error only when the
 /// first is refused).
-unsafe fn submit(id: u64, count: i64, cbs: *const *const Iocb) -> Result<i64, Errno> {
+unsafe fn submit(context: &Context, count: i64, cbs: *const *const Iocb) -> Result<i64, Errno> {
     if count < 0 {
         return Err(Errno::EINVAL);
     }
@@ -203,7 +203,7 @@ unsafe fn submit(id: u64, count: i64, cbs: *const *const Iocb) -> Result<i64, Er
         if cb.is_null() {
             return refused(Errno(libc::EFAULT));
         }
-        if linux_aio::room(id)? == 0 {
+        if context.room() == 0 {
             return refused(Errno(libc::EAGAIN));
         }
         let cb = unsafe { &*cb };
@@ -211,15 +211,12 @@ unsafe fn submit(id: u64, count: i64, cbs: *const *const Iocb) -> Result<i64, Er
             Ok(res) => res,
             Err(e) => return refused(e),
         };
-        linux_aio::complete(
-            id,
-            Event {
-                data: cb.data,
-                obj: std::ptr::from_ref(cb) as u64,
-                res,
-                res2: 0,
-            },
-        )?;
+        context.complete(Event {
+            data: cb.data,
+            obj: std::ptr::from_ref(cb) as u64,
+            res,
+            res2: 0,
+        });
         if cb.flags & IOCB_FLAG_RESFD != 0 {
             let one: u64 = 1;
             unsafe { libc::write(cb.resfd as c_int, std::ptr::from_ref(&one).cast(), 8) };
@@ -231,7 +228,7 @@ unsafe fn submit(id: u64, count: i64, cbs: *const *const Iocb) -> Result<i64, Er
 
 /// `io_getevents`: waits as the kernel does, with `timeout` relative, then copies the events.
 unsafe fn get_events(
-    id: u64,
+    context: &Context,
     min: i64,
     max: i64,
     out: *mut Event,
@@ -252,7 +249,7 @@ unsafe fn get_events(
     if out.is_null() && max > 0 {
         return Err(Errno(libc::EFAULT));
     }
-    let events = linux_aio::get_events(id, min as usize, max as usize, timeout)?;
+    let events = context.get_events(min as usize, max as usize, timeout)?;
     for (i, e) in events.iter().enumerate() {
         unsafe { out.add(i).write(*e) };
     }
@@ -261,7 +258,7 @@ unsafe fn get_events(
 
 /// `io_pgetevents`: [`get_events`] with `mask` (if any) as the thread's signal mask meanwhile.
 unsafe fn get_events_masked(
-    id: u64,
+    context: &Context,
     min: i64,
     max: i64,
     out: *mut Event,
@@ -271,7 +268,7 @@ unsafe fn get_events_masked(
     let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
     let masked =
         !mask.is_null() && unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, mask, &mut old) } == 0;
-    let got = unsafe { get_events(id, min, max, out, timeout) };
+    let got = unsafe { get_events(context, min, max, out, timeout) };
     if masked {
         unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
     }
@@ -310,7 +307,7 @@ pub unsafe extern "C" fn io_queue_init(max_events: c_int, context: *mut u64) -> 
 
 #[no_mangle]
 pub unsafe extern "C" fn io_destroy(context: u64) -> c_int {
-    if linux_aio::is_ours(context) {
+    if linux_aio::lookup(context).is_some() {
         return negative(linux_aio::destroy(context).map(|()| 0));
     }
     unsafe { real!(io_destroy: fn(u64) -> c_int)(context) }
@@ -323,8 +320,8 @@ pub unsafe extern "C" fn io_queue_release(context: u64) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn io_submit(context: u64, count: c_long, cbs: *const *const Iocb) -> c_int {
-    if linux_aio::is_ours(context) {
-        return negative(unsafe { submit(context, count, cbs) });
+    if let Some(ours) = linux_aio::lookup(context) {
+        return negative(unsafe { submit(&ours, count, cbs) });
     }
     unsafe { real!(io_submit: fn(u64, c_long, *const *const Iocb) -> c_int)(context, count, cbs) }
 }
@@ -337,8 +334,8 @@ pub unsafe extern "C" fn io_getevents(
     events: *mut Event,
     timeout: *mut libc::timespec,
 ) -> c_int {
-    if linux_aio::is_ours(context) {
-        return negative(unsafe { get_events(context, min, max, events, timeout) });
+    if let Some(ours) = linux_aio::lookup(context) {
+        return negative(unsafe { get_events(&ours, min, max, events, timeout) });
     }
     unsafe {
         real!(io_getevents: fn(u64, c_long, c_long, *mut Event, *mut libc::timespec) -> c_int)(
@@ -356,8 +353,8 @@ pub unsafe extern "C" fn io_pgetevents(
     timeout: *mut libc::timespec,
     mask: *mut libc::sigset_t,
 ) -> c_int {
-    if linux_aio::is_ours(context) {
-        return negative(unsafe { get_events_masked(context, min, max, events, timeout, mask) });
+    if let Some(ours) = linux_aio::lookup(context) {
+        return negative(unsafe { get_events_masked(&ours, min, max, events, timeout, mask) });
     }
     unsafe {
         real!(io_pgetevents: fn(u64, c_long, c_long, *mut Event, *mut libc::timespec, *mut libc::sigset_t) -> c_int)(
@@ -368,7 +365,7 @@ pub unsafe extern "C" fn io_pgetevents(
 
 #[no_mangle]
 pub unsafe extern "C" fn io_cancel(context: u64, cb: *mut Iocb, event: *mut Event) -> c_int {
-    if linux_aio::is_ours(context) {
+    if linux_aio::lookup(context).is_some() {
         // Every request completed at submission: nothing is in flight to cancel.
         return -libc::EINVAL;
     }
@@ -380,11 +377,11 @@ type Callback = unsafe extern "C" fn(u64, *mut Iocb, c_long, c_long);
 
 #[no_mangle]
 pub unsafe extern "C" fn io_queue_run(context: u64) -> c_int {
-    if !linux_aio::is_ours(context) {
+    let Some(ours) = linux_aio::lookup(context) else {
         return unsafe { real!(io_queue_run: fn(u64) -> c_int)(context) };
-    }
+    };
     loop {
-        match linux_aio::get_events(context, 0, 1, Some(Duration::ZERO)) {
+        match ours.get_events(0, 1, Some(Duration::ZERO)) {
             Ok(events) if events.is_empty() => return 0,
             Ok(events) => {
                 let e = events[0];
@@ -419,31 +416,30 @@ pub unsafe extern "C" fn nosefs_hook_syscall(
     a5: c_long,
     a6: c_long,
 ) -> c_long {
-    let ours = match number {
-        libc::SYS_io_setup => async_io_refused(),
+    let id = a1 as u64;
+    let context = match number {
         libc::SYS_io_destroy
         | libc::SYS_io_submit
         | libc::SYS_io_getevents
         | SYS_IO_PGETEVENTS
-        | libc::SYS_io_cancel => linux_aio::is_ours(a1 as u64),
-        _ => false,
+        | libc::SYS_io_cancel => linux_aio::lookup(id),
+        _ => None,
     };
-    if !ours {
-        return unsafe {
-            real!(syscall: fn(c_long, c_long, c_long, c_long, c_long, c_long, c_long) -> c_long)(
-                number, a1, a2, a3, a4, a5, a6,
-            )
-        };
-    }
-    let id = a1 as u64;
-    let r = match number {
-        libc::SYS_io_setup => unsafe { setup(a1, a2 as *mut u64) },
-        libc::SYS_io_destroy => linux_aio::destroy(id).map(|()| 0),
-        libc::SYS_io_submit => unsafe { submit(id, a2, a3 as *const *const Iocb) },
-        libc::SYS_io_getevents => unsafe {
-            get_events(id, a2, a3, a4 as *mut Event, a5 as *const libc::timespec)
+    let r = match (number, context) {
+        (libc::SYS_io_setup, _) if async_io_refused() => unsafe { setup(a1, a2 as *mut u64) },
+        (_, None) => {
+            return unsafe {
+                real!(syscall: fn(c_long, c_long, c_long, c_long, c_long, c_long, c_long) -> c_long)(
+                    number, a1, a2, a3, a4, a5, a6,
+                )
+            };
+        }
+        (libc::SYS_io_destroy, Some(_)) => linux_aio::destroy(id).map(|()| 0),
+        (libc::SYS_io_submit, Some(c)) => unsafe { submit(&c, a2, a3 as *const *const Iocb) },
+        (libc::SYS_io_getevents, Some(c)) => unsafe {
+            get_events(&c, a2, a3, a4 as *mut Event, a5 as *const libc::timespec)
         },
-        SYS_IO_PGETEVENTS => {
+        (SYS_IO_PGETEVENTS, Some(c)) => {
             // The sixth argument: { const sigset_t *mask; size_t size } or null.
             let sig = a6 as *const (*const libc::sigset_t, size_t);
             let mask = if sig.is_null() {
@@ -453,7 +449,7 @@ pub unsafe extern "C" fn nosefs_hook_syscall(
             };
             unsafe {
                 get_events_masked(
-                    id,
+                    &c,
                     a2,
                     a3,
                     a4 as *mut Event,
@@ -462,7 +458,7 @@ pub unsafe extern "C" fn nosefs_hook_syscall(
                 )
             }
         }
-        _ => Err(Errno::EINVAL), // io_cancel: nothing is in flight
+        (_, Some(_)) => Err(Errno::EINVAL), // io_cancel: nothing is in flight
     };
     match r {
         Ok(v) => v as c_long,
