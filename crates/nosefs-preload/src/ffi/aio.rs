@@ -1,19 +1,14 @@
-//! The kernel's asynchronous I/O interfaces in a process the shim serves. Both hand requests to
-//! the kernel, which sees only the placeholders of noseFS descriptors.
-//!
-//! - **Linux AIO** (`io_setup`, `io_submit`, `io_getevents`, ...; through libaio or `syscall()`,
-//!   as MariaDB calls `io_getevents`) is emulated: every context of the process is the shim's
-//!   ([`crate::linux_aio`]), a request is served at submission through the shim's own `pread`,
-//!   `pwrite`, `preadv2`, `pwritev2`, `fsync` and `fdatasync` (noseFS's or the kernel's
-//!   descriptor alike), and its completion event is collected by `io_getevents` (an eventfd
-//!   named with IOCB_FLAG_RESFD is signalled). Completing before `io_submit` returns is a
-//!   completion the interface allows; `io_destroy` ends a wait in another thread, as MariaDB's
-//!   shutdown expects.
-//! - **io_uring** is refused with the answer a kernel without it gives (ENOSYS), and programs
-//!   fall back to ordinary calls (RocksDB, PostgreSQL): its rings are shared with the kernel and
-//!   cannot be served here. Kernel files of the process lose it too.
+//! Linux AIO (`io_setup`, `io_submit`, `io_getevents`, ...; through libaio or `syscall()`, as
+//! MariaDB calls `io_getevents`) in a process the shim serves, emulated: the kernel's contexts
+//! would hand requests to the kernel, which sees only the placeholders of noseFS descriptors.
+//! Every context of the process is the shim's ([`crate::linux_aio`]), a request is served at
+//! submission through the shim's own `pread`, `pwrite`, `preadv2`, `pwritev2`, `fsync` and
+//! `fdatasync` (noseFS's or the kernel's descriptor alike), and its completion event is collected
+//! by `io_getevents` (an eventfd named with IOCB_FLAG_RESFD is signalled). Completing before
+//! `io_submit` returns is a completion the interface allows; `io_destroy` ends a wait in another
+//! thread, as MariaDB's shutdown expects. (io_uring: `uring.rs`.)
 
-use std::ffi::{c_int, c_long, c_uint, c_void};
+use std::ffi::{c_int, c_long, c_void};
 use std::time::Duration;
 
 use libc::{size_t, ssize_t};
@@ -24,68 +19,9 @@ use crate::linux_aio::{self, Context, Event};
 use crate::state;
 
 /// Whether the process's asynchronous I/O is the shim's (a process it serves).
-fn async_io_refused() -> bool {
+pub(super) fn serves_async_io() -> bool {
     state::config().is_some()
 }
-
-#[no_mangle]
-pub unsafe extern "C" fn io_uring_queue_init(
-    entries: c_uint,
-    ring: *mut c_void,
-    flags: c_uint,
-) -> c_int {
-    if async_io_refused() {
-        return -libc::ENOSYS; // liburing answers a negative errno
-    }
-    unsafe {
-        real!(io_uring_queue_init: fn(c_uint, *mut c_void, c_uint) -> c_int)(entries, ring, flags)
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn io_uring_queue_init_params(
-    entries: c_uint,
-    ring: *mut c_void,
-    params: *mut c_void,
-) -> c_int {
-    if async_io_refused() {
-        return -libc::ENOSYS;
-    }
-    unsafe {
-        real!(io_uring_queue_init_params: fn(c_uint, *mut c_void, *mut c_void) -> c_int)(
-            entries, ring, params,
-        )
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn io_uring_queue_init_mem(
-    entries: c_uint,
-    ring: *mut c_void,
-    params: *mut c_void,
-    buf: *mut c_void,
-    buf_size: size_t,
-) -> c_int {
-    if async_io_refused() {
-        return -libc::ENOSYS;
-    }
-    unsafe {
-        real!(io_uring_queue_init_mem: fn(c_uint, *mut c_void, *mut c_void, *mut c_void, size_t) -> c_int)(
-            entries, ring, params, buf, buf_size,
-        )
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn io_uring_setup(entries: c_uint, params: *mut c_void) -> c_int {
-    if async_io_refused() {
-        return -libc::ENOSYS;
-    }
-    unsafe { real!(io_uring_setup: fn(c_uint, *mut c_void) -> c_int)(entries, params) }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Linux AIO, emulated.
 
 /// The kernel's `struct iocb`.
 #[repr(C)]
@@ -285,7 +221,7 @@ fn negative(r: Result<i64, Errno>) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn io_setup(max_events: c_int, context: *mut u64) -> c_int {
-    if async_io_refused() {
+    if serves_async_io() {
         return negative(unsafe { setup(i64::from(max_events), context) });
     }
     unsafe { real!(io_setup: fn(c_int, *mut u64) -> c_int)(max_events, context) }
@@ -293,7 +229,7 @@ pub unsafe extern "C" fn io_setup(max_events: c_int, context: *mut u64) -> c_int
 
 #[no_mangle]
 pub unsafe extern "C" fn io_queue_init(max_events: c_int, context: *mut u64) -> c_int {
-    if async_io_refused() {
+    if serves_async_io() {
         if max_events <= 0 {
             return -libc::EINVAL;
         }
@@ -426,7 +362,7 @@ pub unsafe extern "C" fn nosefs_hook_syscall(
         _ => None,
     };
     let r = match (number, context) {
-        (libc::SYS_io_setup, _) if async_io_refused() => unsafe { setup(a1, a2 as *mut u64) },
+        (libc::SYS_io_setup, _) if serves_async_io() => unsafe { setup(a1, a2 as *mut u64) },
         (_, None) => {
             return unsafe {
                 real!(syscall: fn(c_long, c_long, c_long, c_long, c_long, c_long, c_long) -> c_long)(

@@ -117,5 +117,6 @@ mod startup;
 mod stdio;
 mod stored;
 mod tmp;
+mod uring;
 mod walk;
 mod xattr;
