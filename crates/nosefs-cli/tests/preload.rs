@@ -864,15 +864,15 @@ fn splice_moves_data_between_nosefs_files_and_pipes() {
 #[test]
 fn posix_asynchronous_io_reads_and_writes_nosefs_files() {
     let setup = setup();
-    let out = same_as_kernel(&setup, common::POSIX_AIO_SCRIPT);
-    assert_eq!(out, common::POSIX_AIO_OUTPUT);
+    let out = same_as_kernel(&setup, common::aio::POSIX_SCRIPT);
+    assert_eq!(out, common::aio::POSIX_OUTPUT);
 }
 
 #[test]
 fn linux_asynchronous_io_is_served_for_nosefs_files() {
     let setup = setup();
-    let out = same_as_kernel(&setup, common::LINUX_AIO_SCRIPT);
-    assert_eq!(out, common::LINUX_AIO_OUTPUT);
+    let out = same_as_kernel(&setup, common::aio::LINUX_SCRIPT);
+    assert_eq!(out, common::aio::LINUX_OUTPUT);
 }
 
 #[test]

@@ -454,8 +454,8 @@ fn posix_asynchronous_io_reads_and_writes_nosefs_files() {
         return;
     }
     let m = mount_with(&[]);
-    let out = same_as_kernel(&m, common::POSIX_AIO_SCRIPT);
-    assert_eq!(out, common::POSIX_AIO_OUTPUT);
+    let out = same_as_kernel(&m, common::aio::POSIX_SCRIPT);
+    assert_eq!(out, common::aio::POSIX_OUTPUT);
     m.unmount_and_fsck();
 }
 
@@ -465,8 +465,8 @@ fn linux_asynchronous_io_is_served_for_nosefs_files() {
         return;
     }
     let m = mount_with(&[]);
-    let out = same_as_kernel(&m, common::LINUX_AIO_SCRIPT);
-    assert_eq!(out, common::LINUX_AIO_OUTPUT);
+    let out = same_as_kernel(&m, common::aio::LINUX_SCRIPT);
+    assert_eq!(out, common::aio::LINUX_OUTPUT);
     m.unmount_and_fsck();
 }
 
