@@ -75,14 +75,34 @@ int nosefs_c_ioctl(int fd, unsigned long request, ...) {
 }
 
 /* syscall(2): six arguments, however many the caller passed, as glibc's own syscall reads them
- * (the kernel ignores the ones a call does not take). */
+ * (the kernel ignores the ones a call does not take). Only the Linux AIO numbers reach the shim
+ * (nosefs_hook_syscall, ffi/aio.rs); every other call goes straight to libc's syscall, so the
+ * hook costs the programs that call syscall() for their futexes next to nothing. */
+#include <dlfcn.h>
+#include <stddef.h>
+#include <sys/syscall.h>
+
+static int is_aio(long number) {
+    return number == SYS_io_setup || number == SYS_io_destroy || number == SYS_io_submit ||
+           number == SYS_io_getevents || number == SYS_io_cancel || number == SYS_io_pgetevents;
+}
+
 long nosefs_c_syscall(long number, ...) {
     va_list ap;
     va_start(ap, number);
     long a1 = va_arg(ap, long), a2 = va_arg(ap, long), a3 = va_arg(ap, long);
     long a4 = va_arg(ap, long), a5 = va_arg(ap, long), a6 = va_arg(ap, long);
     va_end(ap);
-    return nosefs_hook_syscall(number, a1, a2, a3, a4, a5, a6);
+    if (is_aio(number)) {
+        return nosefs_hook_syscall(number, a1, a2, a3, a4, a5, a6);
+    }
+    static long (*real_syscall)(long, ...);
+    long (*f)(long, ...) = __atomic_load_n(&real_syscall, __ATOMIC_RELAXED);
+    if (f == NULL) {
+        f = (long (*)(long, ...))dlsym(RTLD_NEXT, "syscall");
+        __atomic_store_n(&real_syscall, f, __ATOMIC_RELAXED);
+    }
+    return f(number, a1, a2, a3, a4, a5, a6);
 }
 
 /* The exec family's list forms: gather the arguments, then call the hooked vector forms, which
