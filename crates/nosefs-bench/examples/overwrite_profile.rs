@@ -75,6 +75,7 @@ fn overwrite(
     let mut x = 88172645463325252u64 + thread;
     let start = std::time::Instant::now();
     let mut n = 0u64;
+    let mut latencies_ns: Vec<u32> = Vec::new();
     while count.map_or(start.elapsed().as_secs() < 6, |c| n < c) {
         x ^= x << 13;
         x ^= x >> 7;
@@ -84,13 +85,21 @@ fn overwrite(
         } else {
             x % (FILE_BYTES - io as u64)
         };
+        let op_start = std::time::Instant::now();
         target.pwrite(&file, at, &data)?;
         target.fsync(&file)?;
+        latencies_ns.push(op_start.elapsed().as_nanos().min(u32::MAX as u128) as u32);
         n += 1;
     }
+    let elapsed = start.elapsed();
+    latencies_ns.sort_unstable();
+    let at = |q: f64| latencies_ns[((latencies_ns.len() - 1) as f64 * q) as usize];
     println!(
-        "thread {thread}: {n} overwrites, {:.2} us each, {} pieces",
-        start.elapsed().as_secs_f64() * 1e6 / n as f64,
+        "thread {thread}: {n} overwrites, {:.2} us each (p50 {} ns, p99 {} ns, p99.9 {} ns), {} pieces",
+        elapsed.as_secs_f64() * 1e6 / n as f64,
+        at(0.5),
+        at(0.99),
+        at(0.999),
         target.pieces(&file)
     );
     Ok(())

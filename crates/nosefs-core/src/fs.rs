@@ -79,6 +79,9 @@ pub struct MountReport {
     pub file_logs_replayed: u64,
     /// File logs whose commit a crash tore, discarded.
     pub file_logs_discarded: u64,
+    /// File logs holding an applied commit of a file a later directory commit moved or
+    /// removed, skipped (`file::journal::superseded`).
+    pub file_logs_superseded: u64,
     /// Bitmap bits that disagree with the extents (none unless something is broken; fsck
     /// reports and repairs them). Mount never hands out a block either side marks as used.
     pub bitmap_mismatches: u64,
@@ -108,8 +111,8 @@ pub struct Fs {
     pub(crate) extents: crate::pool::SlotPools,
     pub(crate) blocks: crate::alloc::BlockAllocator,
     pub(crate) logs: Vec<crate::padded::CachePadded<Mutex<()>>>,
-    /// Which directory logs may hold a replayable record, and what is held back meanwhile.
-    pub(crate) settler: crate::namespace::settle::Settler,
+    /// Which logs of both journals may hold a replayable record, and what is held back meanwhile.
+    pub(crate) settler: crate::settle::Settler,
     pub(crate) file_logs: crate::pool::SlotPools,
     pub(crate) sync_writes: bool,
     /// Mounted read-only ([`MountOptions::read_only`]).

@@ -17,11 +17,11 @@ pub mod fault {
         SkipCommitFence = 1,
         /// Leave out the fence after the apply step.
         SkipApplyFence = 2,
-        /// Commit without first settling a log that last touched one of the buckets
-        /// (`namespace::settle`, rule 1).
+        /// Commit without first settling a log that last touched one of the buckets, or last
+        /// committed the file (`settle`, rule 1).
         SkipSettle = 3,
-        /// Return what a directory commit freed to the pools at once, not after the logs are
-        /// settled (`namespace::settle`, rule 2).
+        /// Return what a commit freed to the pools at once, not after the logs are settled
+        /// (`settle`, rule 2).
         SkipLimbo = 4,
     }
 

@@ -24,6 +24,7 @@ pub mod padded;
 pub mod pmem;
 pub(crate) mod pool;
 pub(crate) mod recovery;
+pub(crate) mod settle;
 pub mod vfs;
 
 pub use error::{Errno, Error, Result};

@@ -58,7 +58,7 @@ pub(crate) fn mount(image: Image, options: &MountOptions) -> Result<Fs> {
         logs: (0..g.dir_log_count())
             .map(|_| crate::padded::CachePadded::default())
             .collect(),
-        settler: crate::namespace::settle::Settler::new(g.dir_log_count(), cpus),
+        settler: crate::settle::Settler::new(g.dir_log_count(), g.file_log_count(), cpus),
         file_logs: SlotPools::new(cpus, 1..g.file_log_count() as u32),
         sync_writes: options.sync,
         read_only: options.read_only,
@@ -79,6 +79,7 @@ pub(crate) fn mount(image: Image, options: &MountOptions) -> Result<Fs> {
             nlinks_fixed: 0,
             file_logs_replayed: file_journal.replayed,
             file_logs_discarded: file_journal.discarded,
+            file_logs_superseded: file_journal.superseded,
             bitmap_mismatches: data.mismatches,
             was_clean,
             damage: None,

@@ -321,6 +321,7 @@ impl Checker {
             + report.logs_discarded
             + report.file_logs_replayed
             + report.file_logs_discarded
+            + report.file_logs_superseded
             + report.nlinks_fixed
             > 0;
         if recovery_worked && *recovery_budget > 0 {

@@ -86,3 +86,25 @@ fn lazily_cleared_logs_need_their_settle_and_limbo() {
         &[("lazy:rename-unlink", &ops)],
     );
 }
+
+/// A file commit leaves its log's clear in the cache too. An overwrite with fsync frees the
+/// retired extent and block; a symbolic link created next takes them from the pools. Without the
+/// limbo, a crash replays the overwrite's record over the link's extent (clearing its valid bit
+/// and its block's bitmap bit).
+#[test]
+fn lazily_cleared_file_logs_need_their_limbo() {
+    faults_are_caught(
+        &[Fault::SkipLimbo],
+        &[(
+            "lazy:overwrite-symlink",
+            &[
+                Op::Write("/a", 0, 4096, 5),
+                Op::Fsync("/a"),
+                Op::Write("/a", 0, 4096, 6),
+                Op::Fsync("/a"),
+                Op::Symlink("/a", "/s"),
+                Op::Symlink("/a", "/t"),
+            ],
+        )],
+    );
+}

@@ -9,6 +9,8 @@ use crate::format::extent::Extent;
 use crate::format::BLOCK_SIZE;
 use crate::fs::Fs;
 use crate::inode::Inode;
+use crate::journal::fault;
+use crate::settle::{Journal, Limbo};
 
 use super::filemap::Piece;
 use super::journal::{self, FileCommit};
@@ -54,15 +56,13 @@ impl Fs {
             enos.iter().for_each(|&e| self.extents.free(e));
             return Err(Errno::ENOSPC.into());
         };
-        let log = self.take_file_log();
         // Blocks of the retired extents that no new extent covers: no piece covers them whole
         // (they held retired bytes), so the counts tell whether one still uses them.
-        journal::commit(&self.image, log, &overflow, &c, &|b| {
+        let mark = self.commit_through_log(state.last_commit, &overflow, &c, &|b| {
             state.map.refs().touched(b)
         });
-        self.file_logs.free(log as u32);
-        overflow.iter().for_each(|&b| self.blocks.free(b, 1));
-        self.after_commit(state, &new);
+        state.last_commit = mark;
+        self.after_commit(state, &new, &overflow);
         self.debug_check_list(inode, state);
         Ok(())
     }
@@ -121,8 +121,14 @@ impl Fs {
     }
 
     /// DRAM bookkeeping once a commit is durable: the committed counts follow the map, and blocks
-    /// set aside for this commit and extents that left the map are freed.
-    pub(super) fn after_commit(&self, state: &mut FileState, new: &[(u32, Extent)]) {
+    /// set aside for this commit, extents that left the map and the commit's `overflow` blocks
+    /// are freed (held by the log while its record may be replayed).
+    pub(super) fn after_commit(
+        &self,
+        state: &mut FileState,
+        new: &[(u32, Extent)],
+        overflow: &[u64],
+    ) {
         let removed = std::mem::take(&mut state.removed);
         for &(_, addr, len) in &removed {
             state.committed_refs.remove(addr, len);
@@ -139,8 +145,9 @@ impl Fs {
         let unused = deferred
             .into_iter()
             .filter(|&b| !state.map.refs().touched(b) && tail != Some(b));
-        self.free_blocks(unused.collect());
-        removed.iter().for_each(|r| self.extents.free(r.0));
+        let mut blocks: smallvec::SmallVec<[u64; 8]> = unused.collect();
+        blocks.extend_from_slice(overflow);
+        self.hold_for_commit(state.last_commit, removed.iter().map(|r| r.0), blocks);
         state.committed_size = state.size;
         state.committed_mtime_ns = state.mtime_ns;
         state.dirty_bytes = 0;
@@ -174,6 +181,57 @@ impl Fs {
             }
         }
         Some(blocks)
+    }
+
+    /// Commits `c` through a free file log, which it leaves unsettled ([`crate::settle`]): the
+    /// log of the file's last commit (`last_commit`, its mark), if another and still unsettled,
+    /// is settled first, so it can never be replayed over this one. Returns this commit's mark,
+    /// for [`Fs::hold_for_commit`] to hold what it freed by.
+    pub(super) fn commit_through_log(
+        &self,
+        last_commit: u64,
+        overflow: &[u64],
+        c: &FileCommit<'_>,
+        still_used: &dyn Fn(u64) -> bool,
+    ) -> u64 {
+        let log = self.take_file_log();
+        let marked = self.settler.unsettled_log_of(last_commit);
+        if marked.is_some_and(|index| index != self.settler.index(Journal::File, log))
+            && !fault::active(fault::Fault::SkipSettle)
+        {
+            let released = self
+                .settler
+                .settle(&self.image, &[marked.expect("checked")]);
+            self.return_to_pools(&released);
+        }
+        journal::commit(&self.image, log, overflow, c, still_used);
+        let mark = self.settler.cleared_lazily(Journal::File, log);
+        self.file_logs.free(log as u32);
+        mark
+    }
+
+    /// Holds the extents and blocks the file commit named `mark` freed while its record may be
+    /// replayed, and gives back what its log held for the record before ([`crate::settle`],
+    /// rule 2).
+    pub(super) fn hold_for_commit(
+        &self,
+        mark: u64,
+        extents: impl Iterator<Item = u32>,
+        blocks: smallvec::SmallVec<[u64; 8]>,
+    ) {
+        let frees = Limbo {
+            extents: extents.collect(),
+            blocks: super::place::runs_of(blocks),
+            ..Limbo::default()
+        };
+        if fault::active(fault::Fault::SkipLimbo) {
+            self.return_to_pools(&frees);
+            return;
+        }
+        let released = self.settler.hold_for_log(mark, frees);
+        if !released.is_empty() {
+            self.return_to_pools(&released);
+        }
     }
 
     /// A free file log. There are far more logs than threads committing at once, so waiting for

@@ -43,7 +43,7 @@ use crate::fs::Fs;
 use crate::inode::Inode;
 
 use super::filemap::{Piece, Punched};
-use super::journal::{self, FileCommit};
+use super::journal::FileCommit;
 use super::{FileState, Placement, CHECKSUM_DATA_MAX_BYTES, WINDOW_BYTES, WINDOW_MAX_PIECES};
 
 /// The compactor's state (one per mount).
@@ -520,14 +520,12 @@ impl Fs {
         for &(addr, len) in &plan.placement {
             state.committed_refs.add(addr, len);
         }
-        let log = self.take_file_log();
         // The bitmap follows the committed extents only: a block a pending piece shares with a
         // replaced extent is not on the media's books until that piece commits (and sets it).
-        journal::commit(&self.image, log, &overflow, &c, &|b| {
+        let mark = self.commit_through_log(state.last_commit, &overflow, &c, &|b| {
             state.committed_refs.touched(b)
         });
-        self.file_logs.free(log as u32);
-        overflow.iter().for_each(|&b| self.blocks.free(b, 1));
+        state.last_commit = mark;
         // The old pieces' blocks that nothing holds now are free.
         let tail = state.tail_block();
         let mut blocks: SmallVec<[u64; 8]> = SmallVec::new();
@@ -541,8 +539,8 @@ impl Fs {
                 }),
             );
         }
-        self.free_blocks(blocks);
-        old.iter().for_each(|&e| self.extents.free(e));
+        blocks.extend_from_slice(&overflow);
+        self.hold_for_commit(state.last_commit, old.iter().copied(), blocks);
         Ok(())
     }
 }

@@ -84,7 +84,8 @@ impl FileCommit<'_> {
 
 /// Commits `c` through file log `log`, which the caller owns, with `overflow` blocks lent to it
 /// (as many as [`FileCommit::overflow_blocks_needed`]). `still_used(block)` says whether a block
-/// holds bytes of an extent the file keeps or gains. Fences: 3, or 4 with `data_fenced`.
+/// holds bytes of an extent the file keeps or gains. Fences: 2, or 3 with `data_fenced`. The
+/// log is left unsettled: the caller records it ([`crate::settle`]) before freeing the log.
 ///
 /// Steps:
 /// 1. write the new extents with their valid bit clear, and flush them (the data itself was
@@ -98,7 +99,8 @@ impl FileCommit<'_> {
 ///    extent of the file holds any more (the atomic word updates first, flushed last), validate
 ///    and link the new extents, point the pinode at the list, retire the removed extents, store
 ///    size and times in the pinode; flush, fence;
-/// 5. clear `tail` (one atomic 8-byte store); flush, fence.
+/// 5. clear `tail` (one atomic 8-byte store), left in the cache: the log is *unsettled* until a
+///    later commit through it, or a settle, writes the line back ([`crate::settle`]).
 pub fn commit(
     image: &Image,
     log: u64,
@@ -170,8 +172,9 @@ pub fn commit(
     if !fault::active(fault::Fault::SkipApplyFence) {
         region.fence();
     }
-    // 5. Clear the log.
-    region.store_u64_persist(log_offset, 0);
+    // 5. Clear the log, in the cache only: the caller records the log as unsettled
+    //    (`crate::settle` says when the clear must be durable, and makes it so).
+    region.store_u64(log_offset, 0);
 
     debug_assert!(c
         .new
@@ -549,6 +552,8 @@ pub struct FileReplayReport {
     pub replayed: u64,
     /// Logs whose commit a crash tore (checksum mismatch), discarded.
     pub discarded: u64,
+    /// Intact logs of files a later directory commit moved or removed ([`superseded`]), skipped.
+    pub superseded: u64,
 }
 
 /// Whether the commit in file log `log` is intact. `None` when the log is empty.
@@ -592,21 +597,30 @@ pub fn validate(image: &Image, log: u64) -> Result<(), String> {
         return Err(format!("unknown flags {:#x}", header.flags.get()));
     }
     let slot = u64::from(header.slot.get());
-    let ok = slot != 0 && slot < g.pinode_count() && {
-        let p = image.pinode(slot);
-        p.flags.get() & FLAG_VALID != 0
-            && p.is_primary()
-            && p.ino.get() == header.ino.get()
-            && p.mode.get() & pinode::S_IFMT == pinode::S_IFREG
-    };
-    if !ok {
-        return Err(format!("slot {slot} is not the file's primary pinode"));
+    if slot == 0 || slot >= g.pinode_count() {
+        return Err(format!("slot {slot} is past the pinode table"));
     }
     Ok(())
 }
 
-/// Recovery: applies every intact committed file log, discards torn ones, and clears them. The
-/// caller has run [`validate`] on the intact ones.
+/// Whether the intact committed (and validated) file log `log` was superseded: its slot no
+/// longer holds its file's primary pinode, because a later directory commit moved that pinode
+/// (rename, attribute change) or removed the file, after this commit's apply step was durable.
+/// Such a record is left over from a lazily cleared log and is not replayed (`settle`, rule 3).
+/// Asked after the directory logs are replayed.
+pub fn superseded(image: &Image, log: u64) -> bool {
+    let header = image.file_log(log);
+    let p = image.pinode(u64::from(header.slot.get()));
+    let holds_the_file = p.flags.get() & FLAG_VALID != 0
+        && p.is_primary()
+        && p.ino.get() == header.ino.get()
+        && p.mode.get() & pinode::S_IFMT == pinode::S_IFREG;
+    !holds_the_file
+}
+
+/// Recovery: applies every intact committed file log that is not [`superseded`], discards torn
+/// ones, and clears them all. The caller has run [`validate`] on the intact ones and replayed the
+/// directory logs.
 pub fn replay(image: &Image) -> FileReplayReport {
     let g = image.geometry();
     let mut report = FileReplayReport::default();
@@ -614,7 +628,9 @@ pub fn replay(image: &Image) -> FileReplayReport {
         let Some(intact) = log_intact(image, log) else {
             continue;
         };
-        if intact {
+        if intact && superseded(image, log) {
+            report.superseded += 1;
+        } else if intact {
             let header = image.file_log(log);
             let count = header.tail.get() & TAIL_COUNT_MASK;
             let entries = read_entries(image, log, count).expect("validated");

@@ -126,6 +126,9 @@ pub struct FileState {
     punched: bool,
     /// Who is told the size at every change ([`Fs::watch_size`]).
     watchers: watch::Watchers,
+    /// The file's last commit, as [`crate::settle::Settler::cleared_lazily`] named it (0: none
+    /// since mount): its log may still hold it, unsettled (`settle`, rule 1).
+    last_commit: u64,
 }
 
 impl FileState {
@@ -151,6 +154,7 @@ impl FileState {
             writes: 0,
             punched: false,
             watchers: watch::Watchers::default(),
+            last_commit: 0,
         }
     }
 

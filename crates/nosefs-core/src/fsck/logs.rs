@@ -116,6 +116,13 @@ pub(super) fn check_file_log(
         return;
     }
     let count = log.tail.get() & TAIL_COUNT_MASK;
+    if fjournal::superseded(image, index) {
+        report.notes.push(format!(
+            "{name} holds an applied commit for inode {}, whose pinode a later directory commit moved or removed; mount skips it",
+            log.ino.get()
+        ));
+        return;
+    }
     report.notes.push(format!(
         "{name} holds {count} committed entries for inode {}; mount replays them",
         log.ino.get()

@@ -130,7 +130,7 @@ impl std::ops::Index<usize> for Buckets {
 pub struct MirrorBucket {
     seq: AtomicU64,
     entries: RwLock<Entries>,
-    /// The last commit that touched this bucket, as [`super::settle::Settler::cleared_lazily`]
+    /// The last commit that touched this bucket, as [`crate::settle::Settler::cleared_lazily`]
     /// named it (0: none since mount). Read and written only under the bucket's write lock;
     /// atomic only to keep the type `Sync`.
     last_commit: AtomicU64,

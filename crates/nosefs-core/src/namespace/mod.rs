@@ -18,7 +18,6 @@ mod ops;
 pub mod perm;
 mod privs;
 mod rename;
-pub(crate) mod settle;
 mod symlink;
 mod tmpfile;
 pub mod txn;
@@ -36,6 +35,7 @@ use crate::format::pinode::{self, Pinode, INLINE_NAME_MAX, NAME_MAX};
 use crate::format::BLOCK_SIZE;
 use crate::fs::Fs;
 use crate::inode::Inode;
+use crate::settle::Journal;
 use mirror::{BucketGuard, MirrorEntry};
 
 pub use atime::AtimeMode;
@@ -440,49 +440,6 @@ impl Fs {
             .ok_or(Errno::ENOSPC.into())
     }
 
-    /// Runs `alloc`; when it finds nothing, settles the directory logs, returns what directory
-    /// commits held back, and runs it again (also when this settle found nothing: a concurrent
-    /// one may just have returned what it took, and `settle_all` waits for it).
-    pub(crate) fn alloc_or_settle<T>(&self, alloc: impl Fn() -> Option<T>) -> Option<T> {
-        alloc().or_else(|| {
-            self.settle_all();
-            alloc()
-        })
-    }
-
-    /// Settles every directory log and returns what directory commits held back to the pools
-    /// ([`settle`]). Returns whether anything was held back.
-    pub(crate) fn settle_all(&self) -> bool {
-        self.settler
-            .settle_all(&self.image, |released| self.return_to_pools(released))
-    }
-
-    /// Holds back resources a directory commit freed until the logs are settled ([`settle`]).
-    pub(crate) fn hold_back(&self, hold: impl FnOnce(&mut settle::Limbo)) {
-        if txn::fault::active(txn::fault::Fault::SkipLimbo) {
-            let mut limbo = settle::Limbo::default();
-            hold(&mut limbo);
-            self.return_to_pools(&limbo);
-            return;
-        }
-        if self.settler.hold(hold) {
-            self.settle_all();
-        }
-    }
-
-    fn return_to_pools(&self, released: &settle::Limbo) {
-        released.pinodes.iter().for_each(|&s| self.pinodes.free(s));
-        released
-            .long_names
-            .iter()
-            .for_each(|&r| self.long_names.free(r));
-        released.extents.iter().for_each(|&e| self.extents.free(e));
-        released
-            .blocks
-            .iter()
-            .for_each(|&(s, n)| self.blocks.free(s, n));
-    }
-
     /// Starts fetching NVM bucket `bucket`, which the commit reads (its head) and writes: the
     /// miss then overlaps the mirror bucket's.
     fn prefetch_nvm_bucket(&self, bucket: u64) {
@@ -503,7 +460,7 @@ impl Fs {
 
     /// Commits `txn`, whose pinodes live in `buckets` (held locked by the caller), through the
     /// highest-numbered of their directory logs, holding all of their logs in ascending order.
-    /// The log is left unsettled ([`settle`]); the log of the last commit that touched one of the
+    /// The log is left unsettled ([`crate::settle`]); the log of the last commit that touched one of the
     /// buckets, if that commit is still unsettled, is settled first, so it can never be replayed
     /// over this one.
     pub(crate) fn commit(&self, buckets: &[u64], txn: &mut txn::Txn) {
@@ -524,10 +481,11 @@ impl Fs {
             .filter(|&log| log != target)
             .collect();
         if !marked.is_empty() && !txn::fault::active(txn::fault::Fault::SkipSettle) {
-            self.settler.settle(&self.image, &marked);
+            let released = self.settler.settle(&self.image, &marked);
+            self.return_to_pools(&released);
         }
         txn::commit(&self.image, target, txn);
-        let commit = self.settler.cleared_lazily(target);
+        let commit = self.settler.cleared_lazily(Journal::Dir, target);
         for &b in buckets {
             self.mirror[b as usize].set_last_commit(commit);
         }

@@ -123,7 +123,7 @@ impl Fs {
     }
 
     /// Returns slots and long-name records that a committed transaction released, once no
-    /// unsettled log can name them ([`super::settle`]).
+    /// unsettled log can name them ([`crate::settle`]).
     pub(crate) fn release(&self, pinodes: &[u32], long_names: &[u32]) {
         self.hold_back(|limbo| {
             limbo.pinodes.extend_from_slice(pinodes);

@@ -183,7 +183,7 @@ impl Fs {
     }
 
     /// Returns extent slots and block runs to their pools once a commit has released them and
-    /// no unsettled log can name them ([`super::settle`]).
+    /// no unsettled log can name them ([`crate::settle`]).
     /// Extents of one list may share blocks (byte-granular file extents: an overwrite inside a
     /// block, small writes packed into one), so each block is returned once.
     pub(crate) fn release_data(&self, data: &[(u32, u64, u64)]) {

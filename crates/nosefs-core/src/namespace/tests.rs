@@ -549,8 +549,8 @@ fn threads_in_one_and_in_separate_directories() {
     assert_eq!(h.tree(), tree);
 }
 
-/// Lines left in flight, other than directory-log tails cleared lazily ([`super::settle`]): a
-/// call that returns has made everything else durable.
+/// Lines left in flight, other than log tails (of either journal) cleared lazily
+/// ([`crate::settle`]): a call that returns has made everything else durable.
 pub(crate) fn in_flight_besides_clears(fs: &Fs) -> Vec<u64> {
     let g = fs.image().geometry();
     let region = fs.image().region();
@@ -558,7 +558,8 @@ pub(crate) fn in_flight_besides_clears(fs: &Fs) -> Vec<u64> {
     lines
         .into_iter()
         .filter(|&line| {
-            let is_tail = (1..g.dir_log_count()).any(|log| g.dir_log_offset(log) == line);
+            let is_tail = (1..g.dir_log_count()).any(|log| g.dir_log_offset(log) == line)
+                || (1..g.file_log_count()).any(|log| g.file_log_offset(log) == line);
             !(is_tail && region.load_u64(line) == 0)
         })
         .collect()

@@ -94,7 +94,7 @@ pub fn bucket_of_pinode(image: &Image, p: &Pinode) -> u64 {
 
 /// Commits `txn` through directory log `log`, which the caller holds locked together with the
 /// mirror buckets of every pinode involved, and which must be settled or the caller's own to
-/// overwrite (`namespace::settle`). Fences: 2.
+/// overwrite (`crate::settle`). Fences: 2.
 ///
 /// Steps (seed 001, section III-E, with a checksummed commit record):
 /// 1. write the new pinodes with their valid bit clear, and their long-name records; flush;
@@ -105,7 +105,7 @@ pub fn bucket_of_pinode(image: &Image, p: &Pinode) -> u64 {
 /// 4. apply: unlink removed slots and clear their valid bits, link inserted slots and set theirs,
 ///    store the derived in-place fields; flush, fence;
 /// 5. clear the tail (one atomic 8-byte store), left in the cache: the log is *unsettled* until a
-///    later commit through it, or a settle, writes the line back (`namespace::settle`).
+///    later commit through it, or a settle, writes the line back (`crate::settle`).
 pub fn commit(image: &Image, log: u64, txn: &mut Txn) {
     let region = image.region();
     let g = image.geometry();
@@ -178,7 +178,7 @@ pub fn commit(image: &Image, log: u64, txn: &mut Txn) {
         region.fence();
     }
     // 5. Clear the log, in the cache only: the caller records the log as unsettled
-    //    (`namespace::settle` says when the clear must be durable, and makes it so).
+    //    (`crate::settle` says when the clear must be durable, and makes it so).
     region.store_u64(log_offset, 0);
 
     debug_assert!(txn
