@@ -56,17 +56,18 @@ use crate::padded::CachePadded;
 /// settles everything.
 pub const LIMBO_MAX_ITEMS: usize = 1024;
 
-/// What directory commits freed, held until every log is settled.
+/// What commits freed, held until no log can replay a record naming it. Inline room for what
+/// one commit frees, so that holding it costs no allocation on a commit's path.
 #[derive(Debug, Default)]
 pub struct Limbo {
     /// Pinode slots.
-    pub pinodes: Vec<u32>,
+    pub pinodes: SmallVec<[u32; 2]>,
     /// Long-name records (never 0).
-    pub long_names: Vec<u32>,
+    pub long_names: SmallVec<[u32; 2]>,
     /// Extents.
-    pub extents: Vec<u32>,
+    pub extents: SmallVec<[u32; 4]>,
     /// Block runs (start, count).
-    pub blocks: Vec<(u64, u64)>,
+    pub blocks: SmallVec<[(u64, u64); 4]>,
 }
 
 impl Limbo {
@@ -405,7 +406,7 @@ mod tests {
         let g = image.geometry();
         let settler = Settler::new(g.dir_log_count(), g.file_log_count(), 1);
         let frees = |block: u64| Limbo {
-            blocks: vec![(block, 1)],
+            blocks: smallvec::smallvec![(block, 1)],
             ..Limbo::default()
         };
         let first = settler.cleared_lazily(Journal::File, 7);
@@ -413,25 +414,34 @@ mod tests {
         assert_eq!(settler.held_blocks(), 1);
         // The log's next commit replaced the first record: its frees come back.
         let second = settler.cleared_lazily(Journal::File, 7);
-        assert_eq!(settler.hold_for_log(second, frees(20)).blocks, [(10, 1)]);
+        assert_eq!(
+            settler.hold_for_log(second, frees(20)).blocks.as_slice(),
+            [(10, 1)]
+        );
         // A hold that comes after a later record's is released at once.
         let third = settler.cleared_lazily(Journal::File, 7);
-        assert_eq!(settler.hold_for_log(third, frees(30)).blocks, [(20, 1)]);
-        assert_eq!(settler.hold_for_log(second, frees(25)).blocks, [(25, 1)]);
+        assert_eq!(
+            settler.hold_for_log(third, frees(30)).blocks.as_slice(),
+            [(20, 1)]
+        );
+        assert_eq!(
+            settler.hold_for_log(second, frees(25)).blocks.as_slice(),
+            [(25, 1)]
+        );
         // Settling the log gives back what it held for the record it settled.
         image.region().store_u64(g.file_log_offset(7), 0);
         let index = settler.index(Journal::File, 7);
-        assert_eq!(settler.settle(image, &[index]).blocks, [(30, 1)]);
+        assert_eq!(settler.settle(image, &[index]).blocks.as_slice(), [(30, 1)]);
         assert_eq!(settler.held_blocks(), 0);
         // A hold after its log was settled is given back by the next settle of everything.
         let fourth = settler.cleared_lazily(Journal::File, 7);
         assert!(settler.hold_for_log(fourth, frees(40)).is_empty());
-        assert!(settler.settle(image, &[index]).blocks == [(40, 1)]);
+        assert_eq!(settler.settle(image, &[index]).blocks.as_slice(), [(40, 1)]);
         let fifth = settler.cleared_lazily(Journal::File, 7);
         let _ = settler.settle(image, &[index]);
         assert!(settler.hold_for_log(fifth, frees(50)).is_empty());
         let mut returned = Vec::new();
-        settler.settle_all(image, |limbo| returned = limbo.blocks.clone());
+        settler.settle_all(image, |limbo| returned = limbo.blocks.to_vec());
         assert_eq!(returned, [(50, 1)]);
     }
 

@@ -2,6 +2,7 @@
 //! crowded windows rewritten (the fragmentation policy), extent numbers and records, the
 //! journal transaction ([`super::journal::commit`]) and the bookkeeping once it is durable.
 
+use smallvec::SmallVec;
 use zerocopy::little_endian::{U16, U32, U64};
 
 use crate::error::{Errno, Result};
@@ -38,7 +39,7 @@ impl Fs {
             state.map.set_eno(offset, eno);
         }
         let new = self.extent_records(inode.ino, state, &offsets);
-        let removed: Vec<u32> = state.removed.iter().map(|r| r.0).collect();
+        let removed: SmallVec<[u32; 8]> = state.removed.iter().map(|r| r.0).collect();
         let eno_at = |p: Option<(u64, Piece)>| p.map_or(0, |(_, p)| p.eno);
         let c = FileCommit {
             ino: inode.ino,
@@ -129,8 +130,9 @@ impl Fs {
         new: &[(u32, Extent)],
         overflow: &[u64],
     ) {
-        let removed = std::mem::take(&mut state.removed);
-        for &(_, addr, len) in &removed {
+        // `removed` and `deferred` are emptied, not replaced: they keep their room for the next
+        // commit's writes, which would otherwise allocate it again.
+        for &(_, addr, len) in &state.removed {
             state.committed_refs.remove(addr, len);
         }
         for (_, e) in new {
@@ -140,14 +142,18 @@ impl Fs {
         }
         // Only blocks that lost bytes can be free now, so this stays O(change), not O(file): an
         // append merged into a long extent retires it whole, yet frees nothing.
-        let deferred = std::mem::take(&mut state.deferred);
         let tail = state.tail_block();
-        let unused = deferred
-            .into_iter()
-            .filter(|&b| !state.map.refs().touched(b) && tail != Some(b));
-        let mut blocks: smallvec::SmallVec<[u64; 8]> = unused.collect();
+        let mut blocks: SmallVec<[u64; 8]> = state
+            .deferred
+            .iter()
+            .copied()
+            .filter(|&b| !state.map.refs().touched(b) && tail != Some(b))
+            .collect();
         blocks.extend_from_slice(overflow);
-        self.hold_for_commit(state.last_commit, removed.iter().map(|r| r.0), blocks);
+        let extents: SmallVec<[u32; 4]> = state.removed.iter().map(|r| r.0).collect();
+        state.deferred.clear();
+        state.removed.clear();
+        self.hold_for_commit(state.last_commit, extents.into_iter(), blocks);
         state.committed_size = state.size;
         state.committed_mtime_ns = state.mtime_ns;
         state.dirty_bytes = 0;
@@ -155,8 +161,8 @@ impl Fs {
         debug_assert_eq!(state.committed_refs, *state.map.refs());
     }
 
-    pub(super) fn alloc_extents(&self, count: usize) -> Result<Vec<u32>> {
-        let mut enos = Vec::with_capacity(count);
+    pub(super) fn alloc_extents(&self, count: usize) -> Result<SmallVec<[u32; 8]>> {
+        let mut enos = SmallVec::with_capacity(count);
         for _ in 0..count {
             match self.alloc_or_settle(|| self.extents.alloc(&self.image)) {
                 Some(eno) => enos.push(eno),
@@ -217,7 +223,7 @@ impl Fs {
         &self,
         mark: u64,
         extents: impl Iterator<Item = u32>,
-        blocks: smallvec::SmallVec<[u64; 8]>,
+        blocks: SmallVec<[u64; 8]>,
     ) {
         let frees = Limbo {
             extents: extents.collect(),
@@ -252,7 +258,7 @@ impl Fs {
         ino: u64,
         state: &FileState,
         offsets: &[u64],
-    ) -> Vec<(u32, Extent)> {
+    ) -> SmallVec<[(u32, Extent); 4]> {
         offsets
             .iter()
             .map(|&offset| {
@@ -292,7 +298,7 @@ impl Fs {
     /// The fragmentation policy: any 64 KiB window with a pending piece and more than 32 pieces is
     /// rewritten into fresh contiguous space as one piece. Skipped quietly when space is short.
     pub(super) fn defragment(&self, state: &mut FileState) {
-        let mut windows: Vec<u64> = state
+        let mut windows: SmallVec<[u64; 8]> = state
             .map
             .pending()
             .iter()

@@ -387,7 +387,7 @@ impl FileMap {
     }
 
     /// File offsets of the pending pieces, in order (dropping the stale entries of the record).
-    pub fn pending(&mut self) -> Vec<u64> {
+    pub fn pending(&mut self) -> SmallVec<[u64; 8]> {
         self.pending.sort_unstable();
         // Every pending piece has an entry, so a record as long as the count holds no stale or
         // repeated one, and a commit asking again (merge, window rewrite, commit) costs a sort of
@@ -399,7 +399,7 @@ impl FileMap {
                 .retain(|&offset| pieces.get(offset).is_some_and(|p| p.eno == 0));
         }
         debug_assert_eq!(self.pending.len(), self.pending_count);
-        self.pending.clone()
+        SmallVec::from_slice(&self.pending)
     }
 
     /// Number of pending pieces.
@@ -617,7 +617,7 @@ mod tests {
         m.check();
         assert!(out.removed.is_empty(), "nothing committed was touched");
         assert_eq!(out.dropped.as_slice(), &[(1024, 1024, true)]);
-        assert_eq!(m.pending(), vec![0, 2048]);
+        assert_eq!(m.pending().as_slice(), [0, 2048]);
         let remnants: Vec<bool> = m.iter().map(|(_, p)| p.fresh).collect();
         assert_eq!(
             remnants,
@@ -631,19 +631,31 @@ mod tests {
         let mut m = FileMap::default();
         m.insert(100, piece(4096, 10, 0));
         m.insert(0, piece(0, 10, 0));
-        assert_eq!(m.pending(), vec![0, 100], "an exact record, only sorted");
+        assert_eq!(
+            m.pending().as_slice(),
+            [0, 100],
+            "an exact record, only sorted"
+        );
         m.remove(0);
-        assert_eq!(m.pending(), vec![100], "a removed piece's entry is dropped");
+        assert_eq!(
+            m.pending().as_slice(),
+            [100],
+            "a removed piece's entry is dropped"
+        );
         m.insert(0, piece(0, 10, 0));
         m.set_eno(100, 7);
-        assert_eq!(m.pending(), vec![0], "a committed piece's entry is dropped");
+        assert_eq!(
+            m.pending().as_slice(),
+            [0],
+            "a committed piece's entry is dropped"
+        );
         m.set_eno(100, 0);
         m.insert(50, piece(8192, 10, 0));
         m.remove(50);
         m.insert(50, piece(8192, 10, 0));
         assert_eq!(
-            m.pending(),
-            vec![0, 50, 100],
+            m.pending().as_slice(),
+            [0, 50, 100],
             "a repeated offset is listed once"
         );
         m.check();
@@ -655,7 +667,7 @@ mod tests {
         m.punch(150, 160, &mut Punched::default());
         m.check();
         assert!(m.iter().all(|(_, p)| !p.fresh));
-        assert_eq!(m.pending(), vec![100, 160]);
+        assert_eq!(m.pending().as_slice(), [100, 160]);
     }
 
     #[test]

@@ -143,7 +143,7 @@ pub fn commit(
     //    read back from lines whose write-back is in flight (that stalls); only new data is read.
     //    Header, entries and tail share the log's lines, written back once, in any order: the
     //    checksum rejects a tail that persisted without them.
-    let entries: Vec<FileEntry> = (0..n).map(|i| c.entry(i)).collect();
+    let entries: SmallVec<[FileEntry; 8]> = (0..n).map(|i| c.entry(i)).collect();
     let checksum = checksum_of(image, &header, &entries, Some(c.new)).expect("records in hand");
     region.store_u64(log_offset, n as u64 | (u64::from(checksum) << 32));
     region.flush(log_offset, log_bytes);
@@ -375,9 +375,9 @@ fn block_runs(
     entries: &[FileEntry],
     old: bool,
     fresh: Fresh<'_>,
-) -> Vec<(u64, u64)> {
+) -> SmallVec<[(u64, u64); 8]> {
     let g = image.geometry();
-    let mut runs: Vec<(u64, u64)> = entries
+    let mut runs: SmallVec<[(u64, u64); 8]> = entries
         .iter()
         .enumerate()
         .map(|(i, e)| (i, if old { e.old } else { e.new }))

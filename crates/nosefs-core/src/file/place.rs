@@ -206,10 +206,10 @@ impl Fs {
 }
 
 /// Blocks (in any order, possibly repeated) as sorted runs (start, count).
-pub(super) fn runs_of(mut blocks: SmallVec<[u64; 8]>) -> Vec<(u64, u64)> {
+pub(super) fn runs_of(mut blocks: SmallVec<[u64; 8]>) -> SmallVec<[(u64, u64); 4]> {
     blocks.sort_unstable();
     blocks.dedup();
-    let mut runs = Vec::new();
+    let mut runs = SmallVec::new();
     let mut i = 0;
     while i < blocks.len() {
         let start = blocks[i];

@@ -129,7 +129,7 @@ impl Fs {
             limbo.pinodes.extend_from_slice(pinodes);
             limbo
                 .long_names
-                .extend(long_names.iter().filter(|&&r| r != 0));
+                .extend(long_names.iter().copied().filter(|&r| r != 0));
         });
     }
 
