@@ -29,4 +29,5 @@ pub mod stats;
 pub mod suite;
 pub mod sys;
 pub mod target;
+pub mod wakeup;
 pub mod workload;

@@ -144,6 +144,7 @@ pub fn notes(outcome: &Outcome) -> String {
             " -- above the 5% the method allows"
         }
     );
+    let _ = writeln!(out, "{}", outcome.wakeup_latency);
     if let Some(memcpy) = outcome.memcpy_bytes_per_sec {
         let _ = writeln!(
             out,

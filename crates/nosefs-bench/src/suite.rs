@@ -37,6 +37,8 @@ pub struct Plan {
     pub ramdisk_bytes: u64,
     /// The preload shim library, for the `nosefs-preload` target.
     pub preload_lib: Option<PathBuf>,
+    /// Hold the CPU wake-up latency at 0 while the run lasts ([`crate::wakeup`]).
+    pub hold_wakeup_latency: bool,
 }
 
 /// One (target, workload, op, variant, threads, io_size) over all runs.
@@ -161,6 +163,8 @@ pub struct Outcome {
     pub harness: HarnessCost,
     /// Memory copy bandwidth (when the `fragment` workload ran), bytes per second.
     pub memcpy_bytes_per_sec: Option<f64>,
+    /// Whether idle CPUs could halt during the run, and why ([`crate::wakeup`]).
+    pub wakeup_latency: String,
 }
 
 enum Prepared {
@@ -372,6 +376,11 @@ fn run_app(
 
 /// Runs the plan, showing progress on stderr.
 pub fn run(plan: &Plan) -> Outcome {
+    let wakeup = if plan.hold_wakeup_latency {
+        crate::wakeup::WakeupLatency::hold()
+    } else {
+        crate::wakeup::WakeupLatency::not_held()
+    };
     let mut skipped = Vec::new();
     let mut prepared: Vec<(String, Prepared)> = Vec::new();
     for spec in &plan.targets {
@@ -437,6 +446,7 @@ pub fn run(plan: &Plan) -> Outcome {
         skipped,
         harness: harness_cost(),
         memcpy_bytes_per_sec,
+        wakeup_latency: wakeup.describe(),
     }
 }
 
