@@ -72,14 +72,15 @@ pub struct BenchArgs {
     /// List the targets this machine can run, and why the others cannot, then exit.
     #[arg(long)]
     list_targets: bool,
-    /// Let idle CPUs halt during the run. By default the run holds the CPU wake-up latency at
-    /// 0 us through /dev/cpu_dma_latency (as tuned's latency-performance profile does; needs
-    /// root): on a virtual machine a halted CPU takes tens of microseconds to wake, which paces
-    /// programs that wait on each other across processes (Redis and its client) except where a
-    /// polling thread (noseFS's daemon) keeps CPUs awake. With the hold every target gets awake
-    /// CPUs alike; the report says which way a run was measured.
+    /// Hold the CPU wake-up latency at 0 us through /dev/cpu_dma_latency while the run lasts
+    /// (as tuned's latency-performance profile does; needs root). On a virtual machine a halted
+    /// CPU takes tens of microseconds to wake, which paces programs that wait on each other
+    /// across processes (Redis and its client) except where a polling thread (noseFS's daemon)
+    /// keeps CPUs awake; with the hold every target gets awake CPUs, but the daemon's clients
+    /// measured slower on several programs (docs/benchmarks.md). The report says which way a run
+    /// was measured.
     #[arg(long)]
-    allow_idle_states: bool,
+    hold_wakeup_latency: bool,
 }
 
 fn default_threads() -> Vec<usize> {
@@ -169,7 +170,7 @@ fn plan(args: &BenchArgs) -> Result<Plan, String> {
         image_dir: args.image_dir.clone(),
         ramdisk_bytes: parse_size(&args.ramdisk_size)?,
         preload_lib: crate::run::shim_path().ok(),
-        hold_wakeup_latency: !args.allow_idle_states,
+        hold_wakeup_latency: args.hold_wakeup_latency,
     })
 }
 
