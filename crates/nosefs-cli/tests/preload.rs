@@ -24,7 +24,9 @@ fn shim() -> PathBuf {
 }
 
 struct Setup {
-    _dir: tempfile::TempDir,
+    /// Also every script's working directory: a script whose `cd "$D"` fails must not write
+    /// into the checkout.
+    scratch: tempfile::TempDir,
     image: PathBuf,
     at: PathBuf,
     plain: PathBuf,
@@ -45,7 +47,7 @@ fn setup() -> Setup {
         .unwrap();
     assert!(out.status.success(), "mkfs: {out:?}");
     Setup {
-        _dir: dir,
+        scratch: dir,
         image,
         at,
         plain,
@@ -62,6 +64,7 @@ impl Setup {
             .arg("--at")
             .arg(&self.at)
             .args(["--", "sh", "-c", script])
+            .current_dir(self.scratch.path())
             .env("D", &self.at)
             .env("LC_ALL", "C")
             .output()
@@ -72,6 +75,7 @@ impl Setup {
     fn run_plain(&self, script: &str) -> Output {
         Command::new("sh")
             .args(["-c", script])
+            .current_dir(self.scratch.path())
             .env("D", &self.plain)
             .env("LC_ALL", "C")
             .output()

@@ -37,7 +37,9 @@ fn usable() -> bool {
 }
 
 struct Mounted {
-    _dir: tempfile::TempDir,
+    /// Also every script's working directory: a script whose `cd "$D"` fails must not write
+    /// into the checkout (a failing run once left its files in the crate's directory).
+    scratch: tempfile::TempDir,
     image: PathBuf,
     mnt: PathBuf,
     plain: PathBuf,
@@ -73,7 +75,7 @@ fn mount_with(options: &[&str]) -> Mounted {
     let out = mount.arg(&image).arg(&mnt).output().unwrap();
     assert!(out.status.success(), "mount: {}", text(&out));
     Mounted {
-        _dir: dir,
+        scratch: dir,
         image,
         mnt,
         plain,
@@ -93,6 +95,7 @@ impl Mounted {
         c.args(["run", "--at"])
             .arg(&self.mnt)
             .args(["--", "bash", "-c", script])
+            .current_dir(self.scratch.path())
             .env("D", &self.mnt)
             .env("LC_ALL", "C")
             .env_remove("NOSEFS_IMAGE");
@@ -106,6 +109,7 @@ impl Mounted {
     fn run_plain(&self, script: &str) -> Output {
         Command::new("bash")
             .args(["-c", script])
+            .current_dir(self.scratch.path())
             .env("D", &self.plain)
             .env("LC_ALL", "C")
             .output()

@@ -1,1 +1,0 @@
-int answer(void) { return 42; }
