@@ -201,13 +201,13 @@ impl Fs {
         still_used: &dyn Fn(u64) -> bool,
     ) -> u64 {
         let log = self.take_file_log();
-        let marked = self.settler.unsettled_log_of(last_commit);
-        if marked.is_some_and(|index| index != self.settler.index(Journal::File, log))
-            && !fault::active(fault::Fault::SkipSettle)
-        {
-            let released = self
-                .settler
-                .settle(&self.image, &[marked.expect("checked")]);
+        let this_log = self.settler.index(Journal::File, log);
+        let marked = self
+            .settler
+            .unsettled_log_of(last_commit)
+            .filter(|&index| index != this_log);
+        if let Some(index) = marked.filter(|_| !fault::active(fault::Fault::SkipSettle)) {
+            let released = self.settler.settle(&self.image, &[index]);
             self.return_to_pools(&released);
         }
         journal::commit(&self.image, log, overflow, c, still_used);
