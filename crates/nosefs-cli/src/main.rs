@@ -73,6 +73,11 @@ enum Command {
         /// Repair what can be repaired safely (superblock from its backup, the block bitmap).
         #[arg(long)]
         repair: bool,
+        /// Give a clean image made by an older build the features this build's mkfs gives
+        /// (today move entries in file logs: cheaper page overwrites); crash-safe, and an image
+        /// so upgraded no longer mounts with builds before 2026-11-27.
+        #[arg(long, conflicts_with = "repair")]
+        upgrade: bool,
         /// Print only problems, not the summary.
         #[arg(short, long)]
         quiet: bool,
@@ -113,6 +118,10 @@ struct MkfsArgs {
     /// EOPNOTSUPP).
     #[arg(long)]
     no_xattrs: bool,
+    /// Leave out move entries in file logs (an image builds before 2026-11-27 can mount; a page
+    /// overwritten in place then commits as a new extent).
+    #[arg(long)]
+    no_moves: bool,
 }
 
 fn main() -> ExitCode {
@@ -169,8 +178,14 @@ fn main() -> ExitCode {
         },
         Command::Fsck {
             image,
+            upgrade: true,
+            ..
+        } => run_upgrade(&image),
+        Command::Fsck {
+            image,
             repair,
             quiet,
+            ..
         } => run_fsck(&image, repair, quiet),
     }
 }
@@ -197,6 +212,7 @@ fn run_mkfs(args: MkfsArgs) -> Result<(), Error> {
         prefault: false,
         without_marks: args.no_marks,
         without_xattrs: args.no_xattrs,
+        without_moves: args.no_moves,
     };
     let started = std::time::Instant::now();
     let g = mkfs(&args.image, &params)?;
@@ -322,6 +338,34 @@ pub(crate) fn when_image_free<T>(
                 std::thread::sleep(std::time::Duration::from_millis(10));
             }
             other => return other,
+        }
+    }
+}
+
+fn run_upgrade(path: &Path) -> ExitCode {
+    use nosefs_core::fsck::{upgrade, Upgrade};
+    match when_image_free(|| upgrade(path)) {
+        Ok(Upgrade::AlreadyCurrent) => {
+            println!("{}: has every feature this build adds", path.display());
+            ExitCode::SUCCESS
+        }
+        Ok(Upgrade::MovesEnabled) => {
+            println!(
+                "{}: upgraded: file logs may hold moves (incompat MOVES); builds before 2026-11-27 no longer mount it",
+                path.display()
+            );
+            ExitCode::SUCCESS
+        }
+        Ok(Upgrade::MovesImpossible { extents }) => {
+            println!(
+                "{}: not upgraded: {extents} extent slots, more than moves can name (2^31)",
+                path.display()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("nosefs fsck: {}: {e}", path.display());
+            ExitCode::from(8)
         }
     }
 }

@@ -83,6 +83,28 @@ fn overwritten_magic_fails_fsck_with_a_message_and_repair_restores_it() {
 }
 
 #[test]
+fn fsck_upgrade_gives_an_old_image_moves_once() {
+    let dir = shm();
+    let img = dir.path().join("t.img");
+    let path = img.to_str().unwrap();
+    let out = nosefs(&["mkfs", path, "--size", "16M", "--no-moves"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let out = nosefs(&["fsck", "--upgrade", path]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(text(&out).contains("upgraded"), "{}", text(&out));
+    let out = nosefs(&["fsck", "--upgrade", path]);
+    assert!(text(&out).contains("has every feature"), "{}", text(&out));
+    assert_eq!(nosefs(&["fsck", path]).status.code(), Some(0));
+    let out = nosefs(&["fsck", "--upgrade", "--repair", path]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "one or the other: {}",
+        text(&out)
+    );
+}
+
+#[test]
 fn both_superblocks_gone_is_an_operational_error() {
     let dir = shm();
     let img = dir.path().join("t.img");

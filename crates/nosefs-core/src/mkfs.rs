@@ -159,6 +159,9 @@ fn new_superblock(geometry: &Geometry) -> Result<Superblock> {
     if geometry.reservations {
         sb.incompat = U32::new(sb.incompat.get() | superblock::INCOMPAT_RESERVATIONS);
     }
+    if geometry.moves {
+        sb.incompat = U32::new(sb.incompat.get() | superblock::INCOMPAT_MOVES);
+    }
     sb.state = U64::new(superblock::state_word(true, 0));
     sb.seal();
     debug_assert_eq!(geometry.span(Zone::Data).count, sb.data_block_count.get());

@@ -74,6 +74,10 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(file, offset, len, seed)| Op::Write { file, offset, len, seed }),
         2 => (file.clone(), 0..SPAN, 1usize..20_000, any::<u8>())
             .prop_map(|(file, offset, len, seed)| Op::Write { file, offset, len, seed }),
+        // Database pages: whole 4 KiB pages rewritten where they are (moves, issue 41).
+        3 => (file.clone(), 0..SPAN / 4096, 1usize..3, any::<u8>()).prop_map(
+            |(file, page, pages, seed)| Op::Write { file, offset: page * 4096, len: pages * 4096, seed }
+        ),
         2 => (file.clone(), 1usize..6000, any::<u8>())
             .prop_map(|(file, len, seed)| Op::Append { file, len, seed }),
         1 => (file.clone(), 0..SPAN + 10_000).prop_map(|(file, size)| Op::Truncate { file, size }),

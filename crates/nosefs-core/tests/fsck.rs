@@ -469,3 +469,66 @@ fn mount_frees_orphans() {
     let image = Image::open(&t.path, nosefs_core::pmem::Access::ReadOnly).unwrap();
     assert!(!image.pinode(6).is_valid());
 }
+
+/// `fsck --upgrade` gives an image made without moves the flag, keeps its data, and every crash
+/// inside it leaves an image that mounts, or that `fsck --repair` restores (docs/format.md,
+/// "Superblock").
+#[test]
+fn upgrade_adds_moves_and_survives_a_crash_inside_it() {
+    use nosefs_core::format::layout::MkfsParams;
+    use nosefs_core::fsck::{upgrade, Upgrade};
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let path = dir.path().join("old.img");
+    let params = MkfsParams {
+        image_bytes: SIZE,
+        without_moves: true,
+        ..MkfsParams::default()
+    };
+    nosefs_core::mkfs::mkfs(&path, &params).unwrap();
+    let fs = Fs::mount(&path, &MountOptions::default()).unwrap();
+    let owner = nosefs_core::namespace::Owner {
+        uid: 0,
+        gid: 0,
+        umask: 0,
+    };
+    let f = fs.create(ROOT_INO, b"f", 0o644, owner, true).unwrap().ino;
+    fs.write(f, 0, &[5; 8192]).unwrap();
+    fs.fsync(f).unwrap();
+    drop(fs.unmount());
+    let old = std::fs::read(&path).unwrap();
+    assert_eq!(upgrade(&path).unwrap(), Upgrade::MovesEnabled);
+    assert_eq!(upgrade(&path).unwrap(), Upgrade::AlreadyCurrent);
+    let new = std::fs::read(&path).unwrap();
+    let moves_on = |bytes: &[u8]| u32::from_le_bytes(bytes[24..28].try_into().unwrap()) & 4 != 0;
+    assert!(!moves_on(&old) && moves_on(&new));
+    let reads_back = |what: &str| {
+        let fs = Fs::mount(&path, &MountOptions::default()).expect(what);
+        let mut buf = vec![0; 8192];
+        assert_eq!(fs.read(f, 0, &mut buf).unwrap(), 8192, "{what}");
+        assert!(buf.iter().all(|&b| b == 5), "{what}");
+        drop(fs.unmount());
+        let report = fsck(&path, FsckOptions::default()).unwrap();
+        assert!(report.problems.is_empty(), "{what}: {:#?}", report.problems);
+    };
+    reads_back("upgraded");
+    // A crash before the primary was written: the old primary, the new backup.
+    let mut crashed = new.clone();
+    crashed[..512].copy_from_slice(&old[..512]);
+    std::fs::write(&path, &crashed).unwrap();
+    reads_back("crash before the primary");
+    // A crash while the primary was written: its flag line persisted, its checksum line not.
+    let mut torn = new.clone();
+    torn[508..512].copy_from_slice(&old[508..512]);
+    std::fs::write(&path, &torn).unwrap();
+    assert!(
+        Fs::mount(&path, &MountOptions::default()).is_err(),
+        "a torn primary is refused"
+    );
+    let repaired = fsck(&path, FsckOptions { repair: true }).unwrap();
+    assert_eq!(repaired.exit_code(), 1, "{:#?}", repaired.problems);
+    reads_back("torn primary, repaired");
+    assert!(
+        moves_on(&std::fs::read(&path).unwrap()),
+        "the backup's upgrade restored"
+    );
+}

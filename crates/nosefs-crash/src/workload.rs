@@ -458,6 +458,41 @@ pub fn file_sequences() -> Vec<Vec<Op>> {
             .chain([Op::Fsync("/d/c"), Op::Write("/d/c", 20_000, 5000, 90)])
             .chain([Op::PunchHole("/d/c", 19_000, 7000)])
             .collect(),
+        // Moves (issue 41): a page rewritten where its last commit put it keeps its extent and
+        // moves its data. Fenced data (a whole block), then the file going while the move's log
+        // may still hold it (superseded at mount).
+        vec![
+            Op::Write("/d/c", 0, 12_288, 100),
+            Op::Fsync("/d/c"),
+            Op::Write("/d/c", 4096, 4096, 101),
+            Op::Fsync("/d/c"),
+            Op::Write("/d/c", 4096, 4096, 102),
+            Op::Fsync("/d/c"),
+            Op::Unlink("/d/c"),
+        ],
+        // A move with checksummed data beside a new extent that shares the moved extent's old
+        // block (an append packed in the tail block): that block stays allocated.
+        vec![
+            Op::Write("/d/c", 0, 8192, 103),
+            Op::Fsync("/d/c"),
+            Op::Write("/d/c", 0, 3000, 104),
+            Op::Fsync("/d/c"),
+            Op::Write("/d/c", 8192, 500, 105),
+            Op::Write("/d/c", 0, 3000, 106),
+            Op::Fsync("/d/c"),
+        ],
+        // Two moves side by side in one commit (written in reverse order, so their new blocks
+        // do not join), each naming the other.
+        vec![
+            Op::Write("/d/c", 0, 20_480, 107),
+            Op::Fsync("/d/c"),
+            Op::Write("/d/c", 8192, 4096, 108),
+            Op::Write("/d/c", 4096, 4096, 109),
+            Op::Fsync("/d/c"),
+            Op::Write("/d/c", 8192, 4096, 110),
+            Op::Write("/d/c", 4096, 4096, 111),
+            Op::Fsync("/d/c"),
+        ],
         // A directory's default ACL, inherited by what is made in it.
         vec![
             Op::SetAcl("/d", true),

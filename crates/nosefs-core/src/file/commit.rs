@@ -7,6 +7,7 @@ use zerocopy::little_endian::{U16, U32, U64};
 
 use crate::error::{Errno, Result};
 use crate::format::extent::Extent;
+use crate::format::journal::FileMove;
 use crate::format::BLOCK_SIZE;
 use crate::fs::Fs;
 use crate::inode::Inode;
@@ -33,13 +34,26 @@ impl Fs {
         if std::mem::take(&mut state.punched) {
             self.relink_around_removed(state);
         }
-        let offsets = state.map.pending();
+        let mut offsets = state.map.pending();
+        let moved = if self.image.geometry().moves {
+            self.find_moves(state, &offsets)
+        } else {
+            SmallVec::new()
+        };
+        offsets.retain(|o| !moved.iter().any(|m| m.offset == *o));
         let enos = self.alloc_extents(offsets.len())?;
+        for m in &moved {
+            state.map.set_eno(m.offset, m.eno);
+        }
+        state
+            .removed
+            .retain(|r| !moved.iter().any(|m| m.eno == r.0));
         for (&offset, &eno) in offsets.iter().zip(&enos) {
             state.map.set_eno(offset, eno);
         }
         let new = self.extent_records(inode.ino, state, &offsets);
         let removed: SmallVec<[u32; 8]> = state.removed.iter().map(|r| r.0).collect();
+        let moves: SmallVec<[FileMove; 4]> = moved.iter().map(Moved::entry).collect();
         let eno_at = |p: Option<(u64, Piece)>| p.map_or(0, |(_, p)| p.eno);
         let c = FileCommit {
             ino: inode.ino,
@@ -50,11 +64,16 @@ impl Fs {
             last: eno_at(state.map.last()),
             new: &new,
             removed: &removed,
+            moves: &moves,
             data_fenced: state.dirty_bytes > CHECKSUM_DATA_MAX_BYTES,
         };
         let Some(overflow) = self.alloc_overflow(c.overflow_blocks_needed()) else {
             offsets.iter().for_each(|&o| state.map.set_eno(o, 0));
             enos.iter().for_each(|&e| self.extents.free(e));
+            for m in &moved {
+                state.map.set_eno(m.offset, 0);
+                state.removed.push((m.eno, m.old_addr, m.len));
+            }
             return Err(Errno::ENOSPC.into());
         };
         // Blocks of the retired extents that no new extent covers: no piece covers them whole
@@ -63,9 +82,69 @@ impl Fs {
             state.map.refs().touched(b)
         });
         state.last_commit = mark;
+        for m in &moved {
+            state.committed_refs.remove(m.old_addr, m.len);
+            state.committed_refs.add(m.new_addr, m.len);
+        }
         self.after_commit(state, &new, &overflow);
         self.debug_check_list(inode, state);
         Ok(())
+    }
+
+    /// The pending pieces at `offsets` (sorted) that can commit as moves: each replaces exactly
+    /// one removed extent (same file offset, length and offset in its first block, so the same
+    /// block count) with new bytes elsewhere, and the extent's links on the media already name
+    /// the neighbours it has after the commit, or neighbours that are new in it (whose apply step
+    /// links it). The extent then stays where it is in the list and only its `start_block`
+    /// changes: no new record, no links, no extent freed. Nothing is changed here.
+    pub(super) fn find_moves(&self, state: &FileState, offsets: &[u64]) -> SmallVec<[Moved; 4]> {
+        let mut moved: SmallVec<[Moved; 4]> = SmallVec::new();
+        if state.removed.is_empty() || state.removed.len() > MOVE_CANDIDATES_MAX {
+            return moved; // (such commits rewrite many pieces: not page writes)
+        }
+        // A removed extent is a candidate when a pending piece starts where it started: a read of
+        // its record and a search of the sorted offsets each, before any lookup in the map.
+        let mut candidates: SmallVec<[Candidate; 4]> = state
+            .removed
+            .iter()
+            .map(|&(eno, addr, len)| (eno, addr, len, self.image.extent(u64::from(eno))))
+            .filter(|(.., record)| offsets.binary_search(&record.file_offset.get()).is_ok())
+            .map(|(eno, addr, len, record)| (record.file_offset.get(), eno, addr, len, record))
+            .collect();
+        candidates.sort_unstable_by_key(|c| c.0);
+        for (offset, eno, old_addr, len, record) in candidates {
+            let piece = state.map.get(offset).expect("a pending piece");
+            let same_shape = len == piece.len
+                && old_addr % BLOCK_SIZE == piece.addr % BLOCK_SIZE
+                && old_addr != piece.addr;
+            if same_shape && self.links_hold(state, &moved, offset, &record) {
+                moved.push(Moved {
+                    offset,
+                    eno,
+                    old_addr,
+                    new_addr: piece.addr,
+                    len,
+                });
+            }
+        }
+        moved
+    }
+
+    /// Whether extent `record`, moved at file offset `offset`, keeps valid links after the commit
+    /// without any store of its own: each neighbour in the map is new in this commit, or is the
+    /// extent the record already names on that side. The pending piece after it is decided later
+    /// (in offset order), by the same test from its side.
+    fn links_hold(&self, state: &FileState, moved: &[Moved], offset: u64, record: &Extent) -> bool {
+        let holds = |neighbour: Option<(u64, Piece)>, named: u32| match neighbour {
+            None => true, // the list's end: the apply step stores it
+            Some((at, p)) if p.eno == 0 => !moved.iter().any(|m| m.offset == at && m.eno != named),
+            Some((_, p)) => p.eno == named,
+        };
+        holds(state.map.before(offset), record.prev.get())
+            && match state.map.after(offset) {
+                Some((_, p)) if p.eno == 0 => true,
+                after => holds(after, record.next.get()),
+            }
     }
 
     /// Debug builds: the media's extent list of a small file is exactly its map, in order.
@@ -339,6 +418,32 @@ impl Fs {
         self.put_pieces(state, from, &placement);
         state.dirty_bytes += to - from;
         true
+    }
+}
+
+/// A removed extent that may move: (file offset, eno, data-zone address, length, record).
+type Candidate = (u64, u32, u64, u64, Extent);
+
+/// Most removed extents a commit looks at for moves.
+const MOVE_CANDIDATES_MAX: usize = 64;
+
+/// A pending piece committing as a move of the extent it replaces ([`Fs::find_moves`]).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Moved {
+    offset: u64,
+    eno: u32,
+    old_addr: u64,
+    new_addr: u64,
+    len: u64,
+}
+
+impl Moved {
+    fn entry(&self) -> FileMove {
+        FileMove {
+            eno: self.eno,
+            old_start: (self.old_addr / BLOCK_SIZE) as u32,
+            new_start: (self.new_addr / BLOCK_SIZE) as u32,
+        }
     }
 }
 

@@ -492,6 +492,7 @@ impl Fs {
             },
             new: &new,
             removed: &old,
+            moves: &[],
             data_fenced: plan.to - plan.from > CHECKSUM_DATA_MAX_BYTES,
         };
         let Some(overflow) = self.alloc_overflow(c.overflow_blocks_needed()) else {

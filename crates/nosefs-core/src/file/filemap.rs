@@ -221,6 +221,24 @@ impl FileMap {
         piece
     }
 
+    /// Puts `piece` (pending) in the place of the piece at exactly `offset` if that one is as long,
+    /// and returns the one it replaced: the result of a punch of its bytes and an insert, for
+    /// the commonest overwrite (a page rewritten where it was last written) at one lookup.
+    pub fn replace(&mut self, offset: u64, piece: Piece) -> Option<Piece> {
+        debug_assert_eq!(piece.eno, 0, "a replacement is pending");
+        let slot = self.pieces.get_mut(offset)?;
+        if slot.len != piece.len {
+            return None;
+        }
+        let old = std::mem::replace(slot, piece);
+        self.refs.remove(old.addr, old.len);
+        self.refs.add(piece.addr, piece.len);
+        if old.eno != 0 {
+            self.note_pending(offset);
+        }
+        Some(old)
+    }
+
     /// Removes the file bytes `[start, end)`, splitting the pieces that straddle either edge
     /// (paper Fig. 3): the parts outside the range stay, as pending pieces over the same bytes.
     pub fn punch(&mut self, start: u64, end: u64, out: &mut Punched) {

@@ -14,7 +14,8 @@ use zerocopy::{FromZeros, IntoBytes};
 
 use crate::format::extent::{Extent, EXTENT_BYTES, FLAG_VALID as EXTENT_VALID};
 use crate::format::journal::{
-    FileEntry, FileLog, FILE_LOG_DATA_FENCED, FILE_LOG_ENTRIES, FILE_OVERFLOW_ENTRIES,
+    decode_file_words, FileEntry, FileLog, FileMove, FILE_LOG_DATA_FENCED, FILE_LOG_ENTRIES,
+    FILE_OVERFLOW_ENTRIES,
 };
 use crate::format::pinode::{self, FLAG_VALID};
 use crate::format::BLOCK_SIZE;
@@ -26,6 +27,7 @@ use crate::journal::{fault, flush_bitmap_bits, update_bitmap_bits, TAIL_COUNT_MA
 const EXTENT_FLAGS_OFFSET: u64 = 16;
 const EXTENT_NEXT_OFFSET: u64 = 20;
 const EXTENT_PREV_OFFSET: u64 = 24;
+const EXTENT_START_BLOCK_OFFSET: u64 = 28;
 const PINODE_SIZE_OFFSET: u64 = 32;
 const PINODE_MTIME_OFFSET: u64 = 48;
 const PINODE_CTIME_OFFSET: u64 = 56;
@@ -56,15 +58,38 @@ pub struct FileCommit<'a> {
     pub new: &'a [(u32, Extent)],
     /// Extents leaving the file's list.
     pub removed: &'a [u32],
+    /// Extents that stay in the list, their data moved to new blocks (only on an image with
+    /// moves, `Geometry::moves`).
+    pub moves: &'a [FileMove],
     /// Whether the caller's new data is large enough that a fence is cheaper than checksumming
     /// it; then it is fenced before the commit point instead.
     pub data_fenced: bool,
 }
 
 impl FileCommit<'_> {
-    /// Entries the commit logs: new and removed extents paired up, at least one.
+    /// Words the commit logs: new and removed extents paired up, then two per move; at least one
+    /// (a commit of size or times alone logs one empty pair).
     pub fn entry_count(&self) -> usize {
-        self.new.len().max(self.removed.len()).max(1)
+        self.pair_count() + 2 * self.moves.len()
+    }
+
+    /// Pairs the commit logs: one empty pair when it has neither pairs nor moves.
+    fn pair_count(&self) -> usize {
+        let pairs = self.new.len().max(self.removed.len());
+        if pairs == 0 && self.moves.is_empty() {
+            1
+        } else {
+            pairs
+        }
+    }
+
+    /// Log word `i`: a pair, or a move's first or second word.
+    fn word(&self, i: usize) -> u64 {
+        let pairs = self.pair_count();
+        if i < pairs {
+            return self.entry(i).encode();
+        }
+        self.moves[(i - pairs) / 2].encode()[(i - pairs) % 2]
     }
 
     /// Overflow blocks the commit needs beyond its log.
@@ -124,6 +149,14 @@ pub fn commit(
         .removed
         .iter()
         .all(|&o| image.extent(u64::from(o)).is_valid()));
+    assert!(
+        c.moves.is_empty() || g.moves,
+        "moves on an image without them"
+    );
+    debug_assert!(c.moves.iter().all(|m| {
+        let e = image.extent(u64::from(m.eno));
+        e.is_valid() && e.start_block.get() == m.old_start && e.ino.get() == c.ino
+    }));
 
     // The header and entries are composed first; the records' write-backs then run while the
     // rest of the commit is prepared.
@@ -143,8 +176,9 @@ pub fn commit(
     //    read back from lines whose write-back is in flight (that stalls); only new data is read.
     //    Header, entries and tail share the log's lines, written back once, in any order: the
     //    checksum rejects a tail that persisted without them.
-    let entries: SmallVec<[FileEntry; 8]> = (0..n).map(|i| c.entry(i)).collect();
-    let checksum = checksum_of(image, &header, &entries, Some(c.new)).expect("records in hand");
+    let entries: SmallVec<[FileEntry; 8]> = (0..c.pair_count()).map(|i| c.entry(i)).collect();
+    let checksum =
+        checksum_of(image, &header, &entries, c.moves, Some(c.new)).expect("records in hand");
     region.store_u64(log_offset, n as u64 | (u64::from(checksum) << 32));
     region.flush(log_offset, log_bytes);
     if !fault::active(fault::Fault::SkipCommitFence) {
@@ -157,15 +191,16 @@ pub fn commit(
     );
     // 4. Apply.
     debug_assert_eq!(
-        read_entries(image, log, n as u64).as_deref(),
-        Ok(&entries[..])
+        read_entries(image, log, n as u64),
+        Ok((entries.to_vec(), c.moves.to_vec()))
     );
     //    The bitmap's atomic updates first, while nothing is in flight since the commit fence
     //    (each would otherwise wait for the write-backs before it: a fence's cost apiece).
     let mut bits = BitmapChanges::default();
-    bits.plan_links(image, &entries, Some(c.new));
-    bits.plan_retire(image, &entries, Some(c.new), still_used);
+    bits.plan_links(image, &entries, c.moves, Some(c.new));
+    bits.plan_retire(image, &entries, c.moves, Some(c.new), still_used);
     bits.update(image);
+    apply_moves(image, c.moves);
     apply_links(image, &header, &entries, Some(c.new));
     apply_retire(image, &entries);
     bits.flush(image);
@@ -184,6 +219,10 @@ pub fn commit(
         .removed
         .iter()
         .all(|&o| !image.extent(u64::from(o)).is_valid()));
+    debug_assert!(c
+        .moves
+        .iter()
+        .all(|m| image.extent(u64::from(m.eno)).start_block.get() == m.new_start));
     debug_assert_eq!(
         image.pinode(u64::from(c.slot)).extent_head.get(),
         c.head,
@@ -208,7 +247,7 @@ fn compose_header(c: &FileCommit<'_>, overflow: &[u64]) -> FileLog {
     });
     header.overflow = U64::new(overflow.first().map_or(0, |b| b + 1));
     for (i, word) in header.entries.iter_mut().enumerate().take(n) {
-        *word = U64::new(c.entry(i).encode());
+        *word = U64::new(c.word(i));
     }
     header
 }
@@ -232,7 +271,7 @@ fn write_header_and_entries(
     for (k, &block) in overflow.iter().enumerate() {
         let first = FILE_LOG_ENTRIES + k * FILE_OVERFLOW_ENTRIES;
         let last = (first + FILE_OVERFLOW_ENTRIES).min(n);
-        let words: Vec<u64> = (first..last).map(|i| c.entry(i).encode()).collect();
+        let words: Vec<u64> = (first..last).map(|i| c.word(i)).collect();
         let base = g.block_offset(block);
         region.write_bytes(base, words.as_bytes());
         let next = overflow.get(k + 1).map_or(0, |b| b + 1);
@@ -242,16 +281,18 @@ fn write_header_and_entries(
     ENTRIES_OFFSET + 8 * here
 }
 
-/// The `count` entries of file log `log`, following its overflow chain, or why they cannot be
-/// read. Robust to garbage: every block number is range-checked.
-pub fn read_entries(image: &Image, log: u64, count: u64) -> Result<Vec<FileEntry>, String> {
+/// The entries of file log `log` (`count` words, following its overflow chain): its pairs and
+/// its moves, or why they cannot be read. Robust to garbage: every block number is
+/// range-checked.
+pub fn read_entries(
+    image: &Image,
+    log: u64,
+    count: u64,
+) -> Result<(Vec<FileEntry>, Vec<FileMove>), String> {
     let g = image.geometry();
     let header = image.file_log(log);
     let here = count.min(FILE_LOG_ENTRIES as u64) as usize;
-    let mut entries: Vec<FileEntry> = header.entries[..here]
-        .iter()
-        .map(|w| FileEntry::decode(w.get()))
-        .collect();
+    let mut entries: Vec<u64> = header.entries[..here].iter().map(|w| w.get()).collect();
     let mut link = header.overflow.get();
     while (entries.len() as u64) < count {
         if link == 0 || link > g.data_block_count() {
@@ -260,11 +301,15 @@ pub fn read_entries(image: &Image, log: u64, count: u64) -> Result<Vec<FileEntry
         let base = g.block_offset(link - 1);
         let want = (count - entries.len() as u64).min(FILE_OVERFLOW_ENTRIES as u64);
         for i in 0..want {
-            entries.push(FileEntry::decode(image.region().load_u64(base + 8 * i)));
+            entries.push(image.region().load_u64(base + 8 * i));
         }
         link = image.region().load_u64(base + OVERFLOW_NEXT_OFFSET);
     }
-    Ok(entries)
+    let (pairs, moves) = decode_file_words(&entries)?;
+    if !moves.is_empty() && !g.moves {
+        return Err("a move on an image without moves".into());
+    }
+    Ok((pairs, moves))
 }
 
 /// A record's data-zone byte range, if it lies inside the data zone.
@@ -278,14 +323,16 @@ fn data_range(image: &Image, e: &Extent) -> Option<(u64, u64)> {
     })
 }
 
-/// The checksum a file commit's tail carries: CRC-32C over the header after `tail`, the entries,
-/// each new extent (valid bit read as clear), and unless `DATA_FENCED` the bytes of each new
-/// extent that no removed extent held (the data written since the last commit; bytes a new extent
-/// shares with one it replaces were made durable by an earlier commit). `None` when the log cannot
-/// be read (a torn commit's garbage). Runs on media content at mount, so everything is checked.
+/// The checksum a file commit's tail carries: CRC-32C over the header after `tail`, the entries
+/// (pairs, then moves, as logged), each new extent (valid bit read as clear), and unless
+/// `DATA_FENCED` the bytes of each new extent that no removed extent held (the data written since
+/// the last commit; bytes a new extent shares with one it replaces were made durable by an
+/// earlier commit), then each moved extent's bytes at its new run (all written since the last
+/// commit). `None` when the log cannot be read (a torn commit's garbage). Runs on media content
+/// at mount, so everything is checked.
 pub fn commit_checksum(image: &Image, log: u64, count: u64) -> Option<u32> {
-    let entries = read_entries(image, log, count).ok()?;
-    checksum_of(image, &image.file_log(log), &entries, None)
+    let (entries, moves) = read_entries(image, log, count).ok()?;
+    checksum_of(image, &image.file_log(log), &entries, &moves, None)
 }
 
 /// The new extent record of entry `i`: from `fresh` (the commit's records in hand, entry `i`'s
@@ -308,12 +355,16 @@ fn checksum_of(
     image: &Image,
     header: &FileLog,
     entries: &[FileEntry],
+    moves: &[FileMove],
     fresh: Fresh<'_>,
 ) -> Option<u32> {
     let g = image.geometry();
     let mut crc = crc32c::crc32c(&header.as_bytes()[8..ENTRIES_OFFSET as usize]);
     for e in entries {
         crc = crc32c::crc32c_append(crc, &e.encode().to_le_bytes());
+    }
+    for m in moves {
+        crc = crc32c::crc32c_append(crc, m.encode().as_bytes());
     }
     let in_table = |eno: u32| eno != 0 && u64::from(eno) < g.extent_count();
     let mut old: SmallVec<[(u64, u64); 8]> = entries
@@ -340,7 +391,42 @@ fn checksum_of(
             crc = image.region().crc32c_append(crc, g.block_offset(0) + a, l);
         }
     }
+    if fenced {
+        return Some(crc);
+    }
+    for m in moves {
+        let (addr, len) = moved_range(image, m)?;
+        data_bytes += len;
+        if data_bytes > CHECKSUM_DATA_LIMIT_BYTES {
+            return None;
+        }
+        crc = image
+            .region()
+            .crc32c_append(crc, g.block_offset(0) + addr, len);
+    }
     Some(crc)
+}
+
+/// The data-zone byte range a move's extent holds at its new run, if the extent is in the table
+/// and both its runs lie inside the data zone (media content).
+fn moved_range(image: &Image, m: &FileMove) -> Option<(u64, u64)> {
+    let g = image.geometry();
+    let eno = u64::from(m.eno);
+    if eno == 0 || eno >= g.extent_count() {
+        return None;
+    }
+    let mut record = image.extent(eno);
+    record.start_block = U32::new(m.old_start);
+    data_range(image, &record)?;
+    record.start_block = U32::new(m.new_start);
+    data_range(image, &record)
+}
+
+/// The block run `(start, count)` of a move's extent after the commit (`new`) or before it.
+fn move_run(image: &Image, m: &FileMove, new: bool) -> (u64, u64) {
+    let count = u64::from(image.extent(u64::from(m.eno)).block_count.get());
+    let start = if new { m.new_start } else { m.old_start };
+    (u64::from(start), count)
 }
 
 /// The parts of `[addr, addr + len)` outside every range of `sorted` (sorted by start).
@@ -421,7 +507,14 @@ impl BitmapChanges {
     /// covers, since the others are set already (the removed extents were committed) and stay
     /// set ([`BitmapChanges::plan_retire`] never clears a block a new extent holds). So an
     /// append merged into a long extent costs O(1), not O(file).
-    pub fn plan_links(&mut self, image: &Image, entries: &[FileEntry], fresh: Fresh<'_>) {
+    /// A move's new run is all fresh blocks, set whole.
+    pub fn plan_links(
+        &mut self,
+        image: &Image,
+        entries: &[FileEntry],
+        moves: &[FileMove],
+        fresh: Fresh<'_>,
+    ) {
         let old_runs = block_runs(image, entries, true, None);
         for (i, _) in entries.iter().enumerate().filter(|(_, e)| e.new != 0) {
             let record = new_record(image, entries, i, fresh);
@@ -431,37 +524,59 @@ impl BitmapChanges {
                 self.runs.push((first, n, true));
             }
         }
+        for m in moves {
+            let (start, count) = move_run(image, m, true);
+            self.runs.push((start, count, true));
+        }
     }
 
     /// The blocks of the removed extents that `still_used` says no extent of the file holds any
     /// more; blocks a new extent covers are kept without asking it.
+    /// A move's old run is retired the same way.
     pub fn plan_retire(
         &mut self,
         image: &Image,
         entries: &[FileEntry],
+        moves: &[FileMove],
         fresh: Fresh<'_>,
         still_used: &dyn Fn(u64) -> bool,
     ) {
-        let new_runs = block_runs(image, entries, false, fresh);
-        for e in entries.iter().filter(|e| e.old != 0) {
-            let record = image.extent(u64::from(e.old));
-            let start = u64::from(record.start_block.get());
-            let count = u64::from(record.block_count.get());
+        let mut new_runs = block_runs(image, entries, false, fresh);
+        if !moves.is_empty() {
+            new_runs.extend(moves.iter().map(|m| move_run(image, m, true)));
+            new_runs.sort_unstable();
+        }
+        let old_runs = entries
+            .iter()
+            .filter(|e| e.old != 0)
+            .map(|e| {
+                let record = image.extent(u64::from(e.old));
+                (
+                    u64::from(record.start_block.get()),
+                    u64::from(record.block_count.get()),
+                )
+            })
+            .chain(moves.iter().map(|m| move_run(image, m, false)));
+        for (start, count) in old_runs {
             for (first, n) in subtract(start, count, &new_runs) {
-                let end = first + n;
-                let mut block = first;
-                while block < end {
-                    if still_used(block) {
-                        block += 1;
-                        continue;
-                    }
-                    let run_start = block;
-                    while block < end && !still_used(block) {
-                        block += 1;
-                    }
-                    self.runs.push((run_start, block - run_start, false));
-                }
+                self.retire_unused(first, first + n, still_used);
             }
+        }
+    }
+
+    /// Plans clearing the blocks of `[first, end)` that `still_used` does not claim.
+    fn retire_unused(&mut self, first: u64, end: u64, still_used: &dyn Fn(u64) -> bool) {
+        let mut block = first;
+        while block < end {
+            if still_used(block) {
+                block += 1;
+                continue;
+            }
+            let run_start = block;
+            while block < end && !still_used(block) {
+                block += 1;
+            }
+            self.runs.push((run_start, block - run_start, false));
         }
     }
 
@@ -530,6 +645,19 @@ pub fn apply_links(image: &Image, header: &FileLog, entries: &[FileEntry], fresh
     region.flush(p + PINODE_SIZE_OFFSET, 32);
 }
 
+/// The apply step's moves: points each moved extent at its new run. Idempotent; flushes; the
+/// caller fences. (Their blocks' bits: [`BitmapChanges`].)
+pub fn apply_moves(image: &Image, moves: &[FileMove]) {
+    let g = image.geometry();
+    for m in moves {
+        store_u32_if(
+            image,
+            g.extent_offset(u64::from(m.eno)) + EXTENT_START_BLOCK_OFFSET,
+            m.new_start,
+        );
+    }
+}
+
 /// Second half of the apply step's records: clears the valid bits of the removed extents.
 /// Idempotent; flushes; the caller fences. (Their blocks' bits: [`BitmapChanges`].)
 pub fn apply_retire(image: &Image, entries: &[FileEntry]) {
@@ -576,8 +704,17 @@ pub fn validate(image: &Image, log: u64) -> Result<(), String> {
     let g = image.geometry();
     let header = image.file_log(log);
     let count = header.tail.get() & TAIL_COUNT_MASK;
-    let entries = read_entries(image, log, count)?;
+    let (entries, moves) = read_entries(image, log, count)?;
     let in_table = |eno: u32| u64::from(eno) < g.extent_count();
+    // A moved extent's validity is state, not structure: a later unlink clears it, and then the
+    // record is superseded ([`superseded`], asked after the directory logs are replayed).
+    for m in &moves {
+        let usable = moved_range(image, m).is_some()
+            && image.extent(u64::from(m.eno)).ino.get() == header.ino.get();
+        if !usable {
+            return Err(format!("moved extent {} is not usable", m.eno));
+        }
+    }
     for (i, e) in entries.iter().enumerate() {
         if !in_table(e.old) || !in_table(e.new) {
             return Err(format!("entry {i} names an extent past the table"));
@@ -633,15 +770,16 @@ pub fn replay(image: &Image) -> FileReplayReport {
         } else if intact {
             let header = image.file_log(log);
             let count = header.tail.get() & TAIL_COUNT_MASK;
-            let entries = read_entries(image, log, count).expect("validated");
+            let (entries, moves) = read_entries(image, log, count).expect("validated");
+            apply_moves(image, &moves);
             apply_links(image, &header, &entries, None);
             let mut kept = list_blocks(image, header.head.get());
             kept.sort_unstable();
             let mut bits = BitmapChanges::default();
-            bits.plan_links(image, &entries, None);
+            bits.plan_links(image, &entries, &moves, None);
             // A file's extents share at most their boundary blocks, so the last run starting at
             // or before a block is the only one that can hold it.
-            bits.plan_retire(image, &entries, None, &|b| {
+            bits.plan_retire(image, &entries, &moves, None, &|b| {
                 let i = kept.partition_point(|&(s, _)| s <= b);
                 i > 0 && kept[i - 1].0 + kept[i - 1].1 > b
             });

@@ -34,6 +34,26 @@ impl Fs {
     /// Replaces file bytes `[offset, ...)` by the pieces of `placement`, and frees what no piece
     /// holds any more.
     pub(super) fn put_pieces(&self, state: &mut FileState, offset: u64, placement: &Placement) {
+        // Only page writes try it: a byte-granular write rarely replaces exactly one piece, and
+        // the failed lookup would cost it a search of the map.
+        let page_write =
+            offset % BLOCK_SIZE == 0 && placement.iter().all(|p| p.1 % BLOCK_SIZE == 0);
+        if let (true, [(addr, len)]) = (page_write, &placement[..]) {
+            let (addr, len) = (*addr, *len);
+            let piece = Piece {
+                addr,
+                len,
+                eno: 0,
+                fresh: true,
+            };
+            if let Some(old) = state.map.replace(offset, piece) {
+                if old.eno != 0 {
+                    state.removed.push((old.eno, old.addr, old.len));
+                }
+                self.free_dropped(state, &[(old.addr, old.len, old.fresh)]);
+                return;
+            }
+        }
         let len: u64 = placement.iter().map(|p| p.1).sum();
         let mut punched = Punched::default();
         state.map.punch(offset, offset + len, &mut punched);

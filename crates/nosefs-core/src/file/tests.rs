@@ -4,7 +4,7 @@
 use super::*;
 use crate::fs::MountOptions;
 use crate::image::Image;
-use crate::namespace::tests::{errno, fresh, Harness, OWNER};
+use crate::namespace::tests::{errno, fresh, fresh_from, Harness, OWNER};
 use crate::namespace::{RenameFlags, SetAttr, ROOT_INO};
 
 fn new_file(h: &Harness, name: &[u8]) -> u64 {
@@ -252,6 +252,71 @@ fn fences_per_fsync_are_few() {
         0,
         "nothing pending"
     );
+}
+
+/// The file's extent list on the media: (extent number, first block) from its pinode's head.
+fn media_list(fs: &Fs, ino: u64) -> Vec<(u32, u32)> {
+    let slot = fs.inodes.get(ino).unwrap().primary_slot();
+    let mut eno = fs.image().pinode(u64::from(slot)).extent_head.get();
+    let mut list = Vec::new();
+    while eno != 0 {
+        let e = fs.image().extent(u64::from(eno));
+        list.push((eno, e.start_block.get()));
+        eno = e.next.get();
+    }
+    list
+}
+
+/// A page rewritten where its last commit put it commits as a move (issue 41): its extent keeps
+/// its number and its place in the list, only its data moves, and its old block is free once
+/// the log that moved it is settled. An image made without moves commits a new extent instead.
+#[test]
+fn a_rewritten_page_moves_its_extent() {
+    for moves in [true, false] {
+        let mut h = fresh_from(crate::format::layout::MkfsParams {
+            without_moves: !moves,
+            ..Default::default()
+        });
+        let f = new_file(&h, b"f");
+        let fs = h.fs();
+        assert_eq!(fs.image().geometry().moves, moves);
+        fs.write(f, 0, &[1; 12_288]).unwrap();
+        fs.fsync(f).unwrap();
+        fs.write(f, 4096, &[2; 4096]).unwrap();
+        fs.fsync(f).unwrap();
+        let before = media_list(fs, f);
+        assert_eq!(before.len(), 3, "the page is an extent of its own");
+        fs.write(f, 4096, &[3; 4096]).unwrap();
+        let counted = crate::pmem::counters();
+        fs.fsync(f).unwrap();
+        let spent = crate::pmem::counters().since(counted);
+        let after = media_list(fs, f);
+        assert_eq!(after[0], before[0]);
+        assert_eq!(after[2], before[2]);
+        assert_ne!(after[1].1, before[1].1, "the page's data moved");
+        assert_eq!(
+            after[1].0 == before[1].0,
+            moves,
+            "moves {moves}: the same extent"
+        );
+        assert_eq!(spent.fences, 3, "data, commit, apply");
+        let old_block = u64::from(before[1].1);
+        let bitmap = fs.image().bitmap();
+        assert!(
+            !crate::format::bitmap::is_set(&bitmap, old_block),
+            "the old block is free"
+        );
+        assert!(crate::format::bitmap::is_set(
+            &bitmap,
+            u64::from(after[1].1)
+        ));
+        let mut want = vec![1; 12_288];
+        want[4096..8192].fill(3);
+        assert_eq!(read_all(h.fs(), f), want);
+        h.remount(false);
+        assert_eq!(read_all(h.fs(), f), want);
+        assert_eq!(media_list(h.fs(), f), after);
+    }
 }
 
 /// A file committed again through another log first settles the log of its last commit, whose

@@ -22,6 +22,11 @@
 //! |     48 |    8 | `overflow` | first overflow block + 1; 0 = none                       |
 //! |     56 |  456 | `entries`  | 57 entries: `old eno \| new eno << 32`; 0 = none           |
 //!
+//! With `incompat` bit `MOVES`, the pairs may be followed by *moves* ([`FileMove`]), two words
+//! each: `MOVE \| eno \| new start block << 32`, then `old start block \| MOVE << 32`
+//! (`MOVE` = bit 31 of a half). Extent `eno` stays in the file's list, unchanged but for its
+//! `start_block`, which goes from the old run to the new one.
+//!
 //! An overflow block (a data block lent to the log until it is cleared, never in the bitmap)
 //! holds 511 more entries and, in its last 8 bytes, the next overflow block + 1.
 //!
@@ -37,8 +42,8 @@
 //!
 //! Invariants: a directory log's entry count is 1 to 63 when its tail is nonzero, and each of its
 //! entries has a known op and a slot in the pinode table; a file log's committed count is at most
-//! 62 times the logs in its chain, and each entry names extents in the extent table (or
-//! `u32::MAX`).
+//! 62 times the logs in its chain, and each pair names extents in the extent table (or
+//! `u32::MAX`); each move names a valid extent of the log's file and two runs in the data zone.
 //! Log 0 of each journal is reserved.
 
 use zerocopy::little_endian::{I64, U32, U64};
@@ -180,6 +185,63 @@ impl FileEntry {
     }
 }
 
+/// The tag bit of a move's words (bit 31 of the low half of the first, of the high half of the
+/// second): extent numbers stay below it on an image with moves.
+pub const FILE_ENTRY_MOVE: u32 = 1 << 31;
+
+/// A decoded move: extent `eno`'s data goes from the run at `old_start` to the run at
+/// `new_start` (as many blocks as the extent's `block_count`); nothing else of it changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileMove {
+    /// The extent that moves.
+    pub eno: u32,
+    /// Its first block before the commit.
+    pub old_start: u32,
+    /// Its first block after the commit.
+    pub new_start: u32,
+}
+
+impl FileMove {
+    /// Encodes the move as its two 8-byte words.
+    pub fn encode(self) -> [u64; 2] {
+        assert!(
+            self.eno & FILE_ENTRY_MOVE == 0,
+            "extent {} past the tag",
+            self.eno
+        );
+        [
+            u64::from(FILE_ENTRY_MOVE | self.eno) | (u64::from(self.new_start) << 32),
+            u64::from(self.old_start) | (u64::from(FILE_ENTRY_MOVE) << 32),
+        ]
+    }
+}
+
+/// Decodes a file log's words: the pairs, then the moves. Media content: a move's first word
+/// without its second, a second word out of place, or a pair after a move is an error.
+pub fn decode_file_words(words: &[u64]) -> Result<(Vec<FileEntry>, Vec<FileMove>), String> {
+    let is_first = |w: u64| (w as u32) & FILE_ENTRY_MOVE != 0;
+    let is_second = |w: u64| (w >> 32) as u32 == FILE_ENTRY_MOVE;
+    let pairs = words.iter().take_while(|&&w| !is_first(w)).count();
+    let entries = words[..pairs]
+        .iter()
+        .map(|&w| FileEntry::decode(w))
+        .collect();
+    let mut moves = Vec::with_capacity((words.len() - pairs) / 2);
+    let mut rest = words[pairs..].chunks(2);
+    for (k, chunk) in rest.by_ref().enumerate() {
+        let at = pairs + 2 * k;
+        match *chunk {
+            [first, second] if is_first(first) && is_second(second) => moves.push(FileMove {
+                eno: first as u32 & !FILE_ENTRY_MOVE,
+                old_start: second as u32,
+                new_start: (first >> 32) as u32,
+            }),
+            _ => return Err(format!("entry {at} is not a whole move")),
+        }
+    }
+    Ok((entries, moves))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -203,5 +265,34 @@ mod tests {
             new: 0xffff_fffe,
         };
         assert_eq!(FileEntry::decode(e.encode()), e);
+    }
+
+    #[test]
+    fn moves_follow_pairs_and_reject_garbage() {
+        let pair = FileEntry { old: 3, new: 9 };
+        let m = FileMove {
+            eno: 0x7fff_fffe,
+            old_start: 0xffff_fffe,
+            new_start: 12,
+        };
+        let [a, b] = m.encode();
+        assert_eq!(
+            decode_file_words(&[pair.encode(), a, b]),
+            Ok((vec![pair], vec![m]))
+        );
+        assert_eq!(decode_file_words(&[a, b]), Ok((vec![], vec![m])));
+        assert!(decode_file_words(&[a]).is_err(), "half a move");
+        assert!(
+            decode_file_words(&[a, pair.encode()]).is_err(),
+            "no second word"
+        );
+        assert!(
+            decode_file_words(&[a, b, pair.encode()]).is_err(),
+            "a pair after a move"
+        );
+        assert!(
+            decode_file_words(&[a, b, b]).is_err(),
+            "a stray second word"
+        );
     }
 }

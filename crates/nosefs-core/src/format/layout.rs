@@ -135,6 +135,8 @@ pub struct Geometry {
     pub xattrs: bool,
     /// fallocate reservations survive a remount (`incompat` bit `INCOMPAT_RESERVATIONS`).
     pub reservations: bool,
+    /// File logs may hold move entries (`incompat` bit `INCOMPAT_MOVES`).
+    pub moves: bool,
     spans: [ZoneSpan; 8],
 }
 
@@ -164,6 +166,9 @@ pub struct MkfsParams {
     /// Leave out the extended-attributes feature (images as earlier builds made them, which
     /// answer EOPNOTSUPP to setxattr).
     pub without_xattrs: bool,
+    /// Leave out the move entries of file logs (images as earlier builds made them, whose
+    /// overwrites of whole extents commit new extents; `nosefs fsck --upgrade` adds it).
+    pub without_moves: bool,
 }
 
 impl Geometry {
@@ -335,6 +340,7 @@ impl Geometry {
             high_water_marks: !params.without_marks,
             xattrs: !params.without_xattrs,
             reservations: !params.without_xattrs,
+            moves: !params.without_moves && extents <= superblock::MAX_MOVE_EXTENTS,
             spans,
         })
     }
@@ -418,6 +424,18 @@ impl Geometry {
             ));
         }
         let spans = validate_zones(sb, image_bytes)?;
+        let moves = sb.incompat.get() & superblock::INCOMPAT_MOVES != 0;
+        let extents = spans[Zone::ExtentTable as usize].count;
+        if moves && extents > superblock::MAX_MOVE_EXTENTS {
+            return Err(Error::corrupt(
+                "superblock",
+                "incompat",
+                format!(
+                    "sets MOVES, which needs at most {} extents, with {extents}",
+                    superblock::MAX_MOVE_EXTENTS
+                ),
+            ));
+        }
         let root_slot = sb.root_slot.get();
         let pinodes = spans[Zone::PinodeTable as usize].count;
         if root_slot == 0 || root_slot >= pinodes {
@@ -436,6 +454,7 @@ impl Geometry {
             xattrs: sb.incompat.get() & superblock::INCOMPAT_XATTRS != 0,
             reservations: sb.incompat.get() & superblock::INCOMPAT_XATTRS != 0
                 && sb.incompat.get() & superblock::INCOMPAT_RESERVATIONS != 0,
+            moves,
             spans,
         })
     }

@@ -60,8 +60,16 @@ pub const INCOMPAT_XATTRS: u32 = 1 << 0;
 /// fallocate reserved, which mount promises the file again. A build that does not know it would
 /// refuse such a blob. Only with `INCOMPAT_XATTRS`.
 pub const INCOMPAT_RESERVATIONS: u32 = 1 << 1;
+/// `incompat` bit 2: file logs may hold *move* entries (`format::journal::FileMove`): an extent
+/// keeps its number and its place in the file's list while its data moves to a new run of blocks,
+/// the cheapest durable route for an overwrite of a whole extent. A build that does not know it
+/// would take a move for an extent number past the table. Only on images whose extent table has
+/// at most `MAX_MOVE_EXTENTS` slots (the entry's tag bit is bit 31 of the extent number).
+pub const INCOMPAT_MOVES: u32 = 1 << 2;
+/// Most extent slots an image with `INCOMPAT_MOVES` may have.
+pub const MAX_MOVE_EXTENTS: u64 = 1 << 31;
 /// Incompatible feature bits this build understands.
-pub const KNOWN_INCOMPAT: u32 = INCOMPAT_XATTRS | INCOMPAT_RESERVATIONS;
+pub const KNOWN_INCOMPAT: u32 = INCOMPAT_XATTRS | INCOMPAT_RESERVATIONS | INCOMPAT_MOVES;
 
 /// The superblock record. All integers little-endian.
 #[repr(C)]

@@ -130,7 +130,7 @@ pub(super) fn check_file_log(
     // Until replay, the file's list, its new and old extents and their blocks are in between.
     pending.files.insert(log.ino.get());
     pend_data(image, u64::from(log.slot.get()), pending);
-    let entries = fjournal::read_entries(image, index, count).expect("validated");
+    let (entries, moves) = fjournal::read_entries(image, index, count).expect("validated");
     for e in entries {
         for eno in [e.old, e.new].into_iter().filter(|&e| e != 0) {
             pending.file_extents.insert(u64::from(eno));
@@ -139,6 +139,14 @@ pub(super) fn check_file_log(
             pending
                 .blocks
                 .extend(start..start + u64::from(x.block_count.get()));
+        }
+    }
+    // A moved extent points at either run until replay; both are in between.
+    for m in moves {
+        pending.file_extents.insert(u64::from(m.eno));
+        let count = u64::from(image.extent(u64::from(m.eno)).block_count.get());
+        for start in [m.old_start, m.new_start].map(u64::from) {
+            pending.blocks.extend(start..start + count);
         }
     }
 }

@@ -31,8 +31,8 @@ mod superblock;
 use blocks::check_bitmap;
 use logs::{check_journals, Pending};
 pub(crate) use superblock::repair_backup;
-pub use superblock::restore_primary_superblock;
 use superblock::{check_superblock_extras, superblock_problem};
+pub use superblock::{restore_primary_superblock, upgrade, Upgrade};
 
 use std::fmt;
 use std::path::Path;

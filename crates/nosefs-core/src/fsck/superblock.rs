@@ -147,3 +147,60 @@ pub(crate) fn repair_backup(image: &Image) {
     image.region().write(BACKUP_OFFSET, &backup);
     image.region().persist(BACKUP_OFFSET, SUPERBLOCK_BYTES);
 }
+
+/// What `nosefs fsck --upgrade` did to an image.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Upgrade {
+    /// The image had every feature this build adds.
+    AlreadyCurrent,
+    /// `incompat` bit `MOVES` was set (docs/format.md, "Superblock").
+    MovesEnabled,
+    /// The image's extent table is too large for moves: nothing changed.
+    MovesImpossible {
+        /// Its extent slots.
+        extents: u64,
+    },
+}
+
+/// Adds to an image the features this build would give it at mkfs that need nothing but a flag:
+/// today `MOVES`. The image must be fsck-clean and not in use. Crash-safe: the backup is written
+/// and fenced before the primary, so a crash leaves either the old primary (the next mount
+/// rewrites the backup from it) or a primary whose checksum a tear broke, which
+/// `nosefs fsck --repair` restores from the upgraded backup.
+pub fn upgrade(path: &std::path::Path) -> Result<Upgrade> {
+    let report = fsck(path, FsckOptions { repair: false })?;
+    if let Some(first) = report.problems.first() {
+        return Err(Error::InvalidArgument(format!(
+            "fsck finds {} problems (first: {first}): repair the image before upgrading it",
+            report.problems.len()
+        )));
+    }
+    let region = Region::open(
+        path,
+        &RegionOptions {
+            access: Access::ReadWrite,
+            ..RegionOptions::default()
+        },
+    )?;
+    let image = Image::from_region(region)?;
+    let mut sb = image.superblock().clone();
+    if sb.incompat.get() & crate::format::superblock::INCOMPAT_MOVES != 0 {
+        return Ok(Upgrade::AlreadyCurrent);
+    }
+    let extents = image.geometry().extent_count();
+    if extents > crate::format::superblock::MAX_MOVE_EXTENTS {
+        return Ok(Upgrade::MovesImpossible { extents });
+    }
+    sb.incompat = zerocopy::little_endian::U32::new(
+        sb.incompat.get() | crate::format::superblock::INCOMPAT_MOVES,
+    );
+    sb.seal();
+    let region = image.region();
+    let mut backup = sb.clone();
+    backup.state = zerocopy::little_endian::U64::new(0);
+    region.write(BACKUP_OFFSET, &backup);
+    region.persist(BACKUP_OFFSET, SUPERBLOCK_BYTES);
+    region.write(PRIMARY_OFFSET, &sb);
+    region.persist(PRIMARY_OFFSET, SUPERBLOCK_BYTES);
+    Ok(Upgrade::MovesEnabled)
+}

@@ -19,11 +19,18 @@ pub(crate) struct Harness {
 }
 
 pub(crate) fn fresh(pinodes: Option<u64>) -> Harness {
+    fresh_from(MkfsParams {
+        pinodes,
+        ..MkfsParams::default()
+    })
+}
+
+/// [`fresh`] with mkfs options of the caller's (the size and hash seed are the harness's).
+pub(crate) fn fresh_from(params: MkfsParams) -> Harness {
     let params = MkfsParams {
         image_bytes: 8 << 20,
-        pinodes,
         hash_seed: Some(7),
-        ..MkfsParams::default()
+        ..params
     };
     let geometry = {
         let mut g = crate::format::layout::Geometry::for_mkfs(&params).unwrap();
