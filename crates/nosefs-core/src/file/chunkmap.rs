@@ -45,6 +45,11 @@ pub struct ChunkMap<V> {
     /// the pending one are replaced by their merge) and fills it again, and two fresh vectors
     /// per commit, grown by the next write, were a tenth of a small append + fsync.
     spare: Option<Chunk<V>>,
+    /// Where the last exact search found its key. A commit looks the same few pieces up again and
+    /// again (the write's, then the merge's, the move's and the links' lookups), each a cache
+    /// miss or two in a large map; a hint is checked by its key alone, so no change to the map
+    /// has to keep it right.
+    hint: std::cell::Cell<Pos>,
 }
 
 impl<V> Default for ChunkMap<V> {
@@ -54,6 +59,7 @@ impl<V> Default for ChunkMap<V> {
             chunks: Vec::new(),
             len: 0,
             spare: None,
+            hint: std::cell::Cell::new((0, 0)),
         }
     }
 }
@@ -114,12 +120,34 @@ impl<V: Copy> ChunkMap<V> {
     }
 
     fn find(&self, key: u64) -> Option<Pos> {
+        if let Some(pos) = self.hinted(key) {
+            return Some(pos);
+        }
         if self.is_empty() {
             return None;
         }
         let c = self.chunk_for(key);
         let i = self.chunks[c].keys.binary_search(&key).ok()?;
+        self.hint.set((c, i));
         Some((c, i))
+    }
+
+    /// The hint's position, if `key` is there.
+    fn hinted(&self, key: u64) -> Option<Pos> {
+        let (c, i) = self.hint.get();
+        let here = self.chunks.get(c)?.keys.get(i)?;
+        (*here == key).then_some((c, i))
+    }
+
+    /// The position before `(c, i)`; `None` at the first entry.
+    fn prev(&self, (c, i): Pos) -> Option<Pos> {
+        if i > 0 {
+            Some((c, i - 1))
+        } else if c > 0 {
+            Some((c - 1, self.chunks[c - 1].len() - 1))
+        } else {
+            None
+        }
     }
 
     /// The value at exactly `key`.
@@ -214,11 +242,17 @@ impl<V: Copy> ChunkMap<V> {
 
     /// The entry with the largest key `< key`.
     pub fn before(&self, key: u64) -> Option<(u64, V)> {
+        if let Some(pos) = self.hinted(key) {
+            return self.prev(pos).map(|p| self.at(p));
+        }
         self.range_from_before(key).next().filter(|&(k, _)| k < key)
     }
 
     /// The entry with the smallest key `> key`.
     pub fn after(&self, key: u64) -> Option<(u64, V)> {
+        if let Some((c, i)) = self.hinted(key) {
+            return self.normalize((c, i + 1)).map(|p| self.at(p));
+        }
         self.seek_after(key).map(|p| self.at(p))
     }
 
@@ -226,6 +260,12 @@ impl<V: Copy> ChunkMap<V> {
     /// when there is none): one search for what [`ChunkMap::before`] and a search for
     /// the first key `>= key` would find with two.
     pub fn range_from_before(&self, key: u64) -> impl Iterator<Item = (u64, V)> + '_ {
+        if let Some(pos) = self.hinted(key) {
+            return Iter {
+                map: self,
+                at: Some(self.prev(pos).unwrap_or(pos)),
+            };
+        }
         let at = (!self.is_empty()).then(|| {
             let c = self.firsts.partition_point(|&f| f < key).saturating_sub(1);
             let i = self.chunks[c].keys.partition_point(|&k| k < key);
@@ -361,6 +401,8 @@ mod tests {
         Insert(u64, u32),
         Remove(u64),
         Mutate(u64),
+        /// Queries between changes, with a hint left by the last search (stale after a change).
+        Probe(u64),
     }
 
     fn op() -> impl Strategy<Value = Op> {
@@ -368,7 +410,8 @@ mod tests {
         prop_oneof![
             3 => (key.clone(), any::<u32>()).prop_map(|(k, v)| Op::Insert(k, v)),
             2 => key.clone().prop_map(Op::Remove),
-            1 => key.prop_map(Op::Mutate),
+            1 => key.clone().prop_map(Op::Mutate),
+            2 => key.prop_map(Op::Probe),
         ]
     }
 
@@ -389,6 +432,18 @@ mod tests {
                         if let Some(v) = model.get_mut(&k) {
                             *v = v.wrapping_add(1);
                         }
+                    }
+                    Op::Probe(k) => {
+                        prop_assert_eq!(m.get(k), model.get(&k).copied());
+                        prop_assert_eq!(m.before(k), model.range(..k).next_back().map(|(&k, &v)| (k, v)));
+                        prop_assert_eq!(
+                            m.after(k),
+                            model.range((Excluded(k), Unbounded)).next().map(|(&k, &v)| (k, v))
+                        );
+                        let before = model.range(..k).next_back().into_iter();
+                        let want: Vec<(u64, u32)> =
+                            before.chain(model.range(k..)).map(|(&k, &v)| (k, v)).collect();
+                        prop_assert_eq!(m.range_from_before(k).take(3).collect::<Vec<_>>(), want.into_iter().take(3).collect::<Vec<_>>());
                     }
                 }
             }
