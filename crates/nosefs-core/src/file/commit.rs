@@ -24,9 +24,14 @@ impl Fs {
         if !state.is_dirty() {
             return Ok(());
         }
+        // Pages rewritten in place (`FileMap::replace`) add no piece: no window can have become
+        // crowded since the last commit, which dealt with the ones that were.
+        let inserted = state.map.inserted();
         self.merge_pending(state);
         self.install_prepared(state);
-        if self.compaction_deferred() {
+        if !inserted {
+            // (nothing to look at)
+        } else if self.compaction_deferred() {
             self.queue_crowded(inode.ino, state);
         } else {
             self.defragment(state);
@@ -82,6 +87,7 @@ impl Fs {
             state.map.refs().touched(b)
         });
         state.last_commit = mark;
+        state.map.take_inserted();
         for m in &moved {
             state.committed_refs.remove(m.old_addr, m.len);
             state.committed_refs.add(m.new_addr, m.len);

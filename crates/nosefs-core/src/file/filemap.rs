@@ -173,6 +173,9 @@ pub struct FileMap {
     refs: BlockRefs,
     pending: Vec<u64>,
     pending_count: usize,
+    /// A piece was inserted since [`FileMap::take_inserted`] last asked: only then can a window
+    /// hold more pieces than at the last commit ([`FileMap::replace`] does not count).
+    inserted: bool,
 }
 
 impl FileMap {
@@ -190,7 +193,19 @@ impl FileMap {
             self.note_pending(offset);
         }
         self.bytes += piece.len;
+        self.inserted = true;
         self.pieces.insert(offset, piece);
+    }
+
+    /// Whether a piece was inserted since the last [`FileMap::take_inserted`].
+    pub fn inserted(&self) -> bool {
+        self.inserted
+    }
+
+    /// Whether a piece was inserted since the last call, which forgets it (a commit, once
+    /// durable).
+    pub fn take_inserted(&mut self) -> bool {
+        std::mem::take(&mut self.inserted)
     }
 
     fn note_pending(&mut self, offset: u64) {

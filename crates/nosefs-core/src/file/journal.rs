@@ -181,6 +181,11 @@ pub fn commit(
         checksum_of(image, &header, &entries, c.moves, Some(c.new)).expect("records in hand");
     region.store_u64(log_offset, n as u64 | (u64::from(checksum) << 32));
     region.flush(log_offset, log_bytes);
+    //    The bitmap changes are planned while the log's lines are written back: reads of records
+    //    nothing has changed yet, in the shadow of the wait.
+    let mut bits = BitmapChanges::default();
+    bits.plan_links(image, &entries, c.moves, Some(c.new));
+    bits.plan_retire(image, &entries, c.moves, Some(c.new), still_used);
     if !fault::active(fault::Fault::SkipCommitFence) {
         region.fence();
     }
@@ -196,9 +201,6 @@ pub fn commit(
     );
     //    The bitmap's atomic updates first, while nothing is in flight since the commit fence
     //    (each would otherwise wait for the write-backs before it: a fence's cost apiece).
-    let mut bits = BitmapChanges::default();
-    bits.plan_links(image, &entries, c.moves, Some(c.new));
-    bits.plan_retire(image, &entries, c.moves, Some(c.new), still_used);
     bits.update(image);
     apply_moves(image, c.moves);
     apply_links(image, &header, &entries, Some(c.new));
