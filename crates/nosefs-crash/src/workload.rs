@@ -493,6 +493,15 @@ pub fn file_sequences() -> Vec<Vec<Op>> {
             Op::Write("/d/c", 4096, 4096, 111),
             Op::Fsync("/d/c"),
         ],
+        // Moves that keep the start: an append with checksummed data grows the last extent in
+        // place, then a truncate cuts it (its last block freed).
+        vec![
+            Op::Write("/d/c", 0, 5000, 112),
+            Op::Fsync("/d/c"),
+            Op::Append("/d/c", 3000, 113),
+            Op::Fsync("/d/c"),
+            Op::Truncate("/d/c", 6000),
+        ],
         // A directory's default ACL, inherited by what is made in it.
         vec![
             Op::SetAcl("/d", true),

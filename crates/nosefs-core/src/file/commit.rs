@@ -77,7 +77,7 @@ impl Fs {
             enos.iter().for_each(|&e| self.extents.free(e));
             for m in &moved {
                 state.map.set_eno(m.offset, 0);
-                state.removed.push((m.eno, m.old_addr, m.len));
+                state.removed.push((m.eno, m.old_addr, m.old_len));
             }
             return Err(Errno::ENOSPC.into());
         };
@@ -89,8 +89,8 @@ impl Fs {
         state.last_commit = mark;
         state.map.take_inserted();
         for m in &moved {
-            state.committed_refs.remove(m.old_addr, m.len);
-            state.committed_refs.add(m.new_addr, m.len);
+            state.committed_refs.remove(m.old_addr, m.old_len);
+            state.committed_refs.add(m.new_addr, m.new_len);
         }
         self.after_commit(state, &new, &overflow);
         self.debug_check_list(inode, state);
@@ -120,16 +120,18 @@ impl Fs {
         candidates.sort_unstable_by_key(|c| c.0);
         for (offset, eno, old_addr, len, record) in candidates {
             let piece = state.map.get(offset).expect("a pending piece");
-            let same_shape = len == piece.len
-                && old_addr % BLOCK_SIZE == piece.addr % BLOCK_SIZE
-                && old_addr != piece.addr;
-            if same_shape && self.links_hold(state, &moved, offset, &record) {
+            // The same offset in its first block (the record's `block_offset` stays), and some
+            // change: a rewrite elsewhere, a growth in place (an append joined to it), a cut.
+            let fits = old_addr % BLOCK_SIZE == piece.addr % BLOCK_SIZE
+                && (old_addr != piece.addr || len != piece.len);
+            if fits && self.links_hold(state, &moved, offset, &record) {
                 moved.push(Moved {
                     offset,
                     eno,
                     old_addr,
                     new_addr: piece.addr,
-                    len,
+                    old_len: len,
+                    new_len: piece.len,
                 });
             }
         }
@@ -440,7 +442,8 @@ pub(super) struct Moved {
     eno: u32,
     old_addr: u64,
     new_addr: u64,
-    len: u64,
+    old_len: u64,
+    new_len: u64,
 }
 
 impl Moved {
@@ -449,6 +452,8 @@ impl Moved {
             eno: self.eno,
             old_start: (self.old_addr / BLOCK_SIZE) as u32,
             new_start: (self.new_addr / BLOCK_SIZE) as u32,
+            old_length: self.old_len as u32,
+            new_length: self.new_len as u32,
         }
     }
 }

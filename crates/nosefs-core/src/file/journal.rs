@@ -9,13 +9,13 @@
 //! committed log again.
 
 use smallvec::SmallVec;
-use zerocopy::little_endian::{I64, U32, U64};
+use zerocopy::little_endian::{I64, U16, U32, U64};
 use zerocopy::{FromZeros, IntoBytes};
 
 use crate::format::extent::{Extent, EXTENT_BYTES, FLAG_VALID as EXTENT_VALID};
 use crate::format::journal::{
     decode_file_words, FileEntry, FileLog, FileMove, FILE_LOG_DATA_FENCED, FILE_LOG_ENTRIES,
-    FILE_OVERFLOW_ENTRIES,
+    FILE_MOVE_WORDS, FILE_OVERFLOW_ENTRIES,
 };
 use crate::format::pinode::{self, FLAG_VALID};
 use crate::format::BLOCK_SIZE;
@@ -28,6 +28,7 @@ const EXTENT_FLAGS_OFFSET: u64 = 16;
 const EXTENT_NEXT_OFFSET: u64 = 20;
 const EXTENT_PREV_OFFSET: u64 = 24;
 const EXTENT_START_BLOCK_OFFSET: u64 = 28;
+const EXTENT_LENGTH_OFFSET: u64 = 32;
 const PINODE_SIZE_OFFSET: u64 = 32;
 const PINODE_MTIME_OFFSET: u64 = 48;
 const PINODE_CTIME_OFFSET: u64 = 56;
@@ -67,10 +68,10 @@ pub struct FileCommit<'a> {
 }
 
 impl FileCommit<'_> {
-    /// Words the commit logs: new and removed extents paired up, then two per move; at least one
+    /// Words the commit logs: new and removed extents paired up, then three per move; at least one
     /// (a commit of size or times alone logs one empty pair).
     pub fn entry_count(&self) -> usize {
-        self.pair_count() + 2 * self.moves.len()
+        self.pair_count() + FILE_MOVE_WORDS * self.moves.len()
     }
 
     /// Pairs the commit logs: one empty pair when it has neither pairs nor moves.
@@ -89,7 +90,7 @@ impl FileCommit<'_> {
         if i < pairs {
             return self.entry(i).encode();
         }
-        self.moves[(i - pairs) / 2].encode()[(i - pairs) % 2]
+        self.moves[(i - pairs) / FILE_MOVE_WORDS].encode()[(i - pairs) % FILE_MOVE_WORDS]
     }
 
     /// Overflow blocks the commit needs beyond its log.
@@ -397,38 +398,62 @@ fn checksum_of(
         return Some(crc);
     }
     for m in moves {
-        let (addr, len) = moved_range(image, m)?;
-        data_bytes += len;
-        if data_bytes > CHECKSUM_DATA_LIMIT_BYTES {
-            return None;
+        let (new, old) = moved_ranges(image, m)?;
+        for (a, l) in subtract(new.0, new.1, &[old]) {
+            data_bytes += l;
+            if data_bytes > CHECKSUM_DATA_LIMIT_BYTES {
+                return None;
+            }
+            crc = image.region().crc32c_append(crc, g.block_offset(0) + a, l);
         }
-        crc = image
-            .region()
-            .crc32c_append(crc, g.block_offset(0) + addr, len);
     }
     Some(crc)
 }
 
-/// The data-zone byte range a move's extent holds at its new run, if the extent is in the table
-/// and both its runs lie inside the data zone (media content).
-fn moved_range(image: &Image, m: &FileMove) -> Option<(u64, u64)> {
-    let g = image.geometry();
+/// A move's extent record after the commit (`new`) or before it, if the extent is in the table
+/// and that side's length is one an extent may have (media content).
+fn moved_record(image: &Image, m: &FileMove, new: bool) -> Option<Extent> {
     let eno = u64::from(m.eno);
-    if eno == 0 || eno >= g.extent_count() {
+    if eno == 0 || eno >= image.geometry().extent_count() {
         return None;
     }
     let mut record = image.extent(eno);
-    record.start_block = U32::new(m.old_start);
-    data_range(image, &record)?;
-    record.start_block = U32::new(m.new_start);
-    data_range(image, &record)
+    let (start, length) = if new {
+        (m.new_start, m.new_length)
+    } else {
+        (m.old_start, m.old_length)
+    };
+    let blocks = Extent::blocks_needed(u64::from(record.block_offset.get()), u64::from(length));
+    if length == 0 || blocks > crate::format::extent::MAX_BLOCKS {
+        return None;
+    }
+    record.start_block = U32::new(start);
+    record.length = U32::new(length);
+    record.block_count = U16::new(blocks as u16);
+    Some(record)
 }
 
-/// The block run `(start, count)` of a move's extent after the commit (`new`) or before it.
+/// The data-zone byte ranges a move's extent holds after the commit and before it, if both lie
+/// inside the data zone (media content).
+fn moved_ranges(image: &Image, m: &FileMove) -> Option<((u64, u64), (u64, u64))> {
+    let new = data_range(image, &moved_record(image, m, true)?)?;
+    let old = data_range(image, &moved_record(image, m, false)?)?;
+    Some((new, old))
+}
+
+/// The block runs `(start, count)` of a validated move's extent after the commit and before it.
+pub fn move_runs(image: &Image, m: &FileMove) -> [(u64, u64); 2] {
+    [move_run(image, m, true), move_run(image, m, false)]
+}
+
+/// The block run `(start, count)` of a move's extent after the commit (`new`) or before it (a
+/// validated move).
 fn move_run(image: &Image, m: &FileMove, new: bool) -> (u64, u64) {
-    let count = u64::from(image.extent(u64::from(m.eno)).block_count.get());
-    let start = if new { m.new_start } else { m.old_start };
-    (u64::from(start), count)
+    let r = moved_record(image, m, new).expect("a validated move");
+    (
+        u64::from(r.start_block.get()),
+        u64::from(r.block_count.get()),
+    )
 }
 
 /// The parts of `[addr, addr + len)` outside every range of `sorted` (sorted by start).
@@ -528,7 +553,9 @@ impl BitmapChanges {
         }
         for m in moves {
             let (start, count) = move_run(image, m, true);
-            self.runs.push((start, count, true));
+            for (first, n) in subtract(start, count, &[move_run(image, m, false)]) {
+                self.runs.push((first, n, true));
+            }
         }
     }
 
@@ -651,12 +678,22 @@ pub fn apply_links(image: &Image, header: &FileLog, entries: &[FileEntry], fresh
 /// caller fences. (Their blocks' bits: [`BitmapChanges`].)
 pub fn apply_moves(image: &Image, moves: &[FileMove]) {
     let g = image.geometry();
+    let region = image.region();
     for m in moves {
-        store_u32_if(
-            image,
-            g.extent_offset(u64::from(m.eno)) + EXTENT_START_BLOCK_OFFSET,
-            m.new_start,
-        );
+        let base = g.extent_offset(u64::from(m.eno));
+        let record = moved_record(image, m, true).expect("a validated move");
+        // `length`, `block_offset` and `block_count` are one aligned 8-byte word.
+        let sized = record.as_bytes()[EXTENT_LENGTH_OFFSET as usize..][..8]
+            .try_into()
+            .expect("8 bytes");
+        let start_same = region.read::<U32>(base + EXTENT_START_BLOCK_OFFSET).get() == m.new_start;
+        let size_same = region.load_u64(base + EXTENT_LENGTH_OFFSET) == u64::from_le_bytes(sized);
+        if start_same && size_same {
+            continue; // applied before a crash
+        }
+        region.write(base + EXTENT_START_BLOCK_OFFSET, &U32::new(m.new_start));
+        region.store_u64(base + EXTENT_LENGTH_OFFSET, u64::from_le_bytes(sized));
+        region.flush(base + EXTENT_START_BLOCK_OFFSET, 12);
     }
 }
 
@@ -711,7 +748,7 @@ pub fn validate(image: &Image, log: u64) -> Result<(), String> {
     // A moved extent's validity is state, not structure: a later unlink clears it, and then the
     // record is superseded ([`superseded`], asked after the directory logs are replayed).
     for m in &moves {
-        let usable = moved_range(image, m).is_some()
+        let usable = moved_ranges(image, m).is_some()
             && image.extent(u64::from(m.eno)).ino.get() == header.ino.get();
         if !usable {
             return Err(format!("moved extent {} is not usable", m.eno));

@@ -319,6 +319,50 @@ fn a_rewritten_page_moves_its_extent() {
     }
 }
 
+/// An append joined to the file's last extent grows that extent in place, and a truncate inside
+/// it cuts it in place (moves that keep the start): the extent keeps its number; the blocks past
+/// the cut are free.
+#[test]
+fn appends_grow_and_truncates_cut_the_last_extent_in_place() {
+    let mut h = fresh(None);
+    let f = new_file(&h, b"f");
+    let fs = h.fs();
+    let length = |fs: &Fs| {
+        let (eno, _) = media_list(fs, f)[0];
+        fs.image().extent(u64::from(eno)).length.get()
+    };
+    fs.write(f, 0, &[1; 5000]).unwrap();
+    fs.fsync(f).unwrap();
+    let first = media_list(fs, f);
+    for (i, len) in [(0u8, 4096usize), (1, 3000), (2, 100)] {
+        fs.append(f, &vec![i + 2; len]).unwrap();
+        fs.fsync(f).unwrap();
+        assert_eq!(
+            media_list(fs, f),
+            first,
+            "append {i}: the same extent, where it was"
+        );
+    }
+    assert_eq!(length(fs), 5000 + 4096 + 3000 + 100);
+    let last_block = u64::from(first[0].1) + 2;
+    assert!(crate::format::bitmap::is_set(
+        &fs.image().bitmap(),
+        last_block
+    ));
+    fs.truncate(f, 6000).unwrap();
+    fs.fsync(f).unwrap();
+    assert_eq!(media_list(fs, f), first, "cut in place");
+    assert_eq!(length(fs), 6000);
+    assert!(
+        !crate::format::bitmap::is_set(&fs.image().bitmap(), last_block),
+        "the blocks past the cut are free"
+    );
+    let want = read_all(fs, f);
+    h.remount(false);
+    assert_eq!(read_all(h.fs(), f), want);
+    assert_eq!(media_list(h.fs(), f), first);
+}
+
 /// A file committed again through another log first settles the log of its last commit, whose
 /// clear that commit left in the cache (`settle`, rule 1): a crash could otherwise replay the
 /// older record over the newer one. Through the same log, the newer record replaces it.

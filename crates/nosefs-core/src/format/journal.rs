@@ -22,10 +22,11 @@
 //! |     48 |    8 | `overflow` | first overflow block + 1; 0 = none                       |
 //! |     56 |  456 | `entries`  | 57 entries: `old eno \| new eno << 32`; 0 = none           |
 //!
-//! With `incompat` bit `MOVES`, the pairs may be followed by *moves* ([`FileMove`]), two words
+//! With `incompat` bit `MOVES`, the pairs may be followed by *moves* ([`FileMove`]), three words
 //! each: `MOVE \| eno \| new start block << 32`, then `old start block \| MOVE << 32`
-//! (`MOVE` = bit 31 of a half). Extent `eno` stays in the file's list, unchanged but for its
-//! `start_block`, which goes from the old run to the new one.
+//! (`MOVE` = bit 31 of a half), then `old length \| new length << 32`. Extent `eno` stays in
+//! the file's list, unchanged but for its `start_block`, `length` and `block_count`: its data
+//! moves to a new run (a page rewritten), grows in place (an append) or shrinks (a truncate).
 //!
 //! An overflow block (a data block lent to the log until it is cleared, never in the bitmap)
 //! holds 511 more entries and, in its last 8 bytes, the next overflow block + 1.
@@ -189,8 +190,9 @@ impl FileEntry {
 /// second): extent numbers stay below it on an image with moves.
 pub const FILE_ENTRY_MOVE: u32 = 1 << 31;
 
-/// A decoded move: extent `eno`'s data goes from the run at `old_start` to the run at
-/// `new_start` (as many blocks as the extent's `block_count`); nothing else of it changes.
+/// A decoded move: extent `eno`'s data goes from `old_length` bytes in the run at `old_start`
+/// to `new_length` bytes in the run at `new_start` (its `block_offset` unchanged, its
+/// `block_count` following the length); nothing else of it changes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FileMove {
     /// The extent that moves.
@@ -199,11 +201,18 @@ pub struct FileMove {
     pub old_start: u32,
     /// Its first block after the commit.
     pub new_start: u32,
+    /// Its length before the commit.
+    pub old_length: u32,
+    /// Its length after the commit.
+    pub new_length: u32,
 }
 
+/// Words a move takes in a file log.
+pub const FILE_MOVE_WORDS: usize = 3;
+
 impl FileMove {
-    /// Encodes the move as its two 8-byte words.
-    pub fn encode(self) -> [u64; 2] {
+    /// Encodes the move as its three 8-byte words.
+    pub fn encode(self) -> [u64; FILE_MOVE_WORDS] {
         assert!(
             self.eno & FILE_ENTRY_MOVE == 0,
             "extent {} past the tag",
@@ -212,12 +221,13 @@ impl FileMove {
         [
             u64::from(FILE_ENTRY_MOVE | self.eno) | (u64::from(self.new_start) << 32),
             u64::from(self.old_start) | (u64::from(FILE_ENTRY_MOVE) << 32),
+            u64::from(self.old_length) | (u64::from(self.new_length) << 32),
         ]
     }
 }
 
-/// Decodes a file log's words: the pairs, then the moves. Media content: a move's first word
-/// without its second, a second word out of place, or a pair after a move is an error.
+/// Decodes a file log's words: the pairs, then the moves. Media content: a move cut short, its
+/// first two words out of place, or a pair after a move is an error.
 pub fn decode_file_words(words: &[u64]) -> Result<(Vec<FileEntry>, Vec<FileMove>), String> {
     let is_first = |w: u64| (w as u32) & FILE_ENTRY_MOVE != 0;
     let is_second = |w: u64| (w >> 32) as u32 == FILE_ENTRY_MOVE;
@@ -226,16 +236,19 @@ pub fn decode_file_words(words: &[u64]) -> Result<(Vec<FileEntry>, Vec<FileMove>
         .iter()
         .map(|&w| FileEntry::decode(w))
         .collect();
-    let mut moves = Vec::with_capacity((words.len() - pairs) / 2);
-    let mut rest = words[pairs..].chunks(2);
-    for (k, chunk) in rest.by_ref().enumerate() {
-        let at = pairs + 2 * k;
+    let mut moves = Vec::with_capacity((words.len() - pairs) / FILE_MOVE_WORDS);
+    for (k, chunk) in words[pairs..].chunks(FILE_MOVE_WORDS).enumerate() {
+        let at = pairs + FILE_MOVE_WORDS * k;
         match *chunk {
-            [first, second] if is_first(first) && is_second(second) => moves.push(FileMove {
-                eno: first as u32 & !FILE_ENTRY_MOVE,
-                old_start: second as u32,
-                new_start: (first >> 32) as u32,
-            }),
+            [first, second, lengths] if is_first(first) && is_second(second) => {
+                moves.push(FileMove {
+                    eno: first as u32 & !FILE_ENTRY_MOVE,
+                    old_start: second as u32,
+                    new_start: (first >> 32) as u32,
+                    old_length: lengths as u32,
+                    new_length: (lengths >> 32) as u32,
+                })
+            }
             _ => return Err(format!("entry {at} is not a whole move")),
         }
     }
@@ -274,25 +287,27 @@ mod tests {
             eno: 0x7fff_fffe,
             old_start: 0xffff_fffe,
             new_start: 12,
+            old_length: 4096,
+            new_length: 0xffff_ffff,
         };
-        let [a, b] = m.encode();
+        let [a, b, c] = m.encode();
         assert_eq!(
-            decode_file_words(&[pair.encode(), a, b]),
+            decode_file_words(&[pair.encode(), a, b, c]),
             Ok((vec![pair], vec![m]))
         );
-        assert_eq!(decode_file_words(&[a, b]), Ok((vec![], vec![m])));
-        assert!(decode_file_words(&[a]).is_err(), "half a move");
+        assert_eq!(decode_file_words(&[a, b, c]), Ok((vec![], vec![m])));
+        assert!(decode_file_words(&[a, b]).is_err(), "part of a move");
         assert!(
-            decode_file_words(&[a, pair.encode()]).is_err(),
+            decode_file_words(&[a, pair.encode(), c]).is_err(),
             "no second word"
         );
         assert!(
-            decode_file_words(&[a, b, pair.encode()]).is_err(),
+            decode_file_words(&[a, b, c, pair.encode()]).is_err(),
             "a pair after a move"
         );
         assert!(
-            decode_file_words(&[a, b, b]).is_err(),
-            "a stray second word"
+            decode_file_words(&[a, b, c, b, a, c]).is_err(),
+            "words out of place"
         );
     }
 }

@@ -144,8 +144,7 @@ pub(super) fn check_file_log(
     // A moved extent points at either run until replay; both are in between.
     for m in moves {
         pending.file_extents.insert(u64::from(m.eno));
-        let count = u64::from(image.extent(u64::from(m.eno)).block_count.get());
-        for start in [m.old_start, m.new_start].map(u64::from) {
+        for (start, count) in fjournal::move_runs(image, &m) {
             pending.blocks.extend(start..start + count);
         }
     }
