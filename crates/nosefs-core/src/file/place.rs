@@ -9,6 +9,8 @@ use crate::error::{Errno, Result};
 use crate::format::extent;
 use crate::format::BLOCK_SIZE;
 use crate::fs::Fs;
+use crate::journal::fault;
+use crate::settle::Limbo;
 
 use super::filemap::{Piece, Punched};
 use super::{fits_one_extent, FileState, Placement, NT_COPY_MIN_BYTES};
@@ -148,7 +150,7 @@ impl Fs {
             state.tail_continues_at = Some(offset + len);
             // A tail block has bytes never written, so nothing covers it whole.
             if let Some(old) = old.filter(|&b| state.partial_block_unused(b)) {
-                self.blocks.free(old, 1);
+                self.free_outside_commit(state, smallvec::smallvec![old]);
             }
         }
         Ok(placement)
@@ -214,7 +216,30 @@ impl Fs {
                 }
             }
         }
-        self.free_blocks(blocks)
+        self.free_outside_commit(state, blocks)
+    }
+
+    /// Frees blocks a write gave up outside a commit (fresh bytes overwritten, a tail block left
+    /// behind). One of them may be a block of an extent the file's last commit retired, which
+    /// that commit's record names while its log may replay it (`settle`, rule 2: a replay would
+    /// clear its bitmap bit under whoever took it next): while the log is unsettled they are
+    /// held with what it holds for the record.
+    pub(super) fn free_outside_commit(&self, state: &FileState, blocks: SmallVec<[u64; 8]>) {
+        if blocks.is_empty() {
+            return;
+        }
+        let replayable = self.settler.unsettled_log_of(state.last_commit).is_some();
+        if !replayable || fault::active(fault::Fault::SkipLimbo) {
+            return self.free_blocks(blocks);
+        }
+        let frees = Limbo {
+            blocks: runs_of(blocks),
+            ..Limbo::default()
+        };
+        let released = self.settler.hold_more_for_log(state.last_commit, frees);
+        if !released.is_empty() {
+            self.return_to_pools(&released);
+        }
     }
 
     /// Frees a list of blocks (in any order, possibly repeated) as runs.
