@@ -370,13 +370,21 @@ fn checksum_of(
         crc = crc32c::crc32c_append(crc, m.encode().as_bytes());
     }
     let in_table = |eno: u32| eno != 0 && u64::from(eno) < g.extent_count();
+    let fenced = header.flags.get() & FILE_LOG_DATA_FENCED != 0;
+    // The bytes the old side held, of extents leaving the list and of moved extents: a new
+    // extent or a moved one that holds some of them (the rest of an extent a write cut) holds
+    // nothing new there.
     let mut old: SmallVec<[(u64, u64); 8]> = entries
         .iter()
         .filter(|e| in_table(e.old))
         .filter_map(|e| data_range(image, &image.extent(u64::from(e.old))))
         .collect();
+    if !fenced {
+        for m in moves {
+            old.push(moved_ranges(image, m)?.1);
+        }
+    }
     old.sort_unstable();
-    let fenced = header.flags.get() & FILE_LOG_DATA_FENCED != 0;
     let mut data_bytes = 0u64;
     for (i, _) in entries.iter().enumerate().filter(|(_, e)| in_table(e.new)) {
         let mut record = new_record(image, entries, i, fresh);
@@ -398,8 +406,8 @@ fn checksum_of(
         return Some(crc);
     }
     for m in moves {
-        let (new, old) = moved_ranges(image, m)?;
-        for (a, l) in subtract(new.0, new.1, &[old]) {
+        let (new, _) = moved_ranges(image, m)?;
+        for (a, l) in subtract(new.0, new.1, &old) {
             data_bytes += l;
             if data_bytes > CHECKSUM_DATA_LIMIT_BYTES {
                 return None;
@@ -542,7 +550,11 @@ impl BitmapChanges {
         moves: &[FileMove],
         fresh: Fresh<'_>,
     ) {
-        let old_runs = block_runs(image, entries, true, None);
+        let mut old_runs = block_runs(image, entries, true, None);
+        if !moves.is_empty() {
+            old_runs.extend(moves.iter().map(|m| move_run(image, m, false)));
+            old_runs.sort_unstable();
+        }
         for (i, _) in entries.iter().enumerate().filter(|(_, e)| e.new != 0) {
             let record = new_record(image, entries, i, fresh);
             let start = u64::from(record.start_block.get());
@@ -553,7 +565,7 @@ impl BitmapChanges {
         }
         for m in moves {
             let (start, count) = move_run(image, m, true);
-            for (first, n) in subtract(start, count, &[move_run(image, m, false)]) {
+            for (first, n) in subtract(start, count, &old_runs) {
                 self.runs.push((first, n, true));
             }
         }
