@@ -238,29 +238,25 @@ impl Settler {
     /// record (this commit's commit point replaced it on the media), or `frees` itself when a
     /// later commit through the log has already replaced this one's record.
     #[must_use = "what is released goes back to the pools"]
-    pub fn hold_for_log(&self, commit: u64, mut frees: Limbo) -> Limbo {
-        let (index, number) = (commit >> NUMBER_BITS, commit & ((1 << NUMBER_BITS) - 1));
-        let mut held = self.held_by(index).expect("a file log").lock();
-        if held.0 > number {
-            return frees;
-        }
-        held.0 = number;
-        std::mem::swap(&mut held.1, &mut frees);
-        frees
+    pub fn hold_for_log(&self, commit: u64, frees: Limbo) -> Limbo {
+        self.hold_by_log(commit, frees, false)
     }
 
     /// Adds `frees` to what the file log of commit `commit` holds for it: blocks the file gave up
     /// outside a commit that the commit's record may name (a tail block that an extent it
-    /// retired covered). Returns what is free now: `frees` itself when a later commit through
-    /// the log has replaced the record, or what the log held for an earlier record.
+    /// retired covered). Returns what is free now, as [`Settler::hold_for_log`] does.
     #[must_use = "what is released goes back to the pools"]
-    pub fn hold_more_for_log(&self, commit: u64, mut frees: Limbo) -> Limbo {
+    pub fn hold_more_for_log(&self, commit: u64, frees: Limbo) -> Limbo {
+        self.hold_by_log(commit, frees, true)
+    }
+
+    fn hold_by_log(&self, commit: u64, mut frees: Limbo, more: bool) -> Limbo {
         let (index, number) = (commit >> NUMBER_BITS, commit & ((1 << NUMBER_BITS) - 1));
         let mut held = self.held_by(index).expect("a file log").lock();
         if held.0 > number {
             return frees;
         }
-        if held.0 == number {
+        if more && held.0 == number {
             held.1.append(&mut frees);
             return frees;
         }

@@ -415,6 +415,34 @@ mod tests {
         ]
     }
 
+    /// `get`, `before`, `after` and the first `range_len` entries of `range_from_before` at `k`
+    /// answer as the model does.
+    fn queries_agree(
+        m: &ChunkMap<u32>,
+        model: &BTreeMap<u64, u32>,
+        k: u64,
+        range_len: usize,
+    ) -> Result<(), TestCaseError> {
+        let entry = |(&k, &v): (&u64, &u32)| (k, v);
+        prop_assert_eq!(m.get(k), model.get(&k).copied());
+        prop_assert_eq!(m.before(k), model.range(..k).next_back().map(entry));
+        prop_assert_eq!(
+            m.after(k),
+            model.range((Excluded(k), Unbounded)).next().map(entry)
+        );
+        let before = model.range(..k).next_back().into_iter();
+        let want: Vec<(u64, u32)> = before
+            .chain(model.range(k..))
+            .map(entry)
+            .take(range_len)
+            .collect();
+        prop_assert_eq!(
+            m.range_from_before(k).take(range_len).collect::<Vec<_>>(),
+            want
+        );
+        Ok(())
+    }
+
     proptest! {
         /// Every query answers as a `BTreeMap` does after the same inserts and removes.
         #[test]
@@ -433,18 +461,7 @@ mod tests {
                             *v = v.wrapping_add(1);
                         }
                     }
-                    Op::Probe(k) => {
-                        prop_assert_eq!(m.get(k), model.get(&k).copied());
-                        prop_assert_eq!(m.before(k), model.range(..k).next_back().map(|(&k, &v)| (k, v)));
-                        prop_assert_eq!(
-                            m.after(k),
-                            model.range((Excluded(k), Unbounded)).next().map(|(&k, &v)| (k, v))
-                        );
-                        let before = model.range(..k).next_back().into_iter();
-                        let want: Vec<(u64, u32)> =
-                            before.chain(model.range(k..)).map(|(&k, &v)| (k, v)).collect();
-                        prop_assert_eq!(m.range_from_before(k).take(3).collect::<Vec<_>>(), want.into_iter().take(3).collect::<Vec<_>>());
-                    }
+                    Op::Probe(k) => queries_agree(&m, &model, k, 3)?,
                 }
             }
             m.check();
@@ -453,16 +470,7 @@ mod tests {
             prop_assert_eq!(m.iter().collect::<Vec<_>>(), all);
             prop_assert_eq!(m.last(), model.iter().next_back().map(|(&k, &v)| (k, v)));
             for p in probes {
-                prop_assert_eq!(m.get(p), model.get(&p).copied());
-                prop_assert_eq!(m.before(p), model.range(..p).next_back().map(|(&k, &v)| (k, v)));
-                prop_assert_eq!(
-                    m.after(p),
-                    model.range((Excluded(p), Unbounded)).next().map(|(&k, &v)| (k, v))
-                );
-                let before = model.range(..p).next_back().into_iter();
-                let want: Vec<(u64, u32)> =
-                    before.chain(model.range(p..)).map(|(&k, &v)| (k, v)).collect();
-                prop_assert_eq!(m.range_from_before(p).collect::<Vec<_>>(), want);
+                queries_agree(&m, &model, p, usize::MAX)?;
             }
         }
     }
