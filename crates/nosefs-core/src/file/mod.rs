@@ -33,6 +33,7 @@
 //! Here: reads, writes, fsync and truncate, and a file's [`FileState`]; `place` decides where a
 //! write's bytes go, `commit` is the DRAM side of a commit around [`journal::commit`].
 
+pub(crate) mod apply;
 pub(crate) mod chunkmap;
 mod commit;
 pub mod compact;

@@ -144,7 +144,7 @@ pub(super) fn check_file_log(
     // A moved extent points at either run until replay; both are in between.
     for m in moves {
         pending.file_extents.insert(u64::from(m.eno));
-        for (start, count) in fjournal::move_runs(image, &m) {
+        for (start, count) in crate::file::apply::move_runs(image, &m) {
             pending.blocks.extend(start..start + count);
         }
     }
