@@ -6,19 +6,14 @@
 
 mod common;
 
-use common::{crash_image, fsck_and_mount, model_cases, track_durable};
+use common::{crash_image, fsck_and_mount, model_cases, track_durable, OWNER};
 use nosefs_core::format::layout::{Geometry, MkfsParams};
 use nosefs_core::fs::{Fs, MountOptions};
 use nosefs_core::image::Image;
-use nosefs_core::namespace::{Owner, ROOT_INO};
+use nosefs_core::namespace::ROOT_INO;
 use nosefs_core::pmem::Region;
 use proptest::prelude::*;
 
-const OWNER: Owner = Owner {
-    uid: 0,
-    gid: 0,
-    umask: 0,
-};
 const THREADS: usize = 2;
 const FILES_PER_THREAD: usize = 2;
 const SPAN: u64 = 96 << 10;

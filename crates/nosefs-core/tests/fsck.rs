@@ -486,12 +486,7 @@ fn upgrade_adds_moves_and_survives_a_crash_inside_it() {
     };
     nosefs_core::mkfs::mkfs(&path, &params).unwrap();
     let fs = Fs::mount(&path, &MountOptions::default()).unwrap();
-    let owner = nosefs_core::namespace::Owner {
-        uid: 0,
-        gid: 0,
-        umask: 0,
-    };
-    let f = fs.create(ROOT_INO, b"f", 0o644, owner, true).unwrap().ino;
+    let f = fs.create(ROOT_INO, b"f", 0o644, OWNER, true).unwrap().ino;
     fs.write(f, 0, &[5; 8192]).unwrap();
     fs.fsync(f).unwrap();
     drop(fs.unmount());

@@ -1,15 +1,12 @@
 //! File data in extents longer than a commit's checksum may cover: commits that cut or grow
 //! them checksum only the bytes they wrote (docs/format.md, "Commit protocol", step 3).
 
+mod common;
+
+use common::OWNER;
 use nosefs_core::format::layout::MkfsParams;
 use nosefs_core::fs::{Fs, MountOptions};
-use nosefs_core::namespace::{Owner, ROOT_INO};
-
-const OWNER: Owner = Owner {
-    uid: 0,
-    gid: 0,
-    umask: 0,
-};
+use nosefs_core::namespace::ROOT_INO;
 
 /// A 1 KiB overwrite into a 72 MiB extent commits the extent's first part as a move (a cut) and
 /// its rest as a new extent over the same bytes: the checksum covers the 1 KiB, not the rest

@@ -5,14 +5,11 @@
 
 mod common;
 
-use nosefs_core::fs::{Fs, MountOptions};
-use nosefs_core::namespace::{Owner, ROOT_INO};
+use common::OWNER;
 
-const OWNER: Owner = Owner {
-    uid: 0,
-    gid: 0,
-    umask: 0,
-};
+use nosefs_core::fs::{Fs, MountOptions};
+use nosefs_core::namespace::ROOT_INO;
+
 const PAGE: usize = 4096;
 
 fn file_with(fs: &Fs, name: &[u8], bytes: &[u8]) -> u64 {

@@ -6,20 +6,15 @@ use std::collections::{BTreeMap, HashMap};
 
 mod common;
 
-use common::{crash_image, fsck_and_mount, model_cases, track_durable};
+use common::{crash_image, fsck_and_mount, model_cases, track_durable, OWNER};
 use nosefs_core::format::layout::{Geometry, MkfsParams};
 use nosefs_core::fs::{Fs, MountOptions};
 use nosefs_core::image::Image;
-use nosefs_core::namespace::{Owner, RenameFlags, SetAttr, XattrMode, ROOT_INO};
+use nosefs_core::namespace::{RenameFlags, SetAttr, XattrMode, ROOT_INO};
 use nosefs_core::pmem::Region;
 use nosefs_core::Errno;
 use proptest::prelude::*;
 
-const OWNER: Owner = Owner {
-    uid: 0,
-    gid: 0,
-    umask: 0,
-};
 const THREADS: usize = 2;
 
 /// A path inside a thread's own directory, as name indices.

@@ -3,14 +3,10 @@
 
 mod common;
 
-use nosefs_core::fs::{Fs, MountOptions};
-use nosefs_core::namespace::{Owner, ROOT_INO};
+use common::OWNER;
 
-const OWNER: Owner = Owner {
-    uid: 0,
-    gid: 0,
-    umask: 0,
-};
+use nosefs_core::fs::{Fs, MountOptions};
+use nosefs_core::namespace::ROOT_INO;
 
 fn settled(fs: &Fs) -> u64 {
     let mut last = u64::MAX;

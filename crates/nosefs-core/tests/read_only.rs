@@ -3,16 +3,12 @@
 
 mod common;
 
+use common::OWNER;
+
 use nosefs_core::error::{Errno, Result};
 use nosefs_core::format::pinode::{S_IFCHR, S_IFREG};
 use nosefs_core::fs::{Fs, MountOptions};
-use nosefs_core::namespace::{Owner, RenameFlags, SetAttr, ROOT_INO};
-
-const OWNER: Owner = Owner {
-    uid: 0,
-    gid: 0,
-    umask: 0,
-};
+use nosefs_core::namespace::{RenameFlags, SetAttr, ROOT_INO};
 
 fn read_only() -> MountOptions {
     MountOptions {

@@ -17,9 +17,17 @@ use nosefs_core::format::long_name::LongName;
 use nosefs_core::format::pinode::{self, Pinode};
 use nosefs_core::image::Image;
 use nosefs_core::mkfs::mkfs;
+use nosefs_core::namespace::Owner;
 use nosefs_core::pmem::Access;
 use zerocopy::little_endian::{U16, U32, U64};
 use zerocopy::FromZeros;
+
+/// Root, with no umask: the owner the tests create files as.
+pub const OWNER: Owner = Owner {
+    uid: 0,
+    gid: 0,
+    umask: 0,
+};
 
 /// A formatted image in a private directory under /dev/shm, removed on drop.
 pub struct TestImage {
