@@ -36,25 +36,8 @@ impl Fs {
     /// Replaces file bytes `[offset, ...)` by the pieces of `placement`, and frees what no piece
     /// holds any more.
     pub(super) fn put_pieces(&self, state: &mut FileState, offset: u64, placement: &Placement) {
-        // Only page writes try it: a byte-granular write rarely replaces exactly one piece, and
-        // the failed lookup would cost it a search of the map.
-        let page_write =
-            offset % BLOCK_SIZE == 0 && placement.iter().all(|p| p.1 % BLOCK_SIZE == 0);
-        if let (true, [(addr, len)]) = (page_write, &placement[..]) {
-            let (addr, len) = (*addr, *len);
-            let piece = Piece {
-                addr,
-                len,
-                eno: 0,
-                fresh: true,
-            };
-            if let Some(old) = state.map.replace(offset, piece) {
-                if old.eno != 0 {
-                    state.removed.push((old.eno, old.addr, old.len));
-                }
-                self.free_dropped(state, &[(old.addr, old.len, old.fresh)]);
-                return;
-            }
+        if self.replace_piece(state, offset, placement) {
+            return;
         }
         let len: u64 = placement.iter().map(|p| p.1).sum();
         let mut punched = Punched::default();
@@ -72,6 +55,33 @@ impl Fs {
         }
         state.removed.extend(punched.removed);
         self.free_dropped(state, &punched.dropped);
+    }
+
+    /// A page write whose bytes exactly replace one piece (a page rewritten where it was) swaps
+    /// it in the map in place: one lookup instead of a punch and an insert. Only whole pages
+    /// try: a byte-granular write rarely replaces exactly one piece, and the failed lookup would
+    /// cost it a search of the map. Whether it did.
+    fn replace_piece(&self, state: &mut FileState, offset: u64, placement: &Placement) -> bool {
+        let &[(addr, len)] = &placement[..] else {
+            return false;
+        };
+        if offset % BLOCK_SIZE != 0 || len % BLOCK_SIZE != 0 {
+            return false;
+        }
+        let piece = Piece {
+            addr,
+            len,
+            eno: 0,
+            fresh: true,
+        };
+        let Some(old) = state.map.replace(offset, piece) else {
+            return false;
+        };
+        if old.eno != 0 {
+            state.removed.push((old.eno, old.addr, old.len));
+        }
+        self.free_dropped(state, &[(old.addr, old.len, old.fresh)]);
+        true
     }
 
     /// Space for `len` new bytes: the rest of the tail block when they fit there, else whole
