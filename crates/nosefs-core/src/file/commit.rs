@@ -26,19 +26,59 @@ impl Fs {
         }
         // Pages rewritten in place (`FileMap::replace`) add no piece: no window can have become
         // crowded since the last commit, which dealt with the ones that were.
-        let inserted = state.map.inserted();
+        let pieces_added = state.map.inserted();
         self.merge_pending(state);
         self.install_prepared(state);
-        if !inserted {
-            // (nothing to look at)
-        } else if self.compaction_deferred() {
+        if pieces_added && self.compaction_deferred() {
             self.queue_crowded(inode.ino, state);
-        } else {
+        } else if pieces_added {
             self.defragment(state);
         }
         if std::mem::take(&mut state.punched) {
             self.relink_around_removed(state);
         }
+        let numbered = self.number_pending(state)?;
+        let (offsets, moved) = (&numbered.offsets, &numbered.moved);
+        let new = self.extent_records(inode.ino, state, offsets);
+        let removed: SmallVec<[u32; 8]> = state.removed.iter().map(|r| r.0).collect();
+        let moves: SmallVec<[FileMove; 4]> = moved.iter().map(Moved::entry).collect();
+        let eno_at = |p: Option<(u64, Piece)>| p.map_or(0, |(_, p)| p.eno);
+        let c = FileCommit {
+            ino: inode.ino,
+            slot: inode.primary_slot(),
+            size: state.size,
+            mtime_ns: state.mtime_ns,
+            head: eno_at(state.map.iter().next()),
+            last: eno_at(state.map.last()),
+            new: &new,
+            removed: &removed,
+            moves: &moves,
+            data_fenced: state.dirty_bytes > CHECKSUM_DATA_MAX_BYTES,
+        };
+        let Some(overflow) = self.alloc_overflow(c.overflow_blocks_needed()) else {
+            self.unnumber_pending(state, &numbered);
+            return Err(Errno::ENOSPC.into());
+        };
+        // Blocks of the retired extents that no new extent covers: no piece covers them whole
+        // (they held retired bytes), so the counts tell whether one still uses them.
+        let mark = self.commit_through_log(state.last_commit, &overflow, &c, &|b| {
+            state.map.refs().touched(b)
+        });
+        state.last_commit = mark;
+        state.map.take_inserted();
+        for m in moved {
+            state.committed_refs.remove(m.old_addr, m.old_len);
+            state.committed_refs.add(m.new_addr, m.new_len);
+        }
+        self.after_commit(state, &new, &overflow);
+        self.debug_check_list(inode, state);
+        Ok(())
+    }
+
+    /// Gives each pending piece the extent it commits as: the extent it moves ([`Fs::find_moves`])
+    /// or a new one. Returns the offsets of the pieces given new extents, those extents, and the
+    /// moves. ENOSPC changes nothing.
+    fn number_pending(&self, state: &mut FileState) -> Result<Numbered> {
         let mut offsets = state.map.pending();
         let moved = if self.image.geometry().moves {
             self.find_moves(state, &offsets)
@@ -56,45 +96,26 @@ impl Fs {
         for (&offset, &eno) in offsets.iter().zip(&enos) {
             state.map.set_eno(offset, eno);
         }
-        let new = self.extent_records(inode.ino, state, &offsets);
-        let removed: SmallVec<[u32; 8]> = state.removed.iter().map(|r| r.0).collect();
-        let moves: SmallVec<[FileMove; 4]> = moved.iter().map(Moved::entry).collect();
-        let eno_at = |p: Option<(u64, Piece)>| p.map_or(0, |(_, p)| p.eno);
-        let c = FileCommit {
-            ino: inode.ino,
-            slot: inode.primary_slot(),
-            size: state.size,
-            mtime_ns: state.mtime_ns,
-            head: eno_at(state.map.iter().next()),
-            last: eno_at(state.map.last()),
-            new: &new,
-            removed: &removed,
-            moves: &moves,
-            data_fenced: state.dirty_bytes > CHECKSUM_DATA_MAX_BYTES,
-        };
-        let Some(overflow) = self.alloc_overflow(c.overflow_blocks_needed()) else {
-            offsets.iter().for_each(|&o| state.map.set_eno(o, 0));
-            enos.iter().for_each(|&e| self.extents.free(e));
-            for m in &moved {
-                state.map.set_eno(m.offset, 0);
-                state.removed.push((m.eno, m.old_addr, m.old_len));
-            }
-            return Err(Errno::ENOSPC.into());
-        };
-        // Blocks of the retired extents that no new extent covers: no piece covers them whole
-        // (they held retired bytes), so the counts tell whether one still uses them.
-        let mark = self.commit_through_log(state.last_commit, &overflow, &c, &|b| {
-            state.map.refs().touched(b)
-        });
-        state.last_commit = mark;
-        state.map.take_inserted();
-        for m in &moved {
-            state.committed_refs.remove(m.old_addr, m.old_len);
-            state.committed_refs.add(m.new_addr, m.new_len);
+        Ok(Numbered {
+            offsets,
+            enos,
+            moved,
+        })
+    }
+
+    /// Undoes [`Fs::number_pending`] (a commit that could not get its overflow blocks).
+    fn unnumber_pending(&self, state: &mut FileState, numbered: &Numbered) {
+        let Numbered {
+            offsets,
+            enos,
+            moved,
+        } = numbered;
+        offsets.iter().for_each(|&o| state.map.set_eno(o, 0));
+        enos.iter().for_each(|&e| self.extents.free(e));
+        for m in moved {
+            state.map.set_eno(m.offset, 0);
+            state.removed.push((m.eno, m.old_addr, m.old_len));
         }
-        self.after_commit(state, &new, &overflow);
-        self.debug_check_list(inode, state);
-        Ok(())
     }
 
     /// The pending pieces at `offsets` (sorted) that can commit as moves: each replaces exactly
@@ -434,6 +455,14 @@ type Candidate = (u64, u32, u64, u64, Extent);
 
 /// Most removed extents a commit looks at for moves.
 const MOVE_CANDIDATES_MAX: usize = 64;
+
+/// What [`Fs::number_pending`] gave the pending pieces: the offsets of those given new extents,
+/// those extents in the same order, and the moves.
+pub(super) struct Numbered {
+    offsets: SmallVec<[u64; 8]>,
+    enos: SmallVec<[u32; 8]>,
+    moved: SmallVec<[Moved; 4]>,
+}
 
 /// A pending piece committing as a move of the extent it replaces ([`Fs::find_moves`]).
 #[derive(Debug, Clone, Copy)]
