@@ -102,7 +102,9 @@ pub struct Area {
     bytes: usize,
     slots: usize,
     slot_bytes: usize,
-    _fd: OwnedFd,
+    /// The memfd: kept by the daemon (to hand over, and to reuse the area); the client closes
+    /// its copy once mapped (see [`Area::open`]).
+    fd: Option<OwnedFd>,
 }
 
 // SAFETY: the mapping is shared memory reached only through atomics and raw-pointer copies;
@@ -139,14 +141,36 @@ impl Area {
                 | rustix::fs::SealFlags::SEAL,
         )?;
         let area = Area::map(fd, bytes, slots, slot_bytes)?;
-        area.write_u64(0, MAGIC);
-        area.write_u32(8, VERSION);
-        area.write_u32(12, slots as u32);
-        area.write_u32(16, slot_bytes as u32);
+        area.write_header();
         Ok(area)
     }
 
+    fn write_header(&self) {
+        self.write_u64(0, MAGIC);
+        self.write_u32(8, VERSION);
+        self.write_u32(12, self.slots as u32);
+        self.write_u32(16, self.slot_bytes as u32);
+    }
+
+    /// The daemon, before handing an area an ended client used to the next one: the header
+    /// as [`Area::create`] wrote it and every slot's header zero (idle, free, no helper, no
+    /// one asleep), whatever the last client left there. Payloads and the size board are left:
+    /// a payload is read only after its client's request, and a board word only after the
+    /// daemon stored the size of the file it was given for.
+    pub fn reset(&self) {
+        self.write_header();
+        let end = payloads_offset(self.slots).expect("checked");
+        for offset in (20..end).step_by(4) {
+            self.write_u32(offset, 0);
+        }
+    }
+
     /// Maps an area the daemon sent (the client); `None` when it is not one.
+    ///
+    /// The client keeps no descriptor of it, and a forked child does not inherit the mapping
+    /// (`MADV_DONTFORK`): once the client process has ended, only the daemon can reach the
+    /// area, which may then serve the next client with the same credentials
+    /// (`server::door`'s reuse).
     pub fn open(fd: OwnedFd) -> Option<Area> {
         let bytes = rustix::fs::fstat(&fd).ok()?.st_size as usize;
         if bytes < HEADER_BYTES {
@@ -171,7 +195,25 @@ impl Area {
         let mut area = probe;
         area.slots = slots;
         area.slot_bytes = slot_bytes;
+        // SAFETY: advice on exactly the range mapped in `map`, which `area` owns; DONTFORK
+        // changes only what a fork copies, not this process's view.
+        unsafe {
+            rustix::mm::madvise(
+                area.base.as_ptr().cast(),
+                area.bytes,
+                rustix::mm::Advice::LinuxDontFork,
+            )
+        }
+        .ok()?;
+        area.fd = None;
         Some(area)
+    }
+
+    /// Leaves the mapping as it is, unmapped only by the process's end or exec: at exit, an
+    /// munmap would flush the TLB of every CPU the process ran on first; in a forked child,
+    /// which never had the mapping (`MADV_DONTFORK`), the range may hold something else since.
+    pub fn leave(self) {
+        std::mem::forget(self);
     }
 
     fn map(fd: OwnedFd, bytes: usize, slots: usize, slot_bytes: usize) -> rustix::io::Result<Area> {
@@ -192,20 +234,13 @@ impl Area {
             bytes,
             slots,
             slot_bytes,
-            _fd: fd,
+            fd: Some(fd),
         })
     }
 
-    /// The memfd, to send to the client.
+    /// The memfd, to send to the client (the daemon's areas keep theirs).
     pub fn fd(&self) -> &OwnedFd {
-        &self._fd
-    }
-
-    /// Moves the area's descriptor to the lowest free number at or above `floor` (a shim keeps
-    /// its descriptors out of the program's way).
-    pub fn raise_fd(&mut self, floor: i32) -> rustix::io::Result<()> {
-        self._fd = rustix::io::fcntl_dupfd_cloexec(&self._fd, floor)?;
-        Ok(())
+        self.fd.as_ref().expect("the daemon's area keeps its memfd")
     }
 
     /// Number of slots.
@@ -443,6 +478,33 @@ mod tests {
         // The last word of the board is the area's last.
         let last = area.size_word(SIZE_WORDS as u32 - 1).unwrap() as *const AtomicU64 as usize;
         assert_eq!(last + 8 - area.base.as_ptr() as usize, area.bytes);
+    }
+
+    #[test]
+    fn a_reset_area_is_as_created_whatever_its_last_client_stored() {
+        use std::sync::atomic::Ordering;
+        let area = Area::create(4, 4096).unwrap();
+        let client = Area::open(area.fd().try_clone().unwrap()).unwrap();
+        // A client that scribbled on every header word it can reach.
+        for offset in (0..payloads_offset(4).unwrap()).step_by(4) {
+            client.write_u32(offset, 0xdead_beef);
+        }
+        area.reset();
+        let fresh = Area::create(4, 4096).unwrap();
+        for offset in (0..payloads_offset(4).unwrap()).step_by(4) {
+            assert_eq!(
+                area.read_u32(offset),
+                fresh.read_u32(offset),
+                "header word at {offset}"
+            );
+        }
+        assert_eq!(area.state(3).load(Ordering::Acquire), state::IDLE);
+        assert_eq!(area.doorbell().load(Ordering::Acquire), 0);
+        // And the next client opens it as a fresh one.
+        assert_eq!(
+            Area::open(area.fd().try_clone().unwrap()).unwrap().slots(),
+            4
+        );
     }
 
     #[test]

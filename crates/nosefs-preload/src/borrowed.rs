@@ -339,6 +339,11 @@ pub fn remap(
 /// without touching them (its copies stay mapped, and its stores are not reported: tracking is
 /// per process) and closes its copies of the loans' descriptors.
 pub fn forget_in_child() {
+    // No mapping, so no loan (a loan goes with its last mapping): nothing to forget, and no
+    // store that would copy this page in the child before its exec.
+    if LIVE.load(Ordering::Acquire) == 0 {
+        return;
+    }
     let mut guard = BORROWED.lock();
     if let Some(all) = guard.take() {
         for b in all.mappings {

@@ -30,7 +30,7 @@ static FILES: RwLock<Vec<Option<Arc<OpenFile>>>> = RwLock::new(Vec::new());
 static COUNT: AtomicUsize = AtomicUsize::new(0);
 static ANCHOR: OnceLock<Result<OwnedFd, Errno>> = OnceLock::new();
 /// The shim's own descriptors (the image, the anchor, the offsets area), kept high and out of the program's reach.
-static INTERNAL: [AtomicI32; 6] = [const { AtomicI32::new(-1) }; 6];
+static INTERNAL: [AtomicI32; 5] = [const { AtomicI32::new(-1) }; 5];
 
 /// The shim's own descriptors.
 #[derive(Debug, Clone, Copy)]
@@ -41,12 +41,10 @@ pub enum Internal {
     Anchor = 1,
     /// The memfd of offsets shared across fork and exec (`offsets`).
     Offsets = 2,
-    /// Daemon mode: the connection's socket.
+    /// Daemon mode: the connection's socket (its request area keeps no descriptor).
     Socket = 3,
-    /// Daemon mode: the connection's request area.
-    Area = 4,
     /// Embedded mode: the image kept open across fork and exec (`state::image_keeper`).
-    ImageKeeper = 5,
+    ImageKeeper = 4,
 }
 
 /// Where the shim's own descriptors go: near the top of the soft limit (at most 4,096), where

@@ -163,6 +163,11 @@ pub fn remap(
 /// memory), so the child forgets them without touching them; its copies of the pages stay
 /// mapped until it unmaps or execs, and its stores are not synced (per-process tracking).
 pub fn forget_in_child() {
+    // Nothing to forget (the usual fork): no store, so the child's first write to this page
+    // does not copy it before its exec.
+    if LIVE.load(Ordering::Acquire) == 0 {
+        return;
+    }
     let mut all = MAPPINGS.lock();
     for (mapping, ..) in all.drain(..) {
         std::mem::forget(mapping);

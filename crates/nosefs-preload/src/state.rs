@@ -219,8 +219,11 @@ fn with_backend<T>(f: impl FnOnce(&Backend) -> Result<T, Errno>) -> Result<T, Er
 fn mount() -> Result<(), Errno> {
     let mut slot = FS.write();
     if CONNECTION_STALE.swap(false, Ordering::Relaxed) {
-        // The parent's connection: this process gets its own.
-        *slot = None;
+        // The parent's connection: this process gets its own. Its area was not inherited
+        // (`Area::open`), so it is left, not unmapped.
+        if let Some(Backend::Daemon(stale)) = slot.take() {
+            stale.leave();
+        }
     }
     if slot.is_some() {
         return Ok(());
@@ -279,9 +282,8 @@ fn reach_daemon(config: &Config) -> Result<Remote, Errno> {
     };
     // The connection's descriptors are the shim's own: high, and stepped around by close_range
     // (a child closing every descriptor before exec must not take them).
-    let [socket, area] = remote.raise_fds(crate::fdtable::internal_fd_floor())?;
+    let socket = remote.raise_fd(crate::fdtable::internal_fd_floor())?;
     crate::fdtable::set_internal(crate::fdtable::Internal::Socket, Some(socket));
-    crate::fdtable::set_internal(crate::fdtable::Internal::Area, Some(area));
     let ticket = PENDING_TICKET.swap(0, Ordering::Relaxed);
     if ticket != 0 {
         let mut keep: Vec<Handle> = Vec::new();
@@ -387,14 +389,29 @@ fn open_keeper(image: &std::path::Path) -> Option<i32> {
 /// Commits everything and gives the image up (or closes the connection, which releases the
 /// descriptions it held). Returns whether anything was mounted.
 pub fn unmount() -> bool {
+    give_up(false)
+}
+
+/// [`unmount`], at the process's end: the connection's area is left for the kernel to unmap.
+fn give_up(at_exit: bool) -> bool {
     let mut slot = FS.write();
     let Some(backend) = slot.take() else {
         return false;
     };
-    if let Backend::Embedded(fs) = backend {
-        crate::fdtable::for_each(|file| file.forget_open());
-        drop(fs.unmount());
-        crate::fdtable::set_internal(crate::fdtable::Internal::Image, None);
+    match backend {
+        Backend::Embedded(fs) => {
+            crate::fdtable::for_each(|file| file.forget_open());
+            drop(fs.unmount());
+            crate::fdtable::set_internal(crate::fdtable::Internal::Image, None);
+        }
+        // The parent's connection in a forked child, which never had its area mapped; and at
+        // exit, where the kernel unmaps it without the TLB shootdown an munmap would send to
+        // every CPU this process ran on (tens of microseconds per short process on a VM whose
+        // idle CPUs halt).
+        Backend::Daemon(remote) if at_exit || CONNECTION_STALE.load(Ordering::Relaxed) => {
+            remote.leave()
+        }
+        Backend::Daemon(remote) => drop(remote),
     }
     true
 }
@@ -497,7 +514,7 @@ extern "C" fn exit_hook() {
 }
 
 pub fn at_exit() {
-    unmount();
+    give_up(true);
 }
 
 /// Before fork or spawn: in embedded mode the holder commits and gives the image up, so that
@@ -518,9 +535,9 @@ pub fn before_fork() {
 /// at its first call.
 pub fn in_forked_child() {
     if daemon_mode() {
-        if FS.read_recursive().is_some() {
-            CONNECTION_STALE.store(true, Ordering::Relaxed);
-        }
+        // Set whether or not the parent had connected (the lock is not taken: its word would
+        // be copied into the child for nothing); `mount` finds no connection either way.
+        CONNECTION_STALE.store(true, Ordering::Relaxed);
     } else if is_mounted() {
         FORKED_WHILE_MOUNTED.store(true, Ordering::Relaxed);
     }

@@ -8,6 +8,7 @@
 mod common;
 
 mod coherence;
+mod connections;
 mod databases;
 mod failures;
 mod locks;

@@ -63,15 +63,24 @@ mod service;
 pub use connect::read_small;
 
 impl Remote {
-    /// Moves the connection's descriptors (its socket and its area) to numbers at or above
-    /// `floor`, and returns them: the shim keeps them out of the program's way and marks them as
-    /// its own, so that a program closing every descriptor (a child before exec) leaves them.
-    pub fn raise_fds(&mut self, floor: i32) -> Result<[std::os::fd::RawFd; 2], Errno> {
+    /// Moves the connection's socket (its one descriptor: the area keeps none) to a number at
+    /// or above `floor`, and returns it: the shim keeps it out of the program's way and marks it
+    /// as its own, so that a program closing every descriptor (a child before exec) leaves it.
+    pub fn raise_fd(&mut self, floor: i32) -> Result<std::os::fd::RawFd, Errno> {
         use std::os::fd::AsRawFd;
         let io = |e: rustix::io::Errno| Errno(e.raw_os_error());
         self.socket = rustix::io::fcntl_dupfd_cloexec(&self.socket, floor).map_err(io)?;
-        self.area.raise_fd(floor).map_err(io)?;
-        Ok([self.socket.as_raw_fd(), self.area.fd().as_raw_fd()])
+        Ok(self.socket.as_raw_fd())
+    }
+
+    /// Ends the connection without unmapping its area ([`Area::leave`]): at exit, where the
+    /// kernel unmaps it without a TLB shootdown, and in a forked child, which inherited the
+    /// socket but not the mapping. The socket is closed, so the daemon sees the hang-up once
+    /// no other process holds it.
+    pub fn leave(self) {
+        let Remote { area, socket, .. } = self;
+        drop(socket);
+        area.leave();
     }
 
     /// A loan of the shadow of the file open as `handle` (`nosefs_core::file::lent`), for a

@@ -251,7 +251,11 @@ pub(super) fn recred(shared: &Shared, conn: &Conn) -> Result<(), Errno> {
         conn.dead.store(true, Ordering::Release);
         return Err(Errno::EACCES);
     }
-    *conn.cred.write() = cred;
+    let mut current = conn.cred.write();
+    if *current != cred {
+        conn.cred_changed.store(true, Ordering::Release);
+        *current = cred;
+    }
     Ok(())
 }
 
@@ -285,7 +289,7 @@ fn admit(shared: &Arc<Shared>, socket: &OwnedFd, spare: &mut Option<Area>) -> Op
         );
         return None;
     }
-    let area = match spare.take() {
+    let area = match shared.reuse.take(&cred).or_else(|| spare.take()) {
         Some(area) => area,
         None => Area::create(SLOTS, SLOT_BYTES).ok()?,
     };
@@ -316,6 +320,8 @@ fn admit(shared: &Arc<Shared>, socket: &OwnedFd, spare: &mut Option<Area>) -> Op
         socket: rustix::io::fcntl_dupfd_cloexec(socket, 0).ok()?,
         loans: Mutex::new(HashMap::new()),
         next_loan: std::sync::atomic::AtomicU64::new(1),
+        cred_changed: AtomicBool::new(false),
+        reuse: Arc::clone(&shared.reuse),
     });
     if let Some(stats) = &shared.stats {
         stats.connected();

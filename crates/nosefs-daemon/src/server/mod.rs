@@ -49,6 +49,7 @@ use crate::workers::Workers;
 mod door;
 mod execute;
 mod mounts;
+mod reuse;
 
 pub use door::proc_cred;
 use door::{door, recred, release, release_ticket, watch_size};
@@ -159,6 +160,8 @@ struct Shared {
     /// Threads giving back the loans of clients that ended without returning them (a
     /// comparison of each shadow with its file, off the door thread); joined when serving stops.
     returns: Mutex<Vec<std::thread::JoinHandle<()>>>,
+    /// Ended clients' areas, for the next client with the same credentials.
+    reuse: Arc<reuse::Reuse>,
 }
 
 struct Conn {
@@ -183,6 +186,24 @@ struct Conn {
     /// with their last pages at munmap, or, at the connection's end, unreported.
     loans: Mutex<HashMap<u64, nosefs_core::file::lent::LentShadow>>,
     next_loan: std::sync::atomic::AtomicU64,
+    /// A RECRED changed its credentials: its area is not reused ([`reuse`]).
+    cred_changed: AtomicBool,
+    /// Where its area goes when it ends.
+    reuse: Arc<reuse::Reuse>,
+}
+
+impl Drop for Conn {
+    /// The area goes to the pool of reusable ones ([`reuse`]), which hands it out only once
+    /// the client process has ended and nothing else here refers to it.
+    fn drop(&mut self) {
+        let Some(pidfd) = self.pidfd.take() else {
+            return;
+        };
+        if !self.cred_changed.load(Ordering::Acquire) {
+            let cred = self.cred.read().clone();
+            self.reuse.keep(cred, Arc::clone(&self.area), pidfd);
+        }
+    }
 }
 
 /// A running daemon transport; dropping it stops serving (clients then get EIO).
@@ -219,6 +240,7 @@ impl Server {
             tickets: Mutex::new(HashMap::new()),
             stop: AtomicBool::new(false),
             returns: Mutex::new(Vec::new()),
+            reuse: Arc::default(),
             pair_threads: AtomicUsize::new(0),
             stats: options.stats.then(crate::stats::Stats::default),
             options,
