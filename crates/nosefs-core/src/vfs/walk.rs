@@ -3,7 +3,7 @@
 //! [`MAX_SYMLINKS`]; an absolute target starts over, and may leave noseFS), `..` at the noseFS
 //! root leaving the prefix.
 
-use std::collections::VecDeque;
+use smallvec::SmallVec;
 
 use super::{core, Found};
 use crate::format::pinode;
@@ -142,16 +142,20 @@ pub fn walk(
             path = normal;
         }
         let trailing_slash = path.ends_with(b"/");
-        let mut queue: VecDeque<Vec<u8>> = components(&path[prefix.len()..])
-            .map(<[u8]>::to_vec)
-            .collect();
-        // The logical path of the current directory, as a stack of components.
-        let mut logical: Vec<Vec<u8>> = Vec::new();
+        // The components still to walk are those of `path[at..]`: read in place, so a walk
+        // allocates nothing per component (a relative symbolic link's target is spliced in).
+        let mut at = prefix.len();
+        // The logical path of the current directory below the prefix ("/a/b"), and where each
+        // of its components starts, for `..`.
+        let mut logical: SmallVec<[u8; 256]> = SmallVec::new();
+        let mut logical_starts: SmallVec<[usize; 16]> = SmallVec::new();
         let mut dir = ROOT_INO;
         let mut dir_attr = core(fs.getattr(ROOT_INO))?;
-        let mut ancestors: Vec<(u64, Attr)> = Vec::new();
-        while let Some(name) = queue.pop_front() {
-            let last = queue.is_empty();
+        let mut ancestors: SmallVec<[(u64, Attr); 16]> = SmallVec::new();
+        while let Some((start, end)) = next_component(&path, at) {
+            at = end;
+            let last = next_component(&path, at).is_none();
+            let name = &path[start..end];
             if name == b"." {
                 continue; // when last, the loop ends and names this directory
             }
@@ -160,32 +164,32 @@ pub fn walk(
                     // `..` at the noseFS root leaves the prefix: the rest goes to the kernel.
                     let mut out = prefix.to_vec();
                     out.extend_from_slice(b"/..");
-                    push_components(&mut out, queue);
+                    push_components(&mut out, &path[at..]);
                     path = lexical(&out);
                     continue 'restart;
                 };
-                logical.pop();
+                logical.truncate(logical_starts.pop().expect("one per ancestor"));
                 dir = up;
                 dir_attr = up_attr;
                 continue; // when last, the loop ends and names this directory
             }
             core(fs.check_permission(&dir_attr, cred, MAY_EXEC))?;
-            let attr = lookup(fs, dir, &name)?;
+            let attr = lookup(fs, dir, name)?;
             if is_symlink(attr) && (!last || follow_last || trailing_slash) {
                 budget = budget.checked_sub(1).ok_or(Errno::ELOOP)?;
-                let target = core(fs.readlink(attr.map_or(0, |a| a.ino)))?;
+                let mut target = core(fs.readlink(attr.map_or(0, |a| a.ino)))?;
                 if target.starts_with(b"/") {
-                    let mut out = target;
-                    push_components(&mut out, queue);
+                    push_components(&mut target, &path[at..]);
                     if trailing_slash {
-                        out.push(b'/');
+                        target.push(b'/');
                     }
-                    path = out;
+                    path = target;
                     continue 'restart;
                 }
-                for c in components(&target).collect::<Vec<_>>().into_iter().rev() {
-                    queue.push_front(c.to_vec());
-                }
+                target.push(b'/');
+                target.extend_from_slice(&path[at..]);
+                path = target;
+                at = 0;
                 continue;
             }
             if last {
@@ -193,7 +197,7 @@ pub fn walk(
                     prefix,
                     &logical,
                     (dir, dir_attr),
-                    &name,
+                    name,
                     attr,
                     trailing_slash,
                 )));
@@ -203,7 +207,9 @@ pub fn walk(
                 return Err(Errno::ENOTDIR);
             }
             ancestors.push((dir, dir_attr));
-            logical.push(name);
+            logical_starts.push(logical.len());
+            logical.push(b'/');
+            logical.extend_from_slice(name);
             dir = attr.ino;
             dir_attr = attr;
         }
@@ -217,6 +223,17 @@ pub fn walk(
             trailing_slash,
         )));
     }
+}
+
+/// The next non-empty component of `path` from byte `at`, as its byte range.
+fn next_component(path: &[u8], at: usize) -> Option<(usize, usize)> {
+    let rest = path.get(at..)?;
+    let start = at + rest.iter().position(|&b| b != b'/')?;
+    let end = path[start..]
+        .iter()
+        .position(|&b| b == b'/')
+        .map_or(path.len(), |n| start + n);
+    Some((start, end))
 }
 
 /// The fast path of `*at` calls: one plain name (no `/`, not `.` or `..`) in directory `dir`
@@ -253,27 +270,26 @@ pub fn walk_in(
     }))
 }
 
-/// Appends the components still to be walked to a path.
-fn push_components(out: &mut Vec<u8>, rest: impl IntoIterator<Item = Vec<u8>>) {
-    for c in rest {
+/// Appends the components still to be walked (those of `rest`, each after one slash) to a path.
+fn push_components(out: &mut Vec<u8>, rest: &[u8]) {
+    for c in components(rest) {
         out.push(b'/');
-        out.extend_from_slice(&c);
+        out.extend_from_slice(c);
     }
 }
 
+/// What a walk found: `logical` is the parent's path below the prefix ("/a/b").
 fn found(
     prefix: &[u8],
-    logical: &[Vec<u8>],
+    logical: &[u8],
     (parent, parent_attr): (u64, Attr),
     name: &[u8],
     attr: Option<Attr>,
     trailing_slash: bool,
 ) -> Found {
-    let mut path = prefix.to_vec();
-    for c in logical {
-        path.push(b'/');
-        path.extend_from_slice(c);
-    }
+    let mut path = Vec::with_capacity(prefix.len() + logical.len() + 1 + name.len());
+    path.extend_from_slice(prefix);
+    path.extend_from_slice(logical);
     if name != b"." {
         path.push(b'/');
         path.extend_from_slice(name);
@@ -291,6 +307,127 @@ fn found(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::namespace::tests::{fresh, OWNER};
+
+    const P: &[u8] = b"/mnt/nose";
+
+    /// A tree: /a/b (directories), /a/b/f (a file), /a/up -> .. , /a/abs -> /mnt/nose/a/b,
+    /// /a/out -> /etc, /a/loop -> loop, /a/rel -> b/f, /a/dots -> ./b/../b//f.
+    fn tree(fs: &Fs) -> (u64, u64, u64) {
+        let a = fs.mkdir(ROOT_INO, b"a", 0o755, OWNER).unwrap().ino;
+        let b = fs.mkdir(a, b"b", 0o755, OWNER).unwrap().ino;
+        let f = fs.create(b, b"f", 0o644, OWNER, true).unwrap().ino;
+        for (name, target) in [
+            (&b"up"[..], &b".."[..]),
+            (b"abs", b"/mnt/nose/a/b"),
+            (b"out", b"/etc"),
+            (b"loop", b"loop"),
+            (b"rel", b"b/f"),
+            (b"dots", b"./b/../b//f"),
+        ] {
+            fs.symlink(a, name, target, OWNER).unwrap();
+        }
+        (a, b, f)
+    }
+
+    fn found(fs: &Fs, path: &[u8], follow: bool) -> Found {
+        match walk(fs, &Cred::root(), P, path.to_vec(), follow) {
+            Ok(Walked::Found(found)) => found,
+            other => panic!("{}: {other:?}", String::from_utf8_lossy(path)),
+        }
+    }
+
+    fn error(fs: &Fs, path: &[u8]) -> Errno {
+        walk(fs, &Cred::root(), P, path.to_vec(), true).unwrap_err()
+    }
+
+    #[test]
+    fn a_walk_resolves_components_dots_and_symbolic_links_as_the_kernel_does() {
+        let h = fresh(None);
+        let fs = h.fs();
+        let (a, b, f) = tree(fs);
+        let plain = found(fs, b"/mnt/nose/a/b/f", true);
+        assert_eq!((plain.parent, plain.attr.map(|x| x.ino)), (b, Some(f)));
+        assert_eq!(
+            (&plain.name[..], &plain.path[..]),
+            (&b"f"[..], &b"/mnt/nose/a/b/f"[..])
+        );
+        for path in [
+            &b"/mnt/nose//a/./b///f"[..],
+            b"/mnt/nose/a/b/../b/f",
+            b"/mnt/nose/a/rel",
+            b"/mnt/nose/a/dots",
+            b"/mnt/nose/a/abs/f",
+            b"/mnt/nose/a/up/a/b/f",
+            b"/mnt/x/../nose/a/b/f",
+        ] {
+            let got = found(fs, path, true);
+            assert_eq!(
+                got.attr.map(|x| x.ino),
+                Some(f),
+                "{}",
+                String::from_utf8_lossy(path)
+            );
+            assert_eq!(
+                got.path,
+                b"/mnt/nose/a/b/f",
+                "{}",
+                String::from_utf8_lossy(path)
+            );
+            assert!(!got.trailing_slash);
+        }
+        // The last component not followed: the link itself, in its directory.
+        let link = found(fs, b"/mnt/nose/a/rel", false);
+        assert_eq!((link.parent, &link.name[..]), (a, &b"rel"[..]));
+        assert_eq!(link.path, b"/mnt/nose/a/rel");
+        // A directory named by the path itself, and a missing last name.
+        let dir = found(fs, b"/mnt/nose/a/b/..", true);
+        assert_eq!(
+            (dir.attr.map(|x| x.ino), &dir.name[..]),
+            (Some(a), &b"."[..])
+        );
+        assert_eq!(dir.path, b"/mnt/nose/a");
+        let root = found(fs, b"/mnt/nose", true);
+        assert_eq!(
+            (root.attr.map(|x| x.ino), &root.path[..]),
+            (Some(ROOT_INO), P)
+        );
+        let missing = found(fs, b"/mnt/nose/a/b/new", true);
+        assert_eq!((missing.parent, missing.attr), (b, None));
+        let slash = found(fs, b"/mnt/nose/a/abs/", true);
+        assert_eq!(
+            (slash.attr.map(|x| x.ino), slash.trailing_slash),
+            (Some(b), true)
+        );
+        assert_eq!(slash.path, b"/mnt/nose/a/b");
+    }
+
+    #[test]
+    fn a_walk_leaves_no_sooner_than_the_kernel_would_and_fails_as_it_would() {
+        let h = fresh(None);
+        let fs = h.fs();
+        tree(fs);
+        let outside = |path: &[u8]| walk(fs, &Cred::root(), P, path.to_vec(), true);
+        assert_eq!(
+            outside(b"/mnt/nose/a/out/passwd"),
+            Ok(Walked::Outside(b"/etc/passwd".to_vec()))
+        );
+        assert_eq!(
+            outside(b"/mnt/nose/../x/y"),
+            Ok(Walked::Outside(b"/mnt/x/y".to_vec()))
+        );
+        assert_eq!(
+            outside(b"/mnt/nose/a/up/../z"),
+            Ok(Walked::Outside(b"/mnt/z".to_vec()))
+        );
+        assert_eq!(outside(b"/tmp/f"), Ok(Walked::Outside(b"/tmp/f".to_vec())));
+        assert_eq!(error(fs, b"/mnt/nose/a/loop"), Errno::ELOOP);
+        assert_eq!(error(fs, b"/mnt/nose/a/b/f/g"), Errno::ENOTDIR);
+        assert_eq!(error(fs, b"/mnt/nose/a/rel/g"), Errno::ENOTDIR);
+        assert_eq!(error(fs, b"/mnt/nose/a/missing/g"), Errno::ENOENT);
+        let long = [&b"/mnt/nose/"[..], &vec![b'a'; WALK_BYTES_MAX][..]].concat();
+        assert_eq!(error(fs, &long), Errno::ENAMETOOLONG);
+    }
 
     #[test]
     fn lexical_removes_dots() {
