@@ -502,6 +502,30 @@ pub fn file_sequences() -> Vec<Vec<Op>> {
             Op::Fsync("/d/c"),
             Op::Truncate("/d/c", 6000),
         ],
+        // Records rewritten where they were, at byte offsets (LMDB's meta record): each placed
+        // at its piece's offset in a new block (the bytes before it unused), committed as a
+        // move of the piece's extent.
+        vec![
+            Op::Write("/d/c", 0, 8192, 114),
+            Op::Fsync("/d/c"),
+            Op::Write("/d/c", 32, 120, 115),
+            Op::Fsync("/d/c"),
+            Op::Write("/d/c", 4128, 120, 116),
+            Op::Fsync("/d/c"),
+            Op::Write("/d/c", 32, 120, 117),
+            Op::Fsync("/d/c"),
+            Op::Write("/d/c", 4128, 120, 118),
+            Op::Fsync("/d/c"),
+        ],
+        // A log's frames (a 24-byte header, then its page) appended, then rewritten from the
+        // first: the first rewrite parts the appended run (a move that cuts it, the rest a new
+        // extent), the next moves the frame's own extent.
+        (0..3u64)
+            .flat_map(|k| frame(k, 119))
+            .chain(frame(0, 120))
+            .chain(frame(1, 121))
+            .chain(frame(0, 122))
+            .collect(),
         // A directory's default ACL, inherited by what is made in it.
         vec![
             Op::SetAcl("/d", true),
@@ -514,6 +538,16 @@ pub fn file_sequences() -> Vec<Vec<Op>> {
             Op::Unlink("/a"),
             Op::Unlink("/d/h"),
         ],
+    ]
+}
+
+/// Frame `k` of a SQLite-style log in `/d/c`: its 24-byte header, its 4 KiB page, fsync.
+fn frame(k: u64, fill: u8) -> [Op; 3] {
+    let at = 32 + k * 4120;
+    [
+        Op::Write("/d/c", at, 24, fill),
+        Op::Write("/d/c", at + 24, 4096, fill),
+        Op::Fsync("/d/c"),
     ]
 }
 

@@ -386,7 +386,10 @@ impl Fs {
     }
 
     /// Joins each pending piece with the pieces before and after it that it continues both in
-    /// the file and in the data zone (appends, 1 KiB writes packed in a tail block).
+    /// the file and in the data zone (appends, 1 KiB writes packed in a tail block). A piece
+    /// that can commit as a move of the extent it rewrites is not joined into the committed
+    /// piece before it: a log's frames rewritten one after another would otherwise grow the
+    /// first frame's extent and cut the next one's at every commit, instead of moving each.
     pub(super) fn merge_pending(&self, state: &mut FileState) {
         let offsets = state.map.pending();
         for offset in offsets {
@@ -394,13 +397,30 @@ impl Fs {
                 continue; // merged into an earlier one
             };
             let mut at = (offset, piece);
-            while let Some(joined) = state.map.before(at.0).and_then(|q| join(state, q, at)) {
+            while let Some(joined) = state
+                .map
+                .before(at.0)
+                .filter(|q| {
+                    !continues(*q, at) || q.1.eno == 0 || !self.rewrites_in_place(state, at)
+                })
+                .and_then(|q| join(state, q, at))
+            {
                 at = joined;
             }
             while let Some(joined) = state.map.after(at.0).and_then(|r| join(state, at, r)) {
                 at = joined;
             }
         }
+    }
+
+    /// Whether pending piece `(offset, piece)` starts where an extent it replaces started, at the
+    /// same offset in its block: what [`Fs::find_moves`] moves.
+    fn rewrites_in_place(&self, state: &FileState, (offset, piece): (u64, Piece)) -> bool {
+        state.removed.len() <= MOVE_CANDIDATES_MAX
+            && state.removed.iter().any(|&(eno, addr, _)| {
+                addr % BLOCK_SIZE == piece.addr % BLOCK_SIZE
+                    && self.image.extent(u64::from(eno)).file_offset.get() == offset
+            })
     }
 
     /// The fragmentation policy: any 64 KiB window with a pending piece and more than 32 pieces is
@@ -437,7 +457,7 @@ impl Fs {
             let bytes = &mut bytes[..(to - from) as usize];
             let read = self.read_locked(state, from, bytes);
             assert_eq!(read, bytes.len(), "a window's span ends within the file");
-            let placement = self.place(state, from, to - from, 0, true).ok()?;
+            let placement = self.place(state, from, to - from, 0, true, None).ok()?;
             self.store_data(&placement, bytes);
             Some(placement)
         });
@@ -522,6 +542,11 @@ pub(super) fn extent_record(
     }
 }
 
+/// Whether `right` continues `left` both in the file and in the data zone.
+fn continues((left_offset, left): (u64, Piece), (right_offset, right): (u64, Piece)) -> bool {
+    left_offset + left.len == right_offset && left.addr_end() == right.addr
+}
+
 /// Replaces two neighbouring pieces by one pending piece if `right` continues `left` both in the
 /// file and in the data zone and the result fits one extent; a committed side's extent is retired
 /// at the commit. Returns the joined piece.
@@ -530,8 +555,9 @@ pub(super) fn join(
     (left_offset, left): (u64, Piece),
     (right_offset, right): (u64, Piece),
 ) -> Option<(u64, Piece)> {
-    let continues = left_offset + left.len == right_offset && left.addr_end() == right.addr;
-    if !continues || !fits_one_extent(left.addr, left.len + right.len) {
+    if !continues((left_offset, left), (right_offset, right))
+        || !fits_one_extent(left.addr, left.len + right.len)
+    {
         return None;
     }
     for (offset, piece) in [(left_offset, left), (right_offset, right)] {

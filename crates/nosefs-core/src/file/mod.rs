@@ -14,6 +14,14 @@
 //! only when no piece of the file, committed or pending, holds a byte of it and it is not the
 //! tail. Blocks are never shared between files.
 //!
+//! **Rewrites in place.** A write that starts exactly where a committed piece starts (a database
+//! rewriting a record where it wrote it: LMDB's meta record, SQLite's log frames on the log's
+//! next lap) puts its bytes at the same offset in their block as that piece had: in the tail
+//! when its next byte is there, else in new blocks whose first bytes stay unused. Its commit can
+//! then move the piece's extent (`Fs::find_moves`: a new start block, no new record, no links),
+//! and it is not joined into the committed piece before it, which would grow that extent and cut
+//! the next one at every frame of a log instead.
+//!
 //! **Freeing blocks** costs O(1) per piece, not a search of the file: each file counts, per
 //! block, the pieces and the committed extents that touch the block without covering all of it
 //! ([`BlockRefs`]). When a piece drops bytes (an overwrite, a truncate), the blocks of those bytes
@@ -398,7 +406,12 @@ impl Fs {
             reserve::cap_blocks(&state.reserved, &state.map, offset, offset + len)
         };
         let overwrite = offset + len <= state.size;
-        let placement = self.place(&mut state, offset, len, promise_cap, overwrite)?;
+        let align = if overwrite {
+            Fs::move_alignment(&state, offset, len)
+        } else {
+            None
+        };
+        let placement = self.place(&mut state, offset, len, promise_cap, overwrite, align)?;
         self.store_data(&placement, data);
         self.put_pieces(&mut state, offset, &placement);
         if offset + len > state.size {

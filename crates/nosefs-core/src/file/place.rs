@@ -84,12 +84,30 @@ impl Fs {
         true
     }
 
+    /// Where in its first block a write at `offset` should put its bytes so that its commit
+    /// can be a move ([`Fs::find_moves`]): the offset in its block of the committed piece that
+    /// starts exactly there, if one does. A database rewriting a record where it wrote it
+    /// (LMDB's meta page, 120 bytes at 32 and at 4,128; SQLite's log frames, 4,120 bytes each,
+    /// once the log starts over) then commits by moving that record's extent, not by adding
+    /// an extent, linking it and retiring the old one. `None` for whole pages, which new
+    /// blocks start at offset 0 already, and where no committed piece starts at `offset`.
+    pub(super) fn move_alignment(state: &FileState, offset: u64, len: u64) -> Option<u64> {
+        if offset % BLOCK_SIZE == 0 && len % BLOCK_SIZE == 0 {
+            return None;
+        }
+        let piece = state.map.get(offset)?;
+        (piece.eno != 0).then_some(piece.addr % BLOCK_SIZE)
+    }
+
     /// Space for `len` new bytes: the rest of the tail block when they fit there, else whole
     /// blocks, the unused end of the last one becoming the tail; up to `promise_cap` of them
     /// from the file's promise. An `overwrite` (bytes inside the file) continues after the
     /// file's last blocks only where that touches no fresh page of a lazily populated image
     /// ([`BlockAllocator::is_untouched`]); an append continues there always, so a growing file
-    /// stays contiguous. ENOSPC takes nothing.
+    /// stays contiguous. With an `align`ment ([`Fs::move_alignment`]) the bytes start at that
+    /// offset in their first block: the tail is used only where its next byte has that offset,
+    /// else new blocks are taken and the bytes before it in the first are left unused. ENOSPC
+    /// takes nothing.
     ///
     /// [`BlockAllocator::is_untouched`]: crate::alloc::BlockAllocator::is_untouched
     pub(super) fn place(
@@ -99,8 +117,12 @@ impl Fs {
         len: u64,
         promise_cap: u64,
         overwrite: bool,
+        align: Option<u64>,
     ) -> Result<Placement> {
-        if let Some((next, end)) = state.tail {
+        if let Some((next, end)) = state
+            .tail
+            .filter(|t| align.map_or(true, |a| t.0 % BLOCK_SIZE == a))
+        {
             if len <= end - next {
                 state.tail = (next + len < end).then_some((next + len, end));
                 state.tail_continues_at = Some(offset + len);
@@ -111,6 +133,8 @@ impl Fs {
                 return Ok(placement);
             }
         }
+        // Bytes of the first new block left unused, so that the write starts at `align`.
+        let mut skip = align.unwrap_or(0);
         let mut placement = Placement::new();
         let mut runs: SmallVec<[(u64, u64); 2]> = SmallVec::new();
         let mut need = len;
@@ -118,7 +142,7 @@ impl Fs {
         let usable_before = state.promised.min(promise_cap);
         let mut usable = usable_before;
         while need > 0 {
-            let want = need.div_ceil(BLOCK_SIZE).min(extent::MAX_BLOCKS);
+            let want = (skip + need).div_ceil(BLOCK_SIZE).min(extent::MAX_BLOCKS);
             let goal = state
                 .goal
                 .filter(|&g| !(overwrite && self.blocks.is_untouched(g)));
@@ -147,9 +171,10 @@ impl Fs {
             };
             runs.push((start, count));
             state.goal = Some(start + count);
-            let bytes = (count * BLOCK_SIZE).min(need);
-            placement.push((start * BLOCK_SIZE, bytes));
+            let bytes = (count * BLOCK_SIZE - skip).min(need);
+            placement.push((start * BLOCK_SIZE + skip, bytes));
             need -= bytes;
+            skip = 0;
         }
         state.promised -= usable_before - usable;
         let (addr, bytes) = *placement.last().expect("len > 0");

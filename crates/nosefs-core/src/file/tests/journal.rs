@@ -100,6 +100,69 @@ fn a_rewritten_page_moves_its_extent() {
     }
 }
 
+/// A record rewritten where it was written, at byte offsets (LMDB's meta record, 120 bytes at 32
+/// and at 4,128 in turn; a log frame written as SQLite writes one, a 24-byte header and then its
+/// page, again over the same frame), is placed at the offset in its block its committed piece
+/// had, so its commit moves that piece's extent: the extents keep their numbers and the list
+/// its length, every rewrite (frames appended share an extent, which their first rewrite
+/// parts).
+#[test]
+fn records_rewritten_where_they_were_move_their_extents() {
+    let mut h = fresh(None);
+    let f = new_file(&h, b"meta");
+    let fs = h.fs();
+    fs.write(f, 0, &[0; 16_384]).unwrap();
+    fs.fsync(f).unwrap();
+    for at in [32u64, 4128] {
+        fs.write(f, at, &[9; 120]).unwrap();
+        fs.fsync(f).unwrap();
+    }
+    let before = media_list(fs, f);
+    for round in 1..=6u8 {
+        for at in [32u64, 4128] {
+            fs.write(f, at, &[round; 120]).unwrap();
+            fs.fsync(f).unwrap();
+        }
+        let after = media_list(fs, f);
+        let numbers = |l: &[(u32, u32)]| l.iter().map(|e| e.0).collect::<Vec<_>>();
+        assert_eq!(
+            numbers(&after),
+            numbers(&before),
+            "round {round}: the same extents"
+        );
+    }
+    let log = new_file(&h, b"log");
+    let fs = h.fs();
+    let frame = |fs: &Fs, k: u64, fill: u8| {
+        let at = 32 + k * 4120;
+        fs.write(log, at, &[fill; 24]).unwrap();
+        fs.write(log, at + 24, &[fill; 4096]).unwrap();
+        fs.fsync(log).unwrap();
+    };
+    // Appended frames grow one extent; the first pass over them parts it, a frame at a time (a
+    // move that cuts it, the rest a new extent); every later pass moves them.
+    (0..8).for_each(|k| frame(fs, k, 1));
+    (0..8).for_each(|k| frame(fs, k, 3));
+    let first = media_list(fs, log);
+    for k in 0..8 {
+        frame(fs, k, 2);
+        assert_eq!(
+            media_list(fs, log).iter().map(|e| e.0).collect::<Vec<_>>(),
+            first.iter().map(|e| e.0).collect::<Vec<_>>(),
+            "frame {k} rewritten: the same extents"
+        );
+    }
+    let mut want = vec![0u8; 32 + 8 * 4120];
+    want[32..].fill(2);
+    assert_eq!(read_all(fs, log), want);
+    h.remount(false);
+    assert_eq!(read_all(h.fs(), log), want);
+    let mut meta = vec![0u8; 16_384];
+    meta[32..152].fill(6);
+    meta[4128..4248].fill(6);
+    assert_eq!(read_all(h.fs(), f), meta);
+}
+
 /// An append joined to the file's last extent grows that extent in place, and a truncate inside
 /// it cuts it in place (moves that keep the start): the extent keeps its number; the blocks past
 /// the cut are free.
