@@ -45,12 +45,18 @@ pub struct ChunkMap<V> {
     /// the pending one are replaced by their merge) and fills it again, and two fresh vectors
     /// per commit, grown by the next write, were a tenth of a small append + fsync.
     spare: Option<Chunk<V>>,
-    /// Where the last exact search found its key. A commit looks the same few pieces up again and
-    /// again (the write's, then the merge's, the move's and the links' lookups), each a cache
-    /// miss or two in a large map; a hint is checked by its key alone, so no change to the map
-    /// has to keep it right.
-    hint: std::cell::Cell<Pos>,
+    /// Where the last [`HINTS`] exact searches found their keys, the newest replacing the
+    /// oldest. A commit looks the same few pieces up again and again (the write's, then the
+    /// merge's, the move's and the links' lookups), each a cache miss or two in a large map, and
+    /// a database commits several pages at once (LMDB: four); a hint is checked by its key
+    /// alone, so no change to the map has to keep it right.
+    hints: std::cell::Cell<[Pos; HINTS]>,
+    /// The hint the next search replaces.
+    next_hint: std::cell::Cell<usize>,
 }
+
+/// Positions a map remembers ([`ChunkMap::hints`]).
+const HINTS: usize = 4;
 
 impl<V> Default for ChunkMap<V> {
     fn default() -> Self {
@@ -59,7 +65,8 @@ impl<V> Default for ChunkMap<V> {
             chunks: Vec::new(),
             len: 0,
             spare: None,
-            hint: std::cell::Cell::new((0, 0)),
+            hints: std::cell::Cell::new([(0, 0); HINTS]),
+            next_hint: std::cell::Cell::new(0),
         }
     }
 }
@@ -128,15 +135,22 @@ impl<V: Copy> ChunkMap<V> {
         }
         let c = self.chunk_for(key);
         let i = self.chunks[c].keys.binary_search(&key).ok()?;
-        self.hint.set((c, i));
+        let mut hints = self.hints.get();
+        let next = self.next_hint.get();
+        hints[next] = (c, i);
+        self.hints.set(hints);
+        self.next_hint.set((next + 1) % HINTS);
         Some((c, i))
     }
 
-    /// The hint's position, if `key` is there.
+    /// A hint's position, if `key` is there.
     fn hinted(&self, key: u64) -> Option<Pos> {
-        let (c, i) = self.hint.get();
-        let here = self.chunks.get(c)?.keys.get(i)?;
-        (*here == key).then_some((c, i))
+        self.hints.get().into_iter().find(|&(c, i)| {
+            self.chunks
+                .get(c)
+                .and_then(|chunk| chunk.keys.get(i))
+                .is_some_and(|&here| here == key)
+        })
     }
 
     /// The position before `(c, i)`; `None` at the first entry.
@@ -401,7 +415,7 @@ mod tests {
         Insert(u64, u32),
         Remove(u64),
         Mutate(u64),
-        /// Queries between changes, with a hint left by the last search (stale after a change).
+        /// Queries between changes, with hints left by the last searches (stale after a change).
         Probe(u64),
     }
 
