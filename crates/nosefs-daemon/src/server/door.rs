@@ -235,14 +235,10 @@ pub fn proc_cred(pid: i32) -> Option<Cred> {
 pub(super) fn recred(shared: &Shared, conn: &Conn) -> Result<(), Errno> {
     let cred = proc_cred(conn.pid).ok_or(Errno::EIO)?;
     // The pid was the client's when the status was read only if the process still runs now.
-    let alive = conn.pidfd.as_ref().is_some_and(|fd| {
-        let mut poll = [rustix::event::PollFd::new(fd, rustix::event::PollFlags::IN)];
-        let now = rustix::event::Timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        rustix::event::poll(&mut poll, Some(&now)).is_ok_and(|n| n == 0)
-    });
+    let alive = conn
+        .pidfd
+        .as_ref()
+        .is_some_and(|fd| super::reuse::has_ended(fd) == Some(false));
     if !alive {
         return Err(Errno::EIO);
     }

@@ -76,6 +76,12 @@ impl Reuse {
 
 /// Whether the process of `pidfd` has ended (the pidfd polls readable).
 fn ended(pidfd: &OwnedFd) -> bool {
+    has_ended(pidfd) == Some(true)
+}
+
+/// Whether the process of `pidfd` has ended, asked without waiting; `None` when the kernel did
+/// not answer.
+pub(super) fn has_ended(pidfd: &OwnedFd) -> Option<bool> {
     let mut poll = [rustix::event::PollFd::new(
         pidfd,
         rustix::event::PollFlags::IN,
@@ -84,7 +90,9 @@ fn ended(pidfd: &OwnedFd) -> bool {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    rustix::event::poll(&mut poll, Some(&now)).is_ok_and(|n| n == 1)
+    rustix::event::poll(&mut poll, Some(&now))
+        .ok()
+        .map(|n| n == 1)
 }
 
 #[cfg(test)]
