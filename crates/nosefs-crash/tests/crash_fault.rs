@@ -9,6 +9,32 @@ use nosefs_crash::{Checker, Config};
 /// An injected fault is process-wide: the tests here take turns.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+/// Keeps the calling thread on the CPU it runs on until dropped. The pools of free extents and
+/// blocks and the limbo are per CPU: a workload whose fault shows only when an operation reuses
+/// what the one before freed must not migrate between the two (it did once in CI, under load,
+/// and the fault went unnoticed).
+struct PinnedToOneCpu {
+    allowed: Option<rustix::thread::CpuSet>,
+}
+
+impl PinnedToOneCpu {
+    fn new() -> Self {
+        let allowed = rustix::thread::sched_getaffinity(None).ok();
+        let mut one = rustix::thread::CpuSet::new();
+        one.set(rustix::thread::sched_getcpu());
+        rustix::thread::sched_setaffinity(None, &one).expect("pin the test thread");
+        Self { allowed }
+    }
+}
+
+impl Drop for PinnedToOneCpu {
+    fn drop(&mut self) {
+        if let Some(allowed) = &self.allowed {
+            let _ = rustix::thread::sched_setaffinity(None, allowed);
+        }
+    }
+}
+
 /// Runs `workloads` with each fence fault in turn and asserts the checker reports a broken state.
 fn each_fault_is_caught(workloads: &[(&str, &[Op])]) {
     faults_are_caught(&[Fault::SkipCommitFence, Fault::SkipApplyFence], workloads);
@@ -18,6 +44,7 @@ fn each_fault_is_caught(workloads: &[(&str, &[Op])]) {
 fn faults_are_caught(faults: &[Fault], workloads: &[(&str, &[Op])]) {
     for &fault in faults {
         let _one_fault_at_a_time = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+        let _pinned = PinnedToOneCpu::new();
         let mut checker = Checker::new(Config {
             usability_every: 1000,
             ..Config::default()
