@@ -67,6 +67,10 @@ fn faults_are_caught(faults: &[Fault], workloads: &[(&str, &[Op])]) {
 /// With the fence after the commit store left out, apply stores can persist without the commit:
 /// the checker must see a broken state.
 #[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "minutes in a debug build: the test command runs it with cargo test --release -p nosefs-crash"
+)]
 fn a_missing_commit_fence_is_caught() {
     each_fault_is_caught(&[
         ("single:create", &[Op::Create("/n")]),
@@ -77,6 +81,10 @@ fn a_missing_commit_fence_is_caught() {
 /// The same for the file journal: an fsync whose commit or apply fence is left out must be caught
 /// (a new extent linked and valid, or the pinode pointing at the new list, without the commit).
 #[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "minutes in a debug build: the test command runs it with cargo test --release -p nosefs-crash"
+)]
 fn a_missing_file_commit_fence_is_caught() {
     each_fault_is_caught(&[
         (
@@ -93,6 +101,10 @@ fn a_missing_file_commit_fence_is_caught() {
 /// reused at once, and a replayed record reaches into them. (Eight names, so that some rename
 /// lands in the higher log whatever the hash seed.)
 #[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "minutes in a debug build: the test command runs it with cargo test --release -p nosefs-crash"
+)]
 fn lazily_cleared_logs_need_their_settle_and_limbo() {
     const FROM: [&str; 8] = ["/r0", "/r1", "/r2", "/r3", "/r4", "/r5", "/r6", "/r7"];
     const TO: [&str; 8] = ["/t0", "/t1", "/t2", "/t3", "/t4", "/t5", "/t6", "/t7"];
@@ -119,6 +131,10 @@ fn lazily_cleared_logs_need_their_settle_and_limbo() {
 /// limbo, a crash replays the overwrite's record over the link's extent (clearing its valid bit
 /// and its block's bitmap bit).
 #[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "minutes in a debug build: the test command runs it with cargo test --release -p nosefs-crash"
+)]
 fn lazily_cleared_file_logs_need_their_limbo() {
     faults_are_caught(
         &[Fault::SkipLimbo],
