@@ -3,7 +3,8 @@
 //! image, each on a file of its own (what the fileops workload's thread sweep does), to find
 //! what they share; with a third, that many overwrites per thread from the freshly written file
 //! (the fileops phase's regime) instead of six seconds.
-//! With `append` instead of a size, 4 KiB appends with fsync (the fileops append phase) instead;
+//! With `append` instead of a size, 4 KiB appends with fsync (the fileops append phase) instead,
+//! `appendN` N-byte ones (`append138`: a db_bench log record), with write-backs and fences each;
 //! with `aligned4096` (any size after `aligned`), overwrites at multiples of their size (the
 //! fileops aligned-overwrite phase: database pages). With `wal`, SQLite's write-ahead log:
 //! 4,120-byte frames (a 24-byte header and a 4 KiB page) one after another from byte 32, each
@@ -18,7 +19,11 @@ const FILE_BYTES: u64 = 80 << 20;
 fn main() -> std::io::Result<()> {
     let mut args = std::env::args().skip(1);
     let first = args.next();
-    let append = first.as_deref() == Some("append");
+    let append = first.as_deref().is_some_and(|a| a.starts_with("append"));
+    let append_bytes: u64 = first
+        .as_deref()
+        .and_then(|a| a.strip_prefix("append")?.parse().ok())
+        .unwrap_or(4096);
     let wal = first.as_deref().is_some_and(|a| a.starts_with("wal"));
     let split = first.as_deref() == Some("walsplit");
     let aligned = first.as_deref().is_some_and(|a| a.starts_with("aligned"));
@@ -31,7 +36,7 @@ fn main() -> std::io::Result<()> {
         names: threads,
         data_bytes: threads
             * if append {
-                (count.unwrap_or(0) * 4096).max(FILE_BYTES) * 5 / 4
+                (count.unwrap_or(0) * append_bytes.next_multiple_of(64)).max(FILE_BYTES) * 5 / 4
             } else {
                 FILE_BYTES * 2
             },
@@ -44,7 +49,7 @@ fn main() -> std::io::Result<()> {
                 let target = &target;
                 s.spawn(move || {
                     if append {
-                        append_all(target, t, count)
+                        append_all(target, t, count, append_bytes)
                     } else if wal {
                         wal_frames(target, t, count, split)
                     } else {
@@ -141,18 +146,23 @@ fn wal_frames(
     Ok(())
 }
 
-fn append_all(target: &Native, thread: u64, count: Option<u64>) -> std::io::Result<()> {
+fn append_all(target: &Native, thread: u64, count: Option<u64>, bytes: u64) -> std::io::Result<()> {
     let file = target.open(target.root(), &cname(&format!("bench{thread}")), true)?;
-    let block = vec![1u8; 4096];
-    let count = count.unwrap_or(FILE_BYTES / 4096);
+    let record = vec![1u8; bytes as usize];
+    let count = count.unwrap_or(FILE_BYTES / bytes);
+    let before = nosefs_core::pmem::counters();
     let start = std::time::Instant::now();
     for k in 0..count {
-        target.pwrite(&file, k * 4096, &block)?;
+        target.pwrite(&file, k * bytes, &record)?;
         target.fsync(&file)?;
     }
+    let elapsed = start.elapsed();
+    let after = nosefs_core::pmem::counters();
     println!(
-        "thread {thread}: {count} appends, {:.2} us each, {} pieces",
-        start.elapsed().as_secs_f64() * 1e6 / count as f64,
+        "thread {thread}: {count} appends of {bytes} bytes, {:.2} us each, {:.2} write-backs and {:.2} fences each, {} pieces",
+        elapsed.as_secs_f64() * 1e6 / count as f64,
+        (after.flushes - before.flushes) as f64 / count as f64,
+        (after.fences - before.fences) as f64 / count as f64,
         target.pieces(&file)
     );
     Ok(())
