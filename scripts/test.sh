@@ -7,6 +7,13 @@ if ! command -v cargo >/dev/null 2>&1 && [ -f "$HOME/.cargo/env" ]; then
   # shellcheck disable=SC1091
   . "$HOME/.cargo/env"
 fi
+
+# Each section's start and the time since the test command began: CI's budget is ~30 minutes
+# on two cores, and this is where its log says what took it.
+started=$SECONDS
+section() { echo "== $1 (at $((SECONDS - started)) s)"; }
+
+section "install what is missing"
 ./scripts/install-deps.sh
 
 if [ ! -d /dev/shm ] || [ ! -w /dev/shm ]; then
@@ -14,23 +21,24 @@ if [ ! -d /dev/shm ] || [ ! -w /dev/shm ]; then
   exit 1
 fi
 
-echo "== cargo build"
+section "cargo build"
 cargo build --workspace --all-targets --locked
-echo "== cargo fmt --check"
+section "cargo fmt --check"
 cargo fmt --all -- --check
-echo "== cargo clippy -D warnings"
+section "cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
-echo "== cargo test"
+section "cargo test"
 cargo test --workspace --locked
-echo "== crash-consistency checker (release build: every operation, every pair of operations)"
+section "crash-consistency checker (release build: every operation, every pair of operations)"
 cargo test --release --locked -p nosefs-crash -- --nocapture
-echo "== large image: 10^6 names created, unmounted, remounted, listed, read, fsck'd (release build)"
+section "large image: 10^6 names created, unmounted, remounted, listed, read, fsck'd (release build)"
 cargo run --release --locked -p nosefs-bench --example mount_scale -- 1000000 4
-echo "== external suites against the FUSE mount: pjdfstest, fsx"
+section "external suites against the FUSE mount: pjdfstest, fsx"
 ./scripts/fuse-suites.sh
-echo "== external suites through the preload shim: pjdfstest, fsx"
+section "external suites through the preload shim: pjdfstest, fsx"
 ./scripts/preload-suites.sh
-echo "== CPython's file-system regression tests through the preload shim, both modes"
+section "CPython's file-system regression tests through the preload shim, both modes"
 ./scripts/python-suites.sh
-echo "== random-operation stress on every frontend (FUSE, daemon clients, embedded), fsck after each"
+section "random-operation stress on every frontend (FUSE, daemon clients, embedded), fsck after each"
 ./scripts/stress.sh
+echo "== done in $((SECONDS - started)) s"
