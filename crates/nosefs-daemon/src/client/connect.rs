@@ -10,9 +10,10 @@ use rustix::net::{
     SocketFlags, SocketType,
 };
 
-use super::{Remote, CONNECTIONS};
+use super::{Remote, CONNECTIONS, WAKE_SPIN};
 use crate::server::{find_daemon, socket_name, HELLO};
 use crate::shm::Area;
+use crate::wait::Spinner;
 
 /// Reads a small file with raw system calls (never through the shim's hooks).
 pub fn read_small(path: &std::ffi::CStr) -> Option<String> {
@@ -137,13 +138,7 @@ impl Remote {
         let mut status = [0u8; 4];
         let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
         let mut control = RecvAncillaryBuffer::new(&mut space);
-        let got = rustix::net::recvmsg(
-            &socket,
-            &mut [std::io::IoSliceMut::new(&mut status)],
-            &mut control,
-            RecvFlags::CMSG_CLOEXEC,
-        )
-        .map_err(io)?;
+        let got = recv_awake(&socket, &mut status, &mut control).map_err(io)?;
         let mut fd = None;
         for message in control.drain() {
             if let RecvAncillaryMessage::ScmRights(mut fds) = message {
@@ -170,5 +165,79 @@ impl Remote {
             lending: parking_lot::Mutex::new(()),
             answered: AtomicBool::new(false),
         })
+    }
+}
+
+/// The handshake's reply, waited for awake for up to [`WAKE_SPIN`] before sleeping in
+/// `recvmsg`: the door thread sleeps in `poll` until the connect wakes it, which takes tens of
+/// microseconds on a VM whose idle vCPUs halt, and a client asleep by then would need a second
+/// wake-up of that length for the reply (every short process pays the handshake).
+fn recv_awake(
+    socket: &rustix::fd::OwnedFd,
+    status: &mut [u8; 4],
+    control: &mut RecvAncillaryBuffer<'_>,
+) -> rustix::io::Result<rustix::net::RecvMsg> {
+    let mut spinner = Spinner::new();
+    loop {
+        match rustix::net::recvmsg(
+            socket,
+            &mut [std::io::IoSliceMut::new(status)],
+            control,
+            RecvFlags::CMSG_CLOEXEC | RecvFlags::DONTWAIT,
+        ) {
+            Err(rustix::io::Errno::AGAIN) if spinner.pause(WAKE_SPIN, || false) => continue,
+            Err(rustix::io::Errno::AGAIN) => break,
+            other => return other,
+        }
+    }
+    rustix::net::recvmsg(
+        socket,
+        &mut [std::io::IoSliceMut::new(status)],
+        control,
+        RecvFlags::CMSG_CLOEXEC,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pair() -> (rustix::fd::OwnedFd, rustix::fd::OwnedFd) {
+        rustix::net::socketpair(
+            AddressFamily::UNIX,
+            SocketType::SEQPACKET,
+            SocketFlags::CLOEXEC,
+            None,
+        )
+        .expect("socketpair")
+    }
+
+    /// A reply later than the awake window is still received, by the blocking receive.
+    #[test]
+    fn a_reply_after_the_spin_is_received_asleep() {
+        let (client, door) = pair();
+        let replier = std::thread::spawn(move || {
+            std::thread::sleep(WAKE_SPIN * 20);
+            rustix::net::send(&door, &7u32.to_le_bytes(), SendFlags::NOSIGNAL).expect("send");
+            door
+        });
+        let mut status = [0u8; 4];
+        let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+        let mut control = RecvAncillaryBuffer::new(&mut space);
+        let got = recv_awake(&client, &mut status, &mut control).expect("a reply");
+        assert_eq!((got.bytes, u32::from_le_bytes(status)), (4, 7));
+        drop(replier.join());
+    }
+
+    /// A door that hangs up instead of replying ends the wait with nothing received.
+    #[test]
+    fn a_hang_up_ends_the_wait() {
+        let (client, door) = pair();
+        drop(door);
+        let mut status = [0u8; 4];
+        let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+        let mut control = RecvAncillaryBuffer::new(&mut space);
+        let got = recv_awake(&client, &mut status, &mut control).expect("end of stream");
+        assert_eq!(got.bytes, 0);
     }
 }
