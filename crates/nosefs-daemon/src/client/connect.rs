@@ -178,24 +178,23 @@ fn recv_awake(
     control: &mut RecvAncillaryBuffer<'_>,
 ) -> rustix::io::Result<rustix::net::RecvMsg> {
     let mut spinner = Spinner::new();
+    let mut flags = RecvFlags::CMSG_CLOEXEC | RecvFlags::DONTWAIT;
     loop {
-        match rustix::net::recvmsg(
+        let got = rustix::net::recvmsg(
             socket,
             &mut [std::io::IoSliceMut::new(status)],
             control,
-            RecvFlags::CMSG_CLOEXEC | RecvFlags::DONTWAIT,
-        ) {
-            Err(rustix::io::Errno::AGAIN) if spinner.pause(WAKE_SPIN, || false) => continue,
-            Err(rustix::io::Errno::AGAIN) => break,
+            flags,
+        );
+        match got {
+            // Past the window, the next receive sleeps until the reply or a hang-up.
+            Err(rustix::io::Errno::AGAIN) if !spinner.pause(WAKE_SPIN, || false) => {
+                flags = RecvFlags::CMSG_CLOEXEC;
+            }
+            Err(rustix::io::Errno::AGAIN) => {}
             other => return other,
         }
     }
-    rustix::net::recvmsg(
-        socket,
-        &mut [std::io::IoSliceMut::new(status)],
-        control,
-        RecvFlags::CMSG_CLOEXEC,
-    )
 }
 
 #[cfg(test)]
