@@ -5,6 +5,7 @@
 mod bench;
 mod crash;
 mod mount;
+mod pages;
 mod run;
 mod size;
 mod stress;
@@ -256,6 +257,9 @@ fn run_info(path: &Path) -> Result<(), Error> {
         image.region().flush_kind(),
         FlushKind::detect()
     );
+    if let Some(pages) = pages::describe(path) {
+        println!("pages        {pages}");
+    }
     println!(
         "mapped files dirty pages found by {}",
         nosefs_core::file::mmap::write_tracking_here()

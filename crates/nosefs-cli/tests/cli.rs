@@ -59,6 +59,12 @@ fn mkfs_then_fsck_is_clean_and_info_prints_the_zones() {
         shown.contains("1 of 8191 in use"),
         "root pinode counted:\n{shown}"
     );
+    // /dev/shm is a tmpfs: info says which pages back the image there.
+    let pages = shown.lines().find(|l| l.starts_with("pages "));
+    assert!(
+        pages.is_some_and(|l| l.contains("KiB (tmpfs /dev/shm") || l.contains("MiB where")),
+        "no pages line:\n{shown}"
+    );
 }
 
 #[test]

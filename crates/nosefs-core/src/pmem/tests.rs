@@ -296,3 +296,50 @@ fn a_populator_populates_requested_ranges_of_file_mappings_only() {
     region.read_bytes(0, &mut bytes);
     assert!(bytes.iter().all(|&b| b == 0));
 }
+
+/// The `VmFlags` of this process's mapping of `path`, from /proc/self/smaps.
+fn vm_flags_of(path: &std::path::Path) -> Option<Vec<String>> {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+    let name = path.to_str().unwrap();
+    let mut in_mapping = false;
+    for line in smaps.lines() {
+        let first = line.split_whitespace().next().unwrap_or("");
+        if first.contains('-') && first.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
+            in_mapping = line.ends_with(name);
+        } else if in_mapping {
+            if let Some(flags) = line.strip_prefix("VmFlags:") {
+                return Some(flags.split_whitespace().map(String::from).collect());
+            }
+        }
+    }
+    None
+}
+
+#[test]
+fn a_writable_image_asks_for_huge_pages_and_a_read_only_one_does_not() {
+    // Only the advice is checked: /dev/shm gives 2 MiB pages only when mounted `huge=advise`
+    // (or `within_size`, `always`), which the host decides. A kernel without transparent huge
+    // pages refuses the advice, and the mapping works without it.
+    if !std::path::Path::new("/sys/kernel/mm/transparent_hugepage").exists() {
+        return;
+    }
+    let dir = shm_dir();
+    let path = dir.path().join("huge.img");
+    let region = Region::create(&path, Some(4 << 20), &RegionOptions::default()).unwrap();
+    let flags = vm_flags_of(&path).expect("the image is mapped");
+    assert!(
+        flags.iter().any(|f| f == "hg"),
+        "MADV_HUGEPAGE asked: {flags:?}"
+    );
+    drop(region);
+    let reader = RegionOptions {
+        access: Access::ReadOnly,
+        ..RegionOptions::default()
+    };
+    let _view = Region::open(&path, &reader).unwrap();
+    let flags = vm_flags_of(&path).expect("the image is mapped");
+    assert!(
+        !flags.iter().any(|f| f == "hg"),
+        "no advice read-only: {flags:?}"
+    );
+}
