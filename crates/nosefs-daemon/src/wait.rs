@@ -15,7 +15,11 @@
 //! - but two threads that only ever yield to each other never sleep, so the scheduler never
 //!   places them again and could leave them sharing one CPU while the other idles; every
 //!   [`SLEEP_EVERY`]-th wait on a peer on the same CPU therefore sleeps at once, and its
-//!   wake-up lets the scheduler pick an idle CPU.
+//!   wake-up lets the scheduler pick an idle CPU;
+//! - a waiter may be given two windows ([`Spinner::pause_while_idle`]): a long one kept while
+//!   its yields return at once (nothing else wants its CPU, which would otherwise idle), and a
+//!   short one from the first yield that ran another thread ([`CONTENDED_YIELD`]). The server
+//!   waits so for its client's next request.
 //!
 //! After its window the waiter sleeps on the futex. A longer pure spin (10 and 20 us) was
 //! measured and dropped: no gain for one client thread, and with two the p99.9 of overwrites
@@ -37,12 +41,18 @@ thread_local! {
     static SAME_CPU_WAITS: Cell<u32> = const { Cell::new(0) };
 }
 
+/// A yield that returns later than this gave the CPU to another thread: the CPU is wanted.
+/// (A `sched_yield` with nothing else to run returns in well under a microsecond.)
+pub const CONTENDED_YIELD: Duration = Duration::from_micros(5);
+
 /// One wait's progress.
 #[derive(Debug)]
 pub struct Spinner {
     start: Instant,
     polls: u32,
     yielding: bool,
+    /// A yield of this wait ran another thread ([`CONTENDED_YIELD`]).
+    contended: bool,
 }
 
 impl Spinner {
@@ -52,7 +62,26 @@ impl Spinner {
             start: Instant::now(),
             polls: 0,
             yielding: false,
+            contended: false,
         }
+    }
+
+    /// As [`Spinner::pause`], with a window of `idle_window` while every yield finds its CPU
+    /// with nothing else to run, and of `busy_window` from the first one that ran another
+    /// thread: waiting longer costs no one anything while the CPU would idle, and costs the
+    /// threads that want it once they do.
+    pub fn pause_while_idle(
+        &mut self,
+        busy_window: Duration,
+        idle_window: Duration,
+        peer_here: impl FnOnce() -> bool,
+    ) -> bool {
+        let window = if self.contended {
+            busy_window
+        } else {
+            idle_window
+        };
+        self.pause(window, peer_here)
     }
 
     /// Pauses between two polls; false once `window` has passed (time to sleep). `peer_here`
@@ -83,7 +112,9 @@ impl Spinner {
         if self.start.elapsed() >= window {
             return false;
         }
+        let before = Instant::now();
         rustix::thread::sched_yield();
+        self.contended |= before.elapsed() >= CONTENDED_YIELD;
         true
     }
 }
@@ -97,6 +128,52 @@ impl Default for Spinner {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rustix::thread::{sched_getaffinity, sched_setaffinity, CpuSet};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    /// This thread on the CPU it runs on, alone; its CPUs before.
+    fn pin_here() -> (CpuSet, usize) {
+        let allowed = sched_getaffinity(None).unwrap();
+        let cpu = crate::shm::current_cpu() as usize - 1;
+        let mut only = CpuSet::new();
+        only.set(cpu);
+        sched_setaffinity(None, &only).unwrap();
+        (allowed, cpu)
+    }
+
+    #[test]
+    fn a_wait_whose_cpu_another_thread_wants_ends_after_the_busy_window() {
+        let (allowed, cpu) = pin_here();
+        let stop = Arc::new(AtomicBool::new(false));
+        let busy = {
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || {
+                let mut only = CpuSet::new();
+                only.set(cpu);
+                sched_setaffinity(None, &only).unwrap();
+                while !stop.load(Ordering::Relaxed) {
+                    std::hint::spin_loop();
+                }
+            })
+        };
+        // Both on one CPU: the spinner's yields run the busy thread, so its window is the busy
+        // one, not the minute it would wait while the CPU had nothing else to do.
+        let start = Instant::now();
+        let mut s = Spinner::new();
+        while s.pause_while_idle(Duration::from_micros(200), Duration::from_secs(60), || {
+            false
+        }) {}
+        let waited = start.elapsed();
+        stop.store(true, Ordering::Relaxed);
+        busy.join().unwrap();
+        sched_setaffinity(None, &allowed).unwrap();
+        assert!(s.contended, "a yield ran the other thread");
+        assert!(
+            waited < Duration::from_secs(10),
+            "waited {waited:?}: the idle window was kept"
+        );
+    }
 
     #[test]
     fn a_wait_ends_after_its_window_and_not_before() {

@@ -7,9 +7,10 @@
 //! descriptions at fork or exec (pidfds), and releases what they held. It sleeps in `poll` with
 //! no timeout: a daemon with no clients uses no CPU.
 //!
-//! A client's server thread polls the slots while requests keep coming, keeps polling for
-//! [`SERVER_SPIN`] after the last one (yielding its CPU after the first microseconds: see
-//! [`crate::wait`]), then sleeps on the area's doorbell futex until a client rings it. A slot
+//! A client's server thread polls the slots while requests keep coming, keeps polling after
+//! the last one (yielding its CPU after the first microseconds: see [`crate::wait`]) for
+//! [`SERVER_SPIN_IDLE`] while its CPU has nothing else to run and for [`SERVER_SPIN`] once it
+//! has, then sleeps on the area's doorbell futex until a client rings it. A slot
 //! that is busy while another is gets a server thread of its own, so the threads of one
 //! process are served in parallel.
 //!
@@ -56,8 +57,14 @@ use door::{door, recred, release, release_ticket, watch_size};
 use execute::execute;
 use mounts::{is_mount_point, unescape};
 
-/// How long a server thread keeps polling after its last request before it sleeps.
+/// How long a server thread keeps polling after its last request before it sleeps, once its
+/// CPU is wanted by another thread (see [`SERVER_SPIN_IDLE`]).
 pub const SERVER_SPIN: Duration = Duration::from_micros(50);
+/// How long it keeps polling while its yields find nothing else to run on its CPU: a client
+/// that computes for longer than [`SERVER_SPIN`] between requests (git between two objects,
+/// SQLite between two statements) would otherwise find it asleep and wait for its wake-up, tens
+/// of microseconds on a virtual machine whose idle CPUs halt (docs/benchmarks.md).
+pub const SERVER_SPIN_IDLE: Duration = Duration::from_micros(500);
 /// How long a server thread whose client ended waits for the next client before it exits.
 const WORKER_IDLE: Duration = Duration::from_secs(10);
 
@@ -382,7 +389,9 @@ fn serve_client(shared: &Arc<Shared>, conn: &Arc<Conn>) {
         if conn.dead.load(Ordering::SeqCst) || shared.stop.load(Ordering::SeqCst) {
             break;
         }
-        if idle.pause(SERVER_SPIN, || client_here(area, last_slot)) {
+        if idle.pause_while_idle(SERVER_SPIN, SERVER_SPIN_IDLE, || {
+            client_here(area, last_slot)
+        }) {
             continue;
         }
         sleep_until_rung(
@@ -457,7 +466,9 @@ fn serve_own_pair(shared: &Shared, conn: &Conn, slots: [usize; 2]) {
         if conn.dead.load(Ordering::SeqCst) || shared.stop.load(Ordering::SeqCst) {
             return;
         }
-        if idle.pause(SERVER_SPIN, || client_here(area, last_slot)) {
+        if idle.pause_while_idle(SERVER_SPIN, SERVER_SPIN_IDLE, || {
+            client_here(area, last_slot)
+        }) {
             continue;
         }
         let (sleeping, bell) = (
