@@ -64,8 +64,13 @@ impl<T: Send + 'static> Workers<T> {
         }
     }
 
-    /// Runs `work(job)` on an idle thread, or on a new one when none is idle.
-    pub fn run(&self, job: T) -> std::io::Result<()> {
+    /// Runs `work(job)` on an idle thread, or on a new one when none is idle. `Err` gives the
+    /// job back with why no thread took it: the pool is stopping, or the system has no thread
+    /// to give.
+    pub fn run(&self, job: T) -> Result<(), (T, std::io::Error)> {
+        if self.inner.stop.load(Ordering::SeqCst) {
+            return Err((job, std::io::Error::other("the pool is stopping")));
+        }
         {
             let mut state = self.inner.state.lock();
             if state.idle > state.handoff.len() {
@@ -74,14 +79,31 @@ impl<T: Send + 'static> Workers<T> {
                 return Ok(());
             }
         }
-        let inner = Arc::clone(&self.inner);
-        let thread = std::thread::Builder::new()
-            .name(self.inner.name.into())
-            .spawn(move || inner.serve(job))?;
+        // Under the list's lock, which `stop` sets its flag under: a thread started here is
+        // one `stop` joins.
         let mut threads = self.threads.lock();
-        threads.retain(|t| !t.is_finished());
-        threads.push(thread);
-        Ok(())
+        if self.inner.stop.load(Ordering::SeqCst) {
+            return Err((job, std::io::Error::other("the pool is stopping")));
+        }
+        let carried = Arc::new(Mutex::new(Some(job)));
+        let theirs = Arc::clone(&carried);
+        let inner = Arc::clone(&self.inner);
+        let spawned = std::thread::Builder::new()
+            .name(self.inner.name.into())
+            .spawn(move || {
+                let job = theirs.lock().take();
+                if let Some(job) = job {
+                    inner.serve(job);
+                }
+            });
+        match spawned {
+            Ok(thread) => {
+                threads.retain(|t| !t.is_finished());
+                threads.push(thread);
+                Ok(())
+            }
+            Err(e) => Err((carried.lock().take().expect("no thread took it"), e)),
+        }
     }
 
     /// Threads alive, busy or idle.
@@ -91,15 +113,25 @@ impl<T: Send + 'static> Workers<T> {
         threads.len()
     }
 
-    /// Ends the idle threads and joins every thread: busy ones once their job returns.
+    /// Ends the idle threads and joins every thread: busy ones once their job returns, and
+    /// those a job started meanwhile (after this, [`Workers::run`] starts none).
     pub fn stop(&self) {
-        self.inner.stop.store(true, Ordering::SeqCst);
+        {
+            let _threads = self.threads.lock();
+            self.inner.stop.store(true, Ordering::SeqCst);
+        }
         {
             let _state = self.inner.state.lock();
             self.inner.wake.notify_all();
         }
-        for thread in self.threads.lock().drain(..) {
-            let _ = thread.join();
+        loop {
+            let started: Vec<_> = self.threads.lock().drain(..).collect();
+            if started.is_empty() {
+                break;
+            }
+            for thread in started {
+                let _ = thread.join();
+            }
         }
     }
 }
@@ -123,8 +155,14 @@ impl<T> Inner<T> {
                 state.idle -= 1;
                 return Some(job);
             }
+            // Checked before each wait too: a thread whose job returned after `stop` woke the
+            // idle ones would otherwise wait out `idle_for` before `stop` could join it.
+            if self.stop.load(Ordering::SeqCst) {
+                state.idle -= 1;
+                return None;
+            }
             let timed_out = self.wake.wait_until(&mut state, deadline).timed_out();
-            if (timed_out || self.stop.load(Ordering::SeqCst)) && state.handoff.is_empty() {
+            if timed_out && state.handoff.is_empty() {
                 state.idle -= 1;
                 return None;
             }
@@ -217,6 +255,87 @@ mod tests {
         workers.run(Arc::clone(&done)).unwrap();
         done.wait();
         workers.stop();
+    }
+
+    #[test]
+    fn stop_does_not_wait_out_the_idle_time_of_a_job_that_ends_after_it_began() {
+        let gate = Arc::new((Mutex::new(false), Condvar::new()));
+        let held = Arc::clone(&gate);
+        let workers = Arc::new(Workers::new(
+            "test-worker",
+            Duration::from_secs(60),
+            move |done: Arc<Done>| {
+                let (open, wake) = &*held;
+                let mut open = open.lock();
+                while !*open {
+                    wake.wait(&mut open);
+                }
+                done.set();
+            },
+        ));
+        let done = Arc::new(Done::default());
+        workers.run(Arc::clone(&done)).unwrap();
+        let stopping = Arc::clone(&workers);
+        let started = std::time::Instant::now();
+        let stopper = std::thread::spawn(move || stopping.stop());
+        // The job returns after `stop` woke the idle threads (there were none).
+        std::thread::sleep(Duration::from_millis(50));
+        *gate.0.lock() = true;
+        gate.1.notify_all();
+        stopper.join().unwrap();
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "stop waited {:?} for a thread to give up its idle wait",
+            started.elapsed()
+        );
+        assert_eq!(workers.threads(), 0);
+    }
+
+    /// A job that hands the next job on to the pool (as the door hands its role on).
+    #[derive(Debug)]
+    struct Baton {
+        workers: Arc<Workers<Baton>>,
+    }
+
+    #[test]
+    fn stop_joins_the_threads_jobs_start_and_then_the_pool_refuses_more() {
+        let ran = Arc::new(AtomicUsize::new(0));
+        let refused = Arc::new(AtomicUsize::new(0));
+        let (runs, refusals) = (Arc::clone(&ran), Arc::clone(&refused));
+        let workers = Arc::new(Workers::new(
+            "test-relay",
+            Duration::from_secs(60),
+            move |baton: Baton| {
+                runs.fetch_add(1, Ordering::SeqCst);
+                std::thread::sleep(Duration::from_micros(200));
+                let workers = Arc::clone(&baton.workers);
+                if let Err((baton, _)) = workers.run(baton) {
+                    // What the door does when no thread takes its role: it keeps it.
+                    refusals.fetch_add(1, Ordering::SeqCst);
+                    drop(baton);
+                }
+            },
+        ));
+        workers
+            .run(Baton {
+                workers: Arc::clone(&workers),
+            })
+            .unwrap();
+        eventually("the baton goes round", || ran.load(Ordering::SeqCst) > 20);
+        workers.stop();
+        assert_eq!(workers.threads(), 0, "every thread joined");
+        assert_eq!(
+            refused.load(Ordering::SeqCst),
+            1,
+            "the last hand-over refused"
+        );
+        let after_stop = ran.load(Ordering::SeqCst);
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(
+            ran.load(Ordering::SeqCst),
+            after_stop,
+            "nothing runs after stop"
+        );
     }
 
     #[test]
