@@ -14,7 +14,15 @@
 
 use nosefs_bench::target::{cname, Native, Needs, Target};
 
-const FILE_BYTES: u64 = 80 << 20;
+/// The overwritten file's size: 80 MiB, or `FILE_MIB` MiB from the environment (a larger file
+/// keeps random page-aligned overwrites first rewrites of their page, which split an extent,
+/// for longer).
+fn file_bytes() -> u64 {
+    std::env::var("FILE_MIB")
+        .ok()
+        .and_then(|m| m.parse::<u64>().ok())
+        .map_or(80 << 20, |m| m << 20)
+}
 
 fn main() -> std::io::Result<()> {
     let mut args = std::env::args().skip(1);
@@ -36,9 +44,9 @@ fn main() -> std::io::Result<()> {
         names: threads,
         data_bytes: threads
             * if append {
-                (count.unwrap_or(0) * append_bytes.next_multiple_of(64)).max(FILE_BYTES) * 5 / 4
+                (count.unwrap_or(0) * append_bytes.next_multiple_of(64)).max(file_bytes()) * 5 / 4
             } else {
-                FILE_BYTES * 2
+                file_bytes() * 2
             },
     };
     let target =
@@ -72,7 +80,7 @@ fn overwrite(
 ) -> std::io::Result<()> {
     let file = target.open(target.root(), &cname(&format!("bench{thread}")), true)?;
     let chunk = vec![1u8; 1 << 20];
-    for offset in (0..FILE_BYTES).step_by(1 << 20) {
+    for offset in (0..file_bytes()).step_by(1 << 20) {
         target.pwrite(&file, offset, &chunk)?;
     }
     target.fsync(&file)?;
@@ -86,9 +94,9 @@ fn overwrite(
         x ^= x >> 7;
         x ^= x << 17;
         let at = if aligned {
-            x % (FILE_BYTES / io as u64) * io as u64
+            x % (file_bytes() / io as u64) * io as u64
         } else {
-            x % (FILE_BYTES - io as u64)
+            x % (file_bytes() - io as u64)
         };
         let op_start = std::time::Instant::now();
         target.pwrite(&file, at, &data)?;
@@ -149,7 +157,7 @@ fn wal_frames(
 fn append_all(target: &Native, thread: u64, count: Option<u64>, bytes: u64) -> std::io::Result<()> {
     let file = target.open(target.root(), &cname(&format!("bench{thread}")), true)?;
     let record = vec![1u8; bytes as usize];
-    let count = count.unwrap_or(FILE_BYTES / bytes);
+    let count = count.unwrap_or(file_bytes() / bytes);
     let before = nosefs_core::pmem::counters();
     let start = std::time::Instant::now();
     for k in 0..count {
