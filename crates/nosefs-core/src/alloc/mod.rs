@@ -1,8 +1,8 @@
 //! Free data blocks in DRAM, per CPU (seed 001, III-D "per-CPU allocation").
 //!
-//! The data zone is divided into one region per CPU. Each region keeps its free runs in a
-//! B-tree (start block → length) under its own lock, and merges a freed run with its free
-//! neighbours. A thread allocates from the region of the CPU it runs on and steals from the others
+//! The data zone is divided into one region per CPU. Each region keeps its free runs under its
+//! own lock, indexed by start and by length ([`runs::FreeRuns`]), and merges a freed run with its
+//! free neighbours. A thread allocates from the region of the CPU it runs on and steals from the others
 //! only when its own cannot serve the request, so threads on different CPUs do not contend.
 //!
 //! Built from the NVM bitmap at mount; the bitmap itself changes only in journal apply steps, so a
@@ -25,6 +25,9 @@ use parking_lot::Mutex;
 use crate::format::bitmap;
 use crate::pmem::Populator;
 
+mod runs;
+use runs::FreeRuns;
+
 /// Blocks made ready ahead of a region's frontier: 4 MiB.
 const AHEAD_BLOCKS: u64 = 1024;
 /// A new request goes out when the frontier comes within this many blocks of what was asked.
@@ -35,8 +38,7 @@ const AHEAD_LOW_BLOCKS: u64 = AHEAD_BLOCKS / 2;
 struct Region {
     first: u64,
     end: u64,
-    /// start block → run length.
-    runs: Mutex<BTreeMap<u64, u64>>,
+    runs: Mutex<FreeRuns>,
     /// Every block at or past this one has never been handed out since mount (nor held at
     /// mount): its pages may never have been touched ([`BlockAllocator::is_fresh`]).
     high_water: AtomicU64,
@@ -75,10 +77,10 @@ impl BlockAllocator {
         let regions = (0..count)
             .map(|i| {
                 let (first, end) = (i * per, ((i + 1) * per).min(blocks));
-                let runs = free_runs(bits, first, end);
+                let runs = FreeRuns::from_runs(free_runs(bits, first, end));
                 // Past the last block in use: the free run that ends the region, if one does.
-                let high_water = match runs.iter().next_back() {
-                    Some((&start, &len)) if start + len == end => start,
+                let high_water = match runs.last() {
+                    Some((start, len)) if start + len == end => start,
                     _ => end,
                 };
                 crate::padded::CachePadded(Region {
@@ -190,7 +192,8 @@ impl BlockAllocator {
         (0..n).map(move |i| &*self.regions[(home + i) % n])
     }
 
-    /// Exactly `count` contiguous free blocks (first fit), or `None`.
+    /// Exactly `count` contiguous free blocks (from the shortest run that holds them), or
+    /// `None`.
     pub fn alloc(&self, count: u64) -> Option<u64> {
         assert!(count > 0, "allocating no blocks");
         if self.claim(count, count) == 0 {
@@ -270,7 +273,7 @@ impl BlockAllocator {
 
     fn take(&self, count: u64) -> Option<u64> {
         self.search_order()
-            .find_map(|r| take_first_fit(&mut r.runs.lock(), count))
+            .find_map(|r| r.runs.lock().take_fit(count))
     }
 
     /// [`BlockAllocator::alloc_upto`] for a file holding a promise of `promised` blocks, which
@@ -364,32 +367,15 @@ impl BlockAllocator {
         if let Some(start) = self.take(max) {
             return Some((start, max));
         }
-        self.search_order().find_map(|r| {
-            let mut runs = r.runs.lock();
-            let (&start, &len) = runs.iter().max_by_key(|(_, &len)| len)?;
-            runs.remove(&start);
-            Some((start, len))
-        })
+        self.search_order()
+            .find_map(|r| r.runs.lock().take_longest())
     }
 
     /// Up to `max` blocks from `goal` on, if `goal` is free.
     fn take_at(&self, goal: u64, max: u64) -> Option<(u64, u64)> {
         let region = self.regions.get((goal / self.blocks_per_region) as usize)?;
-        let mut runs = region.runs.lock();
-        let (&start, &len) = runs.range(..=goal).next_back()?;
-        if start + len <= goal {
-            return None;
-        }
-        runs.remove(&start);
-        if goal > start {
-            runs.insert(start, goal - start);
-        }
-        let end = start + len;
-        let taken = (end - goal).min(max);
-        if goal + taken < end {
-            runs.insert(goal + taken, end - goal - taken);
-        }
-        Some((goal, taken))
+        let got = region.runs.lock().take_at(goal, max);
+        got
     }
 
     /// Returns `count` blocks from `start`, merging with free neighbours.
@@ -401,17 +387,14 @@ impl BlockAllocator {
             let region = &self.regions[(start / self.blocks_per_region) as usize];
             let piece_end = end.min(region.end);
             assert!(start >= region.first, "block {start} outside its region");
-            insert_run(&mut region.runs.lock(), start, piece_end - start);
+            region.runs.lock().free(start, piece_end - start);
             start = piece_end;
         }
     }
 
     /// Free blocks in all regions.
     pub fn free_blocks(&self) -> u64 {
-        self.regions
-            .iter()
-            .map(|r| r.runs.lock().values().sum::<u64>())
-            .sum()
+        self.regions.iter().map(|r| r.runs.lock().blocks()).sum()
     }
 }
 
@@ -453,57 +436,6 @@ fn free_runs(bits: &[u8], first: u64, end: u64) -> BTreeMap<u64, u64> {
         runs.insert(s, end - s);
     }
     runs
-}
-
-fn take_first_fit(runs: &mut BTreeMap<u64, u64>, count: u64) -> Option<u64> {
-    let (&start, &len) = runs.iter().find(|(_, &len)| len >= count)?;
-    runs.remove(&start);
-    if len > count {
-        runs.insert(start + count, len - count);
-    }
-    Some(start)
-}
-
-/// Adds a free run, merging with its neighbours. A double free is a broken invariant.
-///
-/// One search finds both neighbours: the last two runs starting at or before `end` are the
-/// run that continues this one (starting at `end`), if there is one, and the run before
-/// `start`. A run that continues the one before extends it in place; otherwise one insertion.
-/// The free path runs once per commit that releases blocks, on a map that random overwrites
-/// leave hundreds of thousands of runs long, where each search of the tree is a few cache
-/// misses (two searches and an insertion before: a tenth of a page rewrite that splits an
-/// extent, in a profile).
-fn insert_run(runs: &mut BTreeMap<u64, u64>, start: u64, count: u64) {
-    let end = start + count;
-    let mut before = runs.range_mut(..=end);
-    let mut last = before.next_back();
-    let next_len = match &last {
-        Some((&s, len)) if s == end => {
-            let len = **len;
-            last = before.next_back();
-            Some(len)
-        }
-        _ => None,
-    };
-    if let Some((&prev, len)) = last {
-        assert!(prev + *len <= start, "double free in [{start}, +{count})");
-        if prev + *len == start {
-            *len += count + next_len.unwrap_or(0);
-            if next_len.is_some() {
-                runs.remove(&end);
-            }
-            return;
-        }
-    }
-    match next_len {
-        Some(len) => {
-            runs.remove(&end);
-            runs.insert(start, count + len);
-        }
-        None => {
-            runs.insert(start, count);
-        }
-    }
 }
 
 #[cfg(test)]
@@ -571,9 +503,9 @@ mod tests {
             for i in (1..pieces.len()).rev() {
                 pieces.swap(i, (next() % (i as u64 + 1)) as usize);
             }
-            let (mut runs, mut free) = (BTreeMap::new(), [false; 256]);
+            let (mut runs, mut free) = (FreeRuns::default(), [false; 256]);
             for (start, n) in pieces {
-                insert_run(&mut runs, start, n);
+                runs.free(start, n);
                 free[start as usize..(start + n) as usize].fill(true);
                 let mut expected = BTreeMap::new();
                 let mut b = 0;
@@ -588,7 +520,8 @@ mod tests {
                     }
                     expected.insert(s as u64, (b - s) as u64);
                 }
-                assert_eq!(runs, expected);
+                runs.check();
+                assert_eq!(runs.as_map(), expected);
             }
         }
     }
@@ -596,46 +529,9 @@ mod tests {
     #[test]
     #[should_panic(expected = "double free")]
     fn a_run_freed_twice_in_part_is_a_broken_invariant() {
-        let mut runs = BTreeMap::new();
-        insert_run(&mut runs, 10, 5);
-        insert_run(&mut runs, 4, 7);
-    }
-
-    #[test]
-    fn every_overlap_with_a_free_run_is_refused_and_every_neighbour_merges() {
-        let two_runs = || BTreeMap::from([(10u64, 5u64), (20, 5)]);
-        for (start, count) in [
-            (12, 1),
-            (9, 2),
-            (14, 3),
-            (8, 20),
-            (15, 6),
-            (19, 2),
-            (20, 5),
-            (24, 1),
-            (10, 5),
-            (0, 11),
-            (14, 7),
-        ] {
-            let refused = std::panic::catch_unwind(|| {
-                let mut runs = two_runs();
-                insert_run(&mut runs, start, count);
-            });
-            assert!(refused.is_err(), "[{start}, +{count}) overlaps a free run");
-        }
-        for (start, count, expected) in [
-            (15, 5, vec![(10, 15)]),
-            (5, 5, vec![(5, 10), (20, 5)]),
-            (25, 3, vec![(10, 5), (20, 8)]),
-            (16, 2, vec![(10, 5), (16, 2), (20, 5)]),
-            (15, 2, vec![(10, 7), (20, 5)]),
-            (18, 2, vec![(10, 5), (18, 7)]),
-            (0, 3, vec![(0, 3), (10, 5), (20, 5)]),
-        ] {
-            let mut runs = two_runs();
-            insert_run(&mut runs, start, count);
-            assert_eq!(runs, BTreeMap::from_iter(expected), "[{start}, +{count})");
-        }
+        let mut runs = FreeRuns::default();
+        runs.free(10, 5);
+        runs.free(4, 7);
     }
 
     #[test]
@@ -683,7 +579,11 @@ mod tests {
         }
         let a = BlockAllocator::from_bitmap(&bits, 12, 1);
         assert_eq!(a.free_blocks(), 9);
-        assert_eq!(a.alloc(3), Some(4), "first fit skips the 2-block run at 0");
+        assert_eq!(
+            a.alloc(3),
+            Some(4),
+            "the shortest run that holds 3, not the 2 at 0"
+        );
         assert_eq!(a.alloc(2), Some(0));
         assert_eq!(a.alloc(3), None, "only 7-8 and 10-11 are left");
         a.free(4, 3);
