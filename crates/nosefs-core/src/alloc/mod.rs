@@ -1,9 +1,10 @@
 //! Free data blocks in DRAM, per CPU (seed 001, III-D "per-CPU allocation").
 //!
 //! The data zone is divided into one region per CPU. Each region keeps its free runs under its
-//! own lock, indexed by start and by length ([`runs::FreeRuns`]), and merges a freed run with its
-//! free neighbours. A thread allocates from the region of the CPU it runs on and steals from the others
-//! only when its own cannot serve the request, so threads on different CPUs do not contend.
+//! own lock, indexed by end and by length ([`runs::FreeRuns`]), and merges a freed run with its
+//! free neighbours. A thread allocates from the region of the CPU it runs on and steals from the
+//! others only when its own cannot serve the request, so threads on different CPUs do not
+//! contend.
 //!
 //! Built from the NVM bitmap at mount; the bitmap itself changes only in journal apply steps, so a
 //! block handed out here is not allocated on the media until its commit applies.

@@ -5,12 +5,13 @@
 //! Why the second index: a region's free space after random page rewrites, punched holes or
 //! deleted small files is tens of thousands of one-block runs, and a first fit walked them all
 //! for every allocation of two blocks or more that had no goal (measured: 8 KiB overwrites +
-//! fsync 2.6 us on a fresh image, 146 us with 50,000 one-block holes below the free space).
+//! fsync 2.6 us on a fresh image, 139-150 us with 50,000 one-block holes below the free space;
+//! `scripts/free-space-holes.c`).
 //!
 //! Why by end: blocks are handed out from a run's start (a file's goal is the block after its
 //! last, the start of the free run there; a fit takes a run's first blocks), and a run keyed by
 //! its end keeps its key when its start moves: the run shrinks in place, and only the length
-//! index changes. Keyed by start, every allocation removed and reinserted the run in both.
+//! index changes (keyed by start, an allocation would remove and reinsert it in both).
 //!
 //! Invariants, checked by [`FreeRuns::check`] in tests: the two indexes hold the same runs;
 //! runs are not empty and neither overlap nor touch (a freed run merges with its neighbours);
@@ -118,7 +119,7 @@ impl FreeRuns {
     /// `count` blocks from the shortest run that holds them (the lowest of those), or `None`.
     pub(super) fn take_fit(&mut self, count: u64) -> Option<u64> {
         let &(len, end) = self.by_len.range((count, 0)..).next()?;
-        self.take(end - len, count).map(|(start, _)| start)
+        self.take_at(end - len, count).map(|(start, _)| start)
     }
 
     /// The longest run (the highest of those), whole: (start, length).
@@ -128,15 +129,10 @@ impl FreeRuns {
         Some((end - len, len))
     }
 
-    /// Up to `max` blocks from `goal` on, if `goal` is free.
-    pub(super) fn take_at(&mut self, goal: u64, max: u64) -> Option<(u64, u64)> {
-        self.take(goal, max)
-    }
-
     /// Up to `max` blocks from `goal` on, if `goal` is free: the run holding it keeps its end,
     /// shortened in place (one search of the end index), and the part before `goal`, if any,
     /// becomes a run of its own.
-    fn take(&mut self, goal: u64, max: u64) -> Option<(u64, u64)> {
+    pub(super) fn take_at(&mut self, goal: u64, max: u64) -> Option<(u64, u64)> {
         let (&end, len) = self.by_end.range_mut(goal + 1..).next()?;
         let old = *len;
         let start = end - old;
