@@ -210,6 +210,22 @@ mod tests {
         }
     }
 
+    /// A gate jobs wait at until it opens: (open, its condition variable).
+    type Gate = Arc<(Mutex<bool>, Condvar)>;
+
+    /// A job that waits for `gate` to open, then marks itself ended.
+    fn gated(gate: &Gate) -> impl Fn(Arc<Done>) + Send + Sync + 'static {
+        let held = Arc::clone(gate);
+        move |done: Arc<Done>| {
+            let (open, wake) = &*held;
+            let mut open = open.lock();
+            while !*open {
+                wake.wait(&mut open);
+            }
+            done.set();
+        }
+    }
+
     /// Waits (up to 10 s) until `check` holds: the pool's threads move on their own time.
     fn eventually(what: &str, check: impl Fn() -> bool) {
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
@@ -260,18 +276,10 @@ mod tests {
     #[test]
     fn stop_does_not_wait_out_the_idle_time_of_a_job_that_ends_after_it_began() {
         let gate = Arc::new((Mutex::new(false), Condvar::new()));
-        let held = Arc::clone(&gate);
         let workers = Arc::new(Workers::new(
             "test-worker",
             Duration::from_secs(60),
-            move |done: Arc<Done>| {
-                let (open, wake) = &*held;
-                let mut open = open.lock();
-                while !*open {
-                    wake.wait(&mut open);
-                }
-                done.set();
-            },
+            gated(&gate),
         ));
         let done = Arc::new(Done::default());
         workers.run(Arc::clone(&done)).unwrap();
@@ -341,19 +349,7 @@ mod tests {
     #[test]
     fn jobs_at_once_get_threads_of_their_own_and_stop_joins_them() {
         let gate = Arc::new((Mutex::new(false), Condvar::new()));
-        let held = Arc::clone(&gate);
-        let workers = Workers::new(
-            "test-worker",
-            Duration::from_secs(60),
-            move |done: Arc<Done>| {
-                let (open, wake) = &*held;
-                let mut open = open.lock();
-                while !*open {
-                    wake.wait(&mut open);
-                }
-                done.set();
-            },
-        );
+        let workers = Workers::new("test-worker", Duration::from_secs(60), gated(&gate));
         let dones: Vec<Arc<Done>> = (0..3).map(|_| Arc::new(Done::default())).collect();
         for done in &dones {
             workers.run(Arc::clone(done)).unwrap();

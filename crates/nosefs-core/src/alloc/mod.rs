@@ -485,57 +485,6 @@ mod tests {
     }
 
     #[test]
-    fn freed_runs_merge_as_the_free_space_they_describe_in_any_order() {
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
-        for _ in 0..100 {
-            let mut pieces = Vec::new();
-            let mut block = 0;
-            while block < 256 {
-                let n = (1 + next() % 3).min(256 - block);
-                pieces.push((block, n));
-                block += n;
-            }
-            for i in (1..pieces.len()).rev() {
-                pieces.swap(i, (next() % (i as u64 + 1)) as usize);
-            }
-            let (mut runs, mut free) = (FreeRuns::default(), [false; 256]);
-            for (start, n) in pieces {
-                runs.free(start, n);
-                free[start as usize..(start + n) as usize].fill(true);
-                let mut expected = BTreeMap::new();
-                let mut b = 0;
-                while b < 256 {
-                    if !free[b] {
-                        b += 1;
-                        continue;
-                    }
-                    let s = b;
-                    while b < 256 && free[b] {
-                        b += 1;
-                    }
-                    expected.insert(s as u64, (b - s) as u64);
-                }
-                runs.check();
-                assert_eq!(runs.as_map(), expected);
-            }
-        }
-    }
-
-    #[test]
-    #[should_panic(expected = "double free")]
-    fn a_run_freed_twice_in_part_is_a_broken_invariant() {
-        let mut runs = FreeRuns::default();
-        runs.free(10, 5);
-        runs.free(4, 7);
-    }
-
-    #[test]
     fn word_skipping_finds_the_same_runs_as_a_bit_walk() {
         let mut seed = 0x9e37_79b9_7f4a_7c15u64;
         for case in 0..200 {

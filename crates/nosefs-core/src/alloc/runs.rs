@@ -189,6 +189,34 @@ impl FreeRuns {
 mod tests {
     use super::*;
 
+    /// A seeded xorshift generator.
+    fn xorshift(mut seed: u64) -> impl FnMut() -> u64 {
+        move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        }
+    }
+
+    /// The maximal runs of a bitmap of free blocks, start -> length.
+    fn runs_of(free: &[bool]) -> BTreeMap<u64, u64> {
+        let mut runs = BTreeMap::new();
+        let mut b = 0;
+        while b < free.len() {
+            if !free[b] {
+                b += 1;
+                continue;
+            }
+            let s = b;
+            while b < free.len() && free[b] {
+                b += 1;
+            }
+            runs.insert(s as u64, (b - s) as u64);
+        }
+        runs
+    }
+
     fn two_runs() -> FreeRuns {
         FreeRuns::from_runs(BTreeMap::from([(10u64, 5u64), (20, 5)]))
     }
@@ -270,13 +298,7 @@ mod tests {
     #[test]
     fn random_frees_and_takes_keep_the_free_space_of_a_bitmap() {
         const BLOCKS: usize = 512;
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut next = xorshift(0x2545_f491_4f6c_dd1d);
         let mut runs = FreeRuns::default();
         let mut free = [false; BLOCKS];
         for _ in 0..20_000 {
@@ -315,20 +337,39 @@ mod tests {
                 }
             }
             runs.check();
-            let mut model = BTreeMap::new();
-            let mut b = 0;
-            while b < BLOCKS {
-                if free[b] {
-                    let s = b;
-                    while b < BLOCKS && free[b] {
-                        b += 1;
-                    }
-                    model.insert(s as u64, (b - s) as u64);
-                } else {
-                    b += 1;
-                }
-            }
-            assert_eq!(runs.as_map(), model);
+            assert_eq!(runs.as_map(), runs_of(&free));
         }
+    }
+
+    #[test]
+    fn freed_runs_merge_as_the_free_space_they_describe_in_any_order() {
+        let mut next = xorshift(0x9e37_79b9_7f4a_7c15);
+        for _ in 0..100 {
+            let mut pieces = Vec::new();
+            let mut block = 0;
+            while block < 256 {
+                let n = (1 + next() % 3).min(256 - block);
+                pieces.push((block, n));
+                block += n;
+            }
+            for i in (1..pieces.len()).rev() {
+                pieces.swap(i, (next() % (i as u64 + 1)) as usize);
+            }
+            let (mut runs, mut free) = (FreeRuns::default(), [false; 256]);
+            for (start, n) in pieces {
+                runs.free(start, n);
+                free[start as usize..(start + n) as usize].fill(true);
+                runs.check();
+                assert_eq!(runs.as_map(), runs_of(&free));
+            }
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "double free")]
+    fn a_run_freed_twice_in_part_is_a_broken_invariant() {
+        let mut runs = FreeRuns::default();
+        runs.free(10, 5);
+        runs.free(4, 7);
     }
 }
