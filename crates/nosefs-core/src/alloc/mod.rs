@@ -26,6 +26,7 @@ use parking_lot::Mutex;
 use crate::format::bitmap;
 use crate::pmem::Populator;
 
+mod bits;
 mod runs;
 use runs::FreeRuns;
 
@@ -78,12 +79,13 @@ impl BlockAllocator {
         let regions = (0..count)
             .map(|i| {
                 let (first, end) = (i * per, ((i + 1) * per).min(blocks));
-                let runs = FreeRuns::from_runs(free_runs(bits, first, end));
+                let free = free_runs(bits, first, end);
                 // Past the last block in use: the free run that ends the region, if one does.
-                let high_water = match runs.last() {
-                    Some((start, len)) if start + len == end => start,
+                let high_water = match free.last_key_value() {
+                    Some((&start, &len)) if start + len == end => start,
                     _ => end,
                 };
+                let runs = FreeRuns::from_runs(first..end, &free);
                 crate::padded::CachePadded(Region {
                     first,
                     end,
