@@ -86,6 +86,8 @@ fn overwrite(
     target.fsync(&file)?;
     let data = vec![2u8; io];
     let mut x = 88172645463325252u64 + thread;
+    // For a profiler to attach once the file is written (`perf record -p` after this line).
+    eprintln!("thread {thread}: file written, overwriting");
     let start = std::time::Instant::now();
     let mut n = 0u64;
     let mut latencies_ns: Vec<u32> = Vec::new();

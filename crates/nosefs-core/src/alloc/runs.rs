@@ -123,19 +123,25 @@ impl FreeRuns {
                 self.remove_long(start)
             };
         }
-        let mut run_end = end;
-        if self.is_free(end) {
-            run_end = if self.singles.remove(end - self.first) {
-                end + 1
-            } else {
-                let (&next_end, &len) = self.by_end.range(end + 1..).next().expect("a run");
-                assert_eq!(next_end - len, end, "a free block starts a run");
-                self.remove_long(next_end);
-                next_end
-            };
-        }
         self.free.set(start - self.first, end - self.first);
         self.blocks += count;
+        let mut run_end = end;
+        if self.is_free(end) {
+            if self.singles.remove(end - self.first) {
+                run_end = end + 1;
+            } else {
+                // The run after grows down over this one (and the one before): its key, its
+                // end, stays, so only its length changes, in place.
+                let (&next_end, len) = self.by_end.range_mut(end + 1..).next().expect("a run");
+                let old = *len;
+                assert_eq!(next_end - old, end, "a free block starts a run");
+                *len = next_end - run_start;
+                let new = *len;
+                self.by_len.remove(&(old, next_end));
+                self.by_len.insert((new, next_end));
+                return;
+            }
+        }
         self.insert_run(run_start, run_end - run_start);
     }
 
