@@ -182,14 +182,17 @@ impl Checker {
                 .recorder()
                 .expect("recording")
                 .take_events();
-            let _ = workload::run(&fs, op); // an errno is a legitimate outcome
+            // An errno is a legitimate outcome; an operation that fails commits nothing (an
+            // insert past the end is EINVAL and leaves the file's unsynced writes unsynced).
+            let outcome = workload::run(&fs, op);
             let events = fs
                 .image()
                 .region()
                 .recorder()
                 .expect("recording")
                 .take_events();
-            if let Some(ino) = op.commits().and_then(|p| workload::ino_of(&fs, p).ok()) {
+            let committed = op.commits().filter(|_| outcome.is_ok());
+            if let Some(ino) = committed.and_then(|p| workload::ino_of(&fs, p).ok()) {
                 pending.remove(&ino);
             }
             let after_tree = durable_tree_of(&fs, &pending);

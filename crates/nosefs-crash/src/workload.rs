@@ -538,6 +538,17 @@ pub fn file_sequences() -> Vec<Vec<Op>> {
             Op::Unlink("/a"),
             Op::Unlink("/d/h"),
         ],
+        // Operations that would commit the file fail (EINVAL past its end, ENOENT) and leave
+        // its unsynced append unsynced, through other commits, until its own fsync (seed 335
+        // of the random sequences: the checker took a failed insert for a commit).
+        vec![
+            Op::Append("/d/c", 38, 9),
+            Op::InsertRange("/d/c", 8192, 4096),
+            Op::CollapseRange("/d/c", 0, 4096),
+            Op::Fsync("/m"),
+            Op::Chmod("/a", 0o600),
+            Op::Fsync("/d/c"),
+        ],
     ]
 }
 
