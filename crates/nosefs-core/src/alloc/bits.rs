@@ -80,6 +80,45 @@ impl Bits {
         spans(start, end).for_each(|(w, m)| self.words[w] &= !m);
     }
 
+    /// How many positions from `i` on are set one after another, counting at most `limit`
+    /// (positions past the end are clear).
+    pub(super) fn ones_from(&self, i: u64, limit: u64) -> u64 {
+        let (mut count, mut at) = (0, i);
+        while count < limit && at < self.len {
+            let word = self.words[(at / WORD_BITS) as usize] >> (at % WORD_BITS);
+            let room = WORD_BITS - at % WORD_BITS;
+            // The shift brought in clear bits above `room`, so this is at most `room`.
+            let ones = u64::from((!word).trailing_zeros());
+            count += ones;
+            if ones < room {
+                break;
+            }
+            at += room;
+        }
+        count.min(limit)
+    }
+
+    /// How many positions just below `i` (`i - 1`, `i - 2`, ...) are set one after another,
+    /// counting at most `limit`.
+    pub(super) fn ones_before(&self, i: u64, limit: u64) -> u64 {
+        assert!(i <= self.len, "{i} past {}", self.len);
+        let (mut count, mut end) = (0, i);
+        while count < limit && end > 0 {
+            let last = end - 1;
+            let word =
+                self.words[(last / WORD_BITS) as usize] << (WORD_BITS - 1 - last % WORD_BITS);
+            let room = last % WORD_BITS + 1;
+            // The shift brought in clear bits below `room`, so this is at most `room`.
+            let ones = u64::from((!word).leading_zeros());
+            count += ones;
+            if ones < room {
+                break;
+            }
+            end -= room;
+        }
+        count.min(limit)
+    }
+
     /// How many positions are set (tests).
     #[cfg(test)]
     pub(super) fn count(&self) -> u64 {
@@ -198,6 +237,32 @@ mod tests {
             assert_eq!(bits.count(), 1);
         }
         assert!(!Bits::new(10).get(10), "past the end reads as clear");
+    }
+
+    #[test]
+    fn runs_of_set_bits_are_counted_both_ways_across_words_up_to_a_limit() {
+        let mut bits = Bits::new(300);
+        for (start, end) in [(0, 3), (60, 70), (127, 129), (200, 300)] {
+            bits.set(start, end);
+        }
+        let walk_from = |i: u64| (i..300).take_while(|&j| bits.get(j)).count() as u64;
+        let walk_before = |i: u64| (0..i).rev().take_while(|&j| bits.get(j)).count() as u64;
+        for i in 0..=300 {
+            for limit in [1, 2, 5, 64, 200] {
+                if i < 300 {
+                    assert_eq!(
+                        bits.ones_from(i, limit),
+                        walk_from(i).min(limit),
+                        "from {i}"
+                    );
+                }
+                assert_eq!(
+                    bits.ones_before(i, limit),
+                    walk_before(i).min(limit),
+                    "before {i}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -1,48 +1,54 @@
-//! One region's free runs of data blocks: runs of two blocks or more indexed twice, by end (to
-//! merge a freed run with its neighbours and to find the run holding a goal) and by length (to
-//! find a run of a given size without walking the shorter ones); one-block runs in a bit tree;
-//! and one bit per block saying whether it is free ([`super::bits`]).
+//! One region's free runs of data blocks: runs of up to [`SHORT_MAX`] blocks in bit trees, one
+//! per length; longer runs indexed twice, by end (to find the run holding a goal and the run a
+//! freed one merges with) and by length (to find a run of a given size without walking the
+//! shorter ones); and one bit per block saying whether it is free ([`super::bits`]).
 //!
 //! Why the length index: a region's free space after random page rewrites, punched holes or
-//! deleted small files is tens of thousands of one-block runs, and a first fit walked them all
-//! for every allocation of two blocks or more that had no goal (measured: 8 KiB overwrites +
-//! fsync 2.6 us on a fresh image, 139-150 us with 50,000 one-block holes below the free space;
+//! deleted small files is tens of thousands of short runs, and a first fit walked them all for
+//! every allocation of two blocks or more that had no goal (measured: 8 KiB overwrites + fsync
+//! 2.6 us on a fresh image, 139-150 us with 50,000 one-block holes below the free space;
 //! `scripts/free-space-holes.c`).
 //!
-//! Why one-block runs apart, in bits: random page rewrites free one block at a random place and
-//! take one, hundreds of thousands of times over a large file. As B-tree entries, each step was
-//! three descents through trees of that many entries, a cache miss or two per level; as bits, a
-//! free whose neighbours are in use sets two words and a take of the lowest one-block run reads
-//! a few (measured with `FILE_MIB=2048 overwrite_profile aligned4096`: docs/benchmarks.md).
-//! The per-block bits also answer "is this block free" (a goal, a neighbour, a double free)
-//! without a search.
+//! Why short runs apart, in bits: random page rewrites free one block at a random place and take
+//! one, hundreds of thousands of times over a large file, and the freed blocks, as they thicken,
+//! merge into runs of two, three, four blocks. As B-tree entries, each such step was several
+//! descents through trees of that many entries, a cache miss or two per level; in bits, a free
+//! reads its neighbours' bits (which also give a short run's bounds), and a fit takes the lowest
+//! member of the tree of the shortest length that holds it, a few words each (measured with
+//! `FILE_MIB=2048 overwrite_profile aligned4096`: docs/benchmarks.md). Runs longer than
+//! [`SHORT_MAX`] are rare in such free space and common where it is not fragmented (the frontier,
+//! a deleted file), where the B-trees are small.
 //!
 //! Why by end: blocks are handed out from a run's start (a file's goal is the block after its
 //! last, the start of the free run there; a fit takes a run's first blocks), and a run keyed by
 //! its end keeps its key when its start moves: the run shrinks in place, and only the length
 //! index changes.
 //!
-//! Invariants, checked by [`FreeRuns::check`] in tests: the two indexes hold the same runs,
-//! each of two blocks or more; the bit tree holds the one-block runs; runs neither overlap nor
-//! touch (a freed run merges with its neighbours); the free bits are exactly the runs' blocks,
-//! and `blocks` counts them.
+//! Invariants, checked by [`FreeRuns::check`] in tests: the two indexes hold the same runs, each
+//! longer than [`SHORT_MAX`]; the bit tree of length `k` holds the starts of the runs of `k`
+//! blocks; runs neither overlap nor touch (a freed run merges with its neighbours); the free
+//! bits are exactly the runs' blocks, and `blocks` counts them.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
 
 use super::bits::{BitTree, Bits};
 
+/// Runs of up to this many blocks live in bit trees ([`FreeRuns::short`]). After random
+/// one-block frees of half a region, runs of five blocks or more are 3% of the runs.
+const SHORT_MAX: u64 = 4;
+
 /// The free runs of one region, blocks `[first, end)`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct FreeRuns {
     /// The region's first block: bit `i` below is block `first + i`.
     first: u64,
-    /// Runs of two blocks or more: end block (the first past the run) -> run length.
+    /// Runs longer than [`SHORT_MAX`]: end block (the first past the run) -> run length.
     by_end: BTreeMap<u64, u64>,
     /// (length, end) of every run in `by_end`: among runs of one length, the lowest first.
     by_len: BTreeSet<(u64, u64)>,
-    /// One-block runs.
-    singles: BitTree,
+    /// `short[k - 1]`: the starts of the runs of exactly `k` blocks, `k` up to [`SHORT_MAX`].
+    short: Vec<BitTree>,
     /// Free blocks.
     free: Bits,
     /// Blocks in all runs.
@@ -57,7 +63,7 @@ impl FreeRuns {
             first: span.start,
             by_end: BTreeMap::new(),
             by_len: BTreeSet::new(),
-            singles: BitTree::new(len),
+            short: (0..SHORT_MAX).map(|_| BitTree::new(len)).collect(),
             free: Bits::new(len),
             blocks: 0,
         }
@@ -83,22 +89,48 @@ impl FreeRuns {
         block >= self.first && self.free.get(block - self.first)
     }
 
+    /// The run holding free block `b`, `(start, end)`, when it is short (read from the bits);
+    /// `None` when it is longer than [`SHORT_MAX`] (then the B-trees have it).
+    fn short_run_holding(&self, b: u64) -> Option<(u64, u64)> {
+        let i = b - self.first;
+        let below = self.free.ones_before(i, SHORT_MAX);
+        let from = self.free.ones_from(i, SHORT_MAX + 1 - below);
+        debug_assert!(from > 0, "block {b} is not free");
+        // Both counts stopped at a block in use, not at their limits, exactly when they sum to
+        // at most SHORT_MAX.
+        (below + from <= SHORT_MAX).then_some((b - below, b + from))
+    }
+
+    /// The run holding free block `b`: `(start, end)`.
+    fn run_holding(&self, b: u64) -> (u64, u64) {
+        self.short_run_holding(b).unwrap_or_else(|| {
+            let (&end, &len) = self.by_end.range(b + 1..).next().expect("a run holds it");
+            assert!(end - len <= b, "a free block lies in the run after it");
+            (end - len, end)
+        })
+    }
+
     /// Records the run `[start, start + len)` in the index its length belongs to.
     fn insert_run(&mut self, start: u64, len: u64) {
         debug_assert!(len > 0);
-        if len == 1 {
-            self.singles.insert(start - self.first);
+        if len <= SHORT_MAX {
+            self.short[len as usize - 1].insert(start - self.first);
         } else {
             self.by_end.insert(start + len, len);
             self.by_len.insert((len, start + len));
         }
     }
 
-    /// Forgets the run of two blocks or more ending at `end`: its length.
-    fn remove_long(&mut self, end: u64) -> u64 {
-        let len = self.by_end.remove(&end).expect("a free block ends a run");
-        self.by_len.remove(&(len, end));
-        len
+    /// Forgets the run `[start, end)`.
+    fn remove_run(&mut self, start: u64, end: u64) {
+        let len = end - start;
+        if len <= SHORT_MAX {
+            let present = self.short[len as usize - 1].remove(start - self.first);
+            assert!(present, "a short run [{start}, {end}) is recorded");
+        } else {
+            assert_eq!(self.by_end.remove(&end), Some(len), "a run ends at {end}");
+            self.by_len.remove(&(len, end));
+        }
     }
 
     /// Marks `[start, end)` as handed out.
@@ -115,97 +147,106 @@ impl FreeRuns {
             start >= self.first && !self.free.any(start - self.first, end - self.first),
             "double free in [{start}, +{count})"
         );
-        let mut run_start = start;
-        if self.is_free(start.wrapping_sub(1)) {
-            run_start -= if self.singles.remove(start - 1 - self.first) {
-                1
-            } else {
-                self.remove_long(start)
-            };
-        }
+        // The neighbours' runs, found before the bits change (a short one's bounds are read
+        // from them).
+        let before = self
+            .is_free(start.wrapping_sub(1))
+            .then(|| self.run_holding(start - 1));
+        let after = self.is_free(end).then(|| self.run_holding(end));
         self.free.set(start - self.first, end - self.first);
         self.blocks += count;
-        let mut run_end = end;
-        if self.is_free(end) {
-            if self.singles.remove(end - self.first) {
-                run_end = end + 1;
-            } else {
+        let run_start = before.map_or(start, |(s, _)| s);
+        if let Some((s, e)) = before {
+            self.remove_run(s, e);
+        }
+        match after {
+            Some((_, next_end)) if next_end - end > SHORT_MAX => {
                 // The run after grows down over this one (and the one before): its key, its
                 // end, stays, so only its length changes, in place.
-                let (&next_end, len) = self.by_end.range_mut(end + 1..).next().expect("a run");
+                let len = self.by_end.get_mut(&next_end).expect("a long run");
                 let old = *len;
-                assert_eq!(next_end - old, end, "a free block starts a run");
                 *len = next_end - run_start;
                 let new = *len;
                 self.by_len.remove(&(old, next_end));
                 self.by_len.insert((new, next_end));
-                return;
             }
+            Some((s, e)) => {
+                self.remove_run(s, e);
+                self.insert_run(run_start, e - run_start);
+            }
+            None => self.insert_run(run_start, end - run_start),
         }
-        self.insert_run(run_start, run_end - run_start);
     }
 
     /// `count` blocks from the shortest run that holds them (the lowest of those), or `None`.
     pub(super) fn take_fit(&mut self, count: u64) -> Option<u64> {
-        if count == 1 {
-            if let Some(i) = self.singles.min() {
-                self.singles.remove(i);
-                let block = self.first + i;
-                self.handed_out(block, block + 1);
-                return Some(block);
+        for len in count.max(1)..=SHORT_MAX {
+            let tree = &mut self.short[len as usize - 1];
+            if let Some(i) = tree.min() {
+                tree.remove(i);
+                let start = self.first + i;
+                if len > count {
+                    self.insert_run(start + count, len - count);
+                }
+                self.handed_out(start, start + count);
+                return Some(start);
             }
         }
-        let &(len, end) = self.by_len.range((count, 0)..).next()?;
+        let &(len, end) = self.by_len.range((count.max(SHORT_MAX + 1), 0)..).next()?;
         self.take_at(end - len, count).map(|(start, _)| start)
     }
 
     /// The longest run (the highest of those), whole: (start, length).
     pub(super) fn take_longest(&mut self) -> Option<(u64, u64)> {
         let (start, len) = match self.by_len.iter().next_back() {
-            Some(&(len, end)) => {
-                self.remove_long(end);
-                (end - len, len)
-            }
-            None => {
-                let i = self.singles.max()?;
-                self.singles.remove(i);
-                (self.first + i, 1)
-            }
+            Some(&(len, end)) => (end - len, len),
+            None => (1..=SHORT_MAX).rev().find_map(|len| {
+                let i = self.short[len as usize - 1].max()?;
+                Some((self.first + i, len))
+            })?,
         };
+        self.remove_run(start, start + len);
         self.handed_out(start, start + len);
         Some((start, len))
     }
 
-    /// Up to `max` blocks from `goal` on, if `goal` is free: a run of two blocks or more holding
-    /// it keeps its end, shortened in place (one search of the end index), and the part before
-    /// `goal`, if any, becomes a run of its own.
+    /// Up to `max` blocks from `goal` on, if `goal` is free: a long run holding it keeps its end,
+    /// shortened in place while what is left of it stays long (one search of the end index), and
+    /// the part before `goal`, if any, becomes a run of its own.
     pub(super) fn take_at(&mut self, goal: u64, max: u64) -> Option<(u64, u64)> {
         if !self.is_free(goal) {
             return None;
         }
-        // A one-block run has no free neighbour; asked of the bits (the goal's word, which an
-        // append's long run at the frontier keeps in the cache) before the bit tree.
-        if !self.is_free(goal + 1) && !self.is_free(goal.wrapping_sub(1)) {
-            assert!(self.singles.remove(goal - self.first), "a lone free block");
-            self.handed_out(goal, goal + 1);
-            return Some((goal, 1));
-        }
-        let (&end, len) = self.by_end.range_mut(goal + 1..).next().expect("a run");
-        let old = *len;
-        let start = end - old;
-        assert!(start <= goal, "a free block lies in the run after it");
-        let taken = (end - goal).min(max);
-        let left = end - goal - taken;
-        if left >= 2 {
-            *len = left;
-            self.by_len.remove(&(old, end));
-            self.by_len.insert((left, end));
-        } else {
-            self.remove_long(end);
-            if left == 1 {
-                self.singles.insert(end - 1 - self.first);
+        let (start, end, taken) = match self.short_run_holding(goal) {
+            Some((start, end)) => {
+                self.remove_run(start, end);
+                let taken = (end - goal).min(max);
+                if goal + taken < end {
+                    self.insert_run(goal + taken, end - goal - taken);
+                }
+                (start, end, taken)
             }
-        }
+            None => {
+                let (&end, len) = self.by_end.range_mut(goal + 1..).next().expect("a run");
+                let old = *len;
+                let start = end - old;
+                assert!(start <= goal, "a free block lies in the run after it");
+                let taken = (end - goal).min(max);
+                let left = end - goal - taken;
+                if left > SHORT_MAX {
+                    *len = left;
+                    self.by_len.remove(&(old, end));
+                    self.by_len.insert((left, end));
+                } else {
+                    self.remove_run(start, end);
+                    if left > 0 {
+                        self.insert_run(end - left, left);
+                    }
+                }
+                (start, end, taken)
+            }
+        };
+        debug_assert!(goal + taken <= end);
         if goal > start {
             self.insert_run(start, goal - start);
         }
@@ -216,15 +257,17 @@ impl FreeRuns {
     /// The runs, start -> length (tests).
     #[cfg(test)]
     pub(super) fn as_map(&self) -> BTreeMap<u64, u64> {
-        let mut singles = self.singles.clone();
         let mut runs: BTreeMap<u64, u64> = self
             .by_end
             .iter()
             .map(|(&end, &len)| (end - len, len))
             .collect();
-        while let Some(i) = singles.min() {
-            singles.remove(i);
-            runs.insert(self.first + i, 1);
+        for (k, tree) in self.short.iter().enumerate() {
+            let mut tree = tree.clone();
+            while let Some(i) = tree.min() {
+                tree.remove(i);
+                assert!(runs.insert(self.first + i, k as u64 + 1).is_none(), "twice");
+            }
         }
         runs
     }
@@ -234,7 +277,10 @@ impl FreeRuns {
     pub(super) fn check(&self) {
         let by_len: BTreeSet<(u64, u64)> = self.by_end.iter().map(|(&e, &l)| (l, e)).collect();
         assert_eq!(by_len, self.by_len, "the indexes disagree");
-        assert!(self.by_end.values().all(|&len| len >= 2), "a short run");
+        assert!(
+            self.by_end.values().all(|&len| len > SHORT_MAX),
+            "a short run in the B-trees"
+        );
         let runs = self.as_map();
         assert_eq!(self.blocks, runs.values().sum::<u64>(), "block count");
         assert_eq!(self.blocks, self.free.count(), "free bits");
@@ -365,7 +411,7 @@ mod tests {
 
     /// A seeded mix of frees and takes against a bitmap model: the same free space, and the
     /// invariants, after every step; each fit the shortest run that holds it, the lowest of
-    /// those.
+    /// those; each longest run taken the highest of those.
     #[test]
     fn random_frees_and_takes_keep_the_free_space_of_a_bitmap() {
         const BLOCKS: usize = 512;
@@ -374,8 +420,17 @@ mod tests {
         let mut free = [false; BLOCKS];
         for _ in 0..20_000 {
             let count = 1 + next() % 6;
-            match next() % 4 {
-                0 | 1 => {
+            match next() % 9 {
+                8 => {
+                    let longest = runs_of(&free)
+                        .into_iter()
+                        .max_by_key(|&(start, len)| (len, start));
+                    assert_eq!(runs.take_longest(), longest, "the longest run, the highest");
+                    if let Some((start, len)) = longest {
+                        free[start as usize..(start + len) as usize].fill(false);
+                    }
+                }
+                0..=3 => {
                     let start = next() % (BLOCKS as u64 - count);
                     let span = start as usize..(start + count) as usize;
                     if free[span.clone()].iter().any(|&f| f) {
@@ -384,7 +439,7 @@ mod tests {
                     runs.free(start, count);
                     free[span].fill(true);
                 }
-                2 => match runs.take_fit(count) {
+                4 | 5 => match runs.take_fit(count) {
                     Some(start) => {
                         let best = runs_of(&free)
                             .into_iter()
