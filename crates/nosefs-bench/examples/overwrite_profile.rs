@@ -136,6 +136,7 @@ fn wal_frames(
     }
     target.fsync(&file)?;
     let count = count.unwrap_or(1_000_000);
+    eprintln!("thread {thread}: log written, overwriting it frame by frame");
     let start = std::time::Instant::now();
     for k in 0..count {
         let at = 32 + k % FRAMES * FRAME_BYTES;
@@ -160,6 +161,8 @@ fn append_all(target: &Native, thread: u64, count: Option<u64>, bytes: u64) -> s
     let file = target.open(target.root(), &cname(&format!("bench{thread}")), true)?;
     let record = vec![1u8; bytes as usize];
     let count = count.unwrap_or(file_bytes() / bytes);
+    // For a profiler to attach once the image is mapped (`perf record -p` after this line).
+    eprintln!("thread {thread}: image ready, appending (not overwriting)");
     let before = nosefs_core::pmem::counters();
     let start = std::time::Instant::now();
     for k in 0..count {

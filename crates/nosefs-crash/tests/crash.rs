@@ -17,6 +17,25 @@ fn print(report: &Report) {
     }
 }
 
+/// Random sequences beyond the fixed four, from `NOSEFS_CRASH_SEEDS` (numbers separated by
+/// spaces; `scripts/test.sh` gives two that change every day, so CI explores new sequences while
+/// its time stays the same). A failure names its workload, `random:SEED`, which
+/// `nosefs crash-check --workload random:SEED --length 12` runs again.
+fn extra_seeds() -> Vec<u64> {
+    let seeds = std::env::var("NOSEFS_CRASH_SEEDS").unwrap_or_default();
+    let seeds: Vec<u64> = seeds
+        .split_whitespace()
+        .map(|s| {
+            s.parse()
+                .expect("NOSEFS_CRASH_SEEDS: numbers separated by spaces")
+        })
+        .collect();
+    if !seeds.is_empty() {
+        eprintln!("random sequences also from seeds {seeds:?} (NOSEFS_CRASH_SEEDS)");
+    }
+    seeds
+}
+
 #[test]
 #[cfg_attr(
     debug_assertions,
@@ -33,7 +52,7 @@ fn every_operation_alone_and_every_pair_survive_every_crash() {
     for (i, pair) in pairs().into_iter().enumerate() {
         workloads.push((format!("pair:{i}"), pair.to_vec()));
     }
-    for seed in 0..4 {
+    for seed in (0..4).chain(extra_seeds()) {
         workloads.push((format!("random:{seed}"), random(seed, 12)));
     }
     // One checker per CPU, each taking every n-th workload (CI time: the check is CPU-bound and
