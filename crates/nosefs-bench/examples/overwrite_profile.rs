@@ -10,7 +10,10 @@
 //! 4,120-byte frames (a 24-byte header and a 4 KiB page) one after another from byte 32, each
 //! followed by fsync, the log overwritten from its start every 1,000 frames; `walsplit` writes
 //! each frame as SQLite does, header and page apart.
-//! `cargo run --release --example overwrite_profile -- 1024|aligned8192|append|wal [threads] [overwrites]`.
+//! With `fragread`, the `fragment` workload's last phase: the file fragmented by 1 KiB
+//! overwrites (the third argument: how many, 100,000 by default), then 1 MiB reads of it for
+//! six seconds.
+//! `cargo run --release --example overwrite_profile -- 1024|aligned8192|append|wal|fragread [threads] [overwrites]`.
 
 use nosefs_bench::target::{cname, Native, Needs, Target};
 
@@ -33,6 +36,7 @@ fn main() -> std::io::Result<()> {
         .and_then(|a| a.strip_prefix("append")?.parse().ok())
         .unwrap_or(4096);
     let wal = first.as_deref().is_some_and(|a| a.starts_with("wal"));
+    let fragread = first.as_deref() == Some("fragread");
     let split = first.as_deref() == Some("walsplit");
     let aligned = first.as_deref().is_some_and(|a| a.starts_with("aligned"));
     let io: usize = first
@@ -56,7 +60,9 @@ fn main() -> std::io::Result<()> {
             .map(|t| {
                 let target = &target;
                 s.spawn(move || {
-                    if append {
+                    if fragread {
+                        fragmented_reads(target, t, count)
+                    } else if append {
                         append_all(target, t, count, append_bytes)
                     } else if wal {
                         wal_frames(target, t, count, split)
@@ -176,6 +182,54 @@ fn append_all(target: &Native, thread: u64, count: Option<u64>, bytes: u64) -> s
         elapsed.as_secs_f64() * 1e6 / count as f64,
         (after.flushes - before.flushes) as f64 / count as f64,
         (after.fences - before.fences) as f64 / count as f64,
+        target.pieces(&file)
+    );
+    Ok(())
+}
+
+fn fragmented_reads(target: &Native, thread: u64, count: Option<u64>) -> std::io::Result<()> {
+    const MIB: u64 = 1 << 20;
+    let file = target.open(target.root(), &cname(&format!("bench{thread}")), true)?;
+    let chunk = vec![1u8; MIB as usize];
+    for offset in (0..file_bytes()).step_by(MIB as usize) {
+        target.pwrite(&file, offset, &chunk)?;
+    }
+    target.fsync(&file)?;
+    let mut buf = vec![0u8; MIB as usize];
+    let fresh_start = std::time::Instant::now();
+    for k in 0..file_bytes() / MIB {
+        target.pread(&file, k * MIB, &mut buf)?;
+    }
+    let fresh_us = fresh_start.elapsed().as_secs_f64() * 1e6 / (file_bytes() / MIB) as f64;
+    let small = vec![2u8; 1024];
+    let mut x = 88172645463325252u64 + thread;
+    for _ in 0..count.unwrap_or(100_000) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        target.pwrite(&file, x % (file_bytes() - 1023), &small)?;
+        target.fsync(&file)?;
+    }
+    eprintln!("thread {thread}: fragmented by overwriting, reading");
+    let start = std::time::Instant::now();
+    let mut reads = 0u64;
+    // With `AGAIN`, each MiB is read twice in a row and only the second read counts: the
+    // pieces' bytes then come from the cache, which separates memory from the read's own work.
+    let again = std::env::var_os("AGAIN").is_some();
+    let mut timed_ns = 0u128;
+    while start.elapsed().as_secs() < 6 {
+        let at = reads % (file_bytes() / MIB) * MIB;
+        if again {
+            target.pread(&file, at, &mut buf)?;
+        }
+        let t = std::time::Instant::now();
+        target.pread(&file, at, &mut buf)?;
+        timed_ns += t.elapsed().as_nanos();
+        reads += 1;
+    }
+    println!(
+        "thread {thread}: {reads} reads of 1 MiB, {:.1} us each (the fresh file: {fresh_us:.1} us), {} pieces",
+        timed_ns as f64 / 1e3 / reads as f64,
         target.pieces(&file)
     );
     Ok(())

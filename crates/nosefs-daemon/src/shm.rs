@@ -35,6 +35,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64};
 
+use nosefs_core::pmem::copy_nonoverlapping;
 use rustix::mm::{MapFlags, ProtFlags};
 
 /// The area's magic number.
@@ -375,9 +376,8 @@ impl Area {
         let offset = self.payload_offset(slot) + at;
         // SAFETY: the destination is inside the mapping (bounds checked above) and does not
         // overlap `data`, which is private memory.
-        unsafe {
-            std::ptr::copy_nonoverlapping(data.as_ptr(), self.base.as_ptr().add(offset), data.len())
-        };
+        // (The core's copy: `memcpy` stalls at some distances between buffers on this CPU.)
+        unsafe { copy_nonoverlapping(data.as_ptr(), self.base.as_ptr().add(offset), data.len()) };
     }
 
     /// Lets `fill` store into `len` bytes of slot `slot`'s payload at `at`, in place: a read's
@@ -410,13 +410,7 @@ impl Area {
         // SAFETY: the source is inside the mapping (bounds checked above); `out` is private.
         // A peer writing the bytes meanwhile changes only the values copied, which the reader
         // validates.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                self.base.as_ptr().add(offset),
-                out.as_mut_ptr(),
-                out.len(),
-            )
-        };
+        unsafe { copy_nonoverlapping(self.base.as_ptr().add(offset), out.as_mut_ptr(), out.len()) };
     }
 }
 

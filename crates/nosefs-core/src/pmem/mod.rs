@@ -46,6 +46,7 @@
 
 #![allow(unsafe_code)]
 
+mod copy;
 mod flush;
 mod mapping;
 mod populate;
@@ -59,6 +60,7 @@ use std::sync::Mutex;
 
 use zerocopy::{FromBytes, Immutable, IntoBytes};
 
+pub use copy::{copy_bytes, copy_nonoverlapping};
 pub use flush::FlushKind;
 pub use mapping::{Access, MapInfo, MappingKind};
 pub use populate::Populator;
@@ -253,7 +255,7 @@ impl Region {
     pub fn read_bytes(&self, offset: u64, out: &mut [u8]) {
         let ptr = self.check(offset, out.len() as u64);
         // SAFETY: in bounds (checked); `out` is a distinct Rust allocation, so no overlap.
-        unsafe { std::ptr::copy_nonoverlapping(ptr, out.as_mut_ptr(), out.len()) };
+        unsafe { copy::copy_nonoverlapping(ptr, out.as_mut_ptr(), out.len()) };
     }
 
     /// Continues CRC-32C `crc` over the `len` bytes at `offset`, read in place rather than
@@ -305,7 +307,7 @@ impl Region {
         let ptr = self.check(offset, bytes.len() as u64);
         // SAFETY: in bounds (checked), writable mapping (checked); `bytes` cannot alias the
         // mapping's memory mutably; concurrent writers to these bytes are excluded by the caller.
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), ptr, bytes.len()) };
+        unsafe { copy::copy_nonoverlapping(bytes.as_ptr(), ptr, bytes.len()) };
         if let Some(rec) = self.recorder() {
             let mut rec = rec;
             rec.store(offset, bytes);
