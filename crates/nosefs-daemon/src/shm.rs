@@ -374,9 +374,9 @@ impl Area {
         let end = at.checked_add(data.len()).expect("no overflow");
         assert!(end <= self.payload_bytes(), "payload overrun");
         let offset = self.payload_offset(slot) + at;
+        // The core's copy, not `std`'s: `memcpy` stalls at some distances between buffers here.
         // SAFETY: the destination is inside the mapping (bounds checked above) and does not
         // overlap `data`, which is private memory.
-        // (The core's copy: `memcpy` stalls at some distances between buffers on this CPU.)
         unsafe { copy_nonoverlapping(data.as_ptr(), self.base.as_ptr().add(offset), data.len()) };
     }
 

@@ -6,9 +6,10 @@
 //! 3,840-byte copy: 1.3-2.1 us against 0.08-0.16 us at every other distance; 64 KiB: 21.7
 //! against 1.35 us; docs/benchmarks.md, "Reads of byte-granular pieces"): the loads ahead alias
 //! the stores just made in the low 12 address bits, the classic 4K-aliasing stall, on every
-//! line. Byte-granular pieces land at any distance from the reader's buffer. [`copy_bytes`] copies such a block in chunks below the
-//! threshold, which `memcpy` moves with vector loads and stores, and any other block in one
-//! call (as a block of 512 KiB or more, which `memcpy` copies without `rep movsb`).
+//! line. Byte-granular pieces land at any distance from the reader's buffer.
+//! [`copy_nonoverlapping`] copies such a block in chunks below the threshold, which `memcpy`
+//! moves with vector loads and stores, and any other block in one call (as a block of 512 KiB or
+//! more, which `memcpy` copies without `rep movsb`).
 
 /// Below this, `memcpy` never uses `rep movsb` (its threshold is 2,048 bytes or more), so a
 /// chunk of this size is copied at full speed whatever its alignment.
@@ -30,22 +31,9 @@ fn chunked(dst: usize, src: usize, len: usize) -> bool {
     len > CHUNK_BYTES && len < REP_MOVSB_MAX_BYTES && slow_distance(dst, src)
 }
 
-/// Copies `src` into `dst` (equal lengths), as `dst.copy_from_slice(src)` does, in chunks
-/// where one `memcpy` would be slow (see the module documentation).
-pub fn copy_bytes(dst: &mut [u8], src: &[u8]) {
-    assert_eq!(dst.len(), src.len(), "copy_bytes: lengths differ");
-    if !chunked(dst.as_ptr() as usize, src.as_ptr() as usize, dst.len()) {
-        dst.copy_from_slice(src);
-        return;
-    }
-    for (to, from) in dst.chunks_mut(CHUNK_BYTES).zip(src.chunks(CHUNK_BYTES)) {
-        to.copy_from_slice(from);
-    }
-}
-
-/// [`copy_bytes`] between raw pointers, in `std::ptr::copy_nonoverlapping`'s argument order:
-/// for memory shared with another process (the daemon's request areas), which must not be
-/// borrowed as a slice.
+/// `std::ptr::copy_nonoverlapping`, in chunks where one `memcpy` would be slow (see the module
+/// documentation). Raw pointers, as the image and the daemon's request areas (memory another
+/// process may write) must not be borrowed as slices.
 ///
 /// # Safety
 /// `src` must be valid for reads and `dst` for writes of `len` bytes, and the two ranges must
@@ -67,7 +55,7 @@ pub unsafe fn copy_nonoverlapping(src: *const u8, dst: *mut u8, len: usize) {
 
 #[cfg(test)]
 mod tests {
-    use super::{copy_bytes, copy_nonoverlapping, slow_distance};
+    use super::{copy_nonoverlapping, slow_distance};
 
     #[test]
     fn the_slow_distances_are_one_to_thirty_one_past_the_source_modulo_4k() {
@@ -109,23 +97,20 @@ mod tests {
             for shift in [0, 1, 5, 31, 32, 33, 63] {
                 for src_at in [0, 3] {
                     let mut dst = vec![0xeeu8; len + 200];
-                    copy_bytes(&mut dst[shift..shift + len], &src[src_at..src_at + len]);
+                    // SAFETY: both ranges are inside their own vectors.
+                    unsafe {
+                        copy_nonoverlapping(
+                            src.as_ptr().add(src_at),
+                            dst.as_mut_ptr().add(shift),
+                            len,
+                        )
+                    };
                     assert_eq!(&dst[shift..shift + len], &src[src_at..src_at + len]);
                     assert!(dst[..shift].iter().all(|&b| b == 0xee), "nothing before");
                     assert!(
                         dst[shift + len..].iter().all(|&b| b == 0xee),
                         "nothing after"
                     );
-                    let mut raw = vec![0xeeu8; len + 200];
-                    // SAFETY: both ranges are inside their own vectors.
-                    unsafe {
-                        copy_nonoverlapping(
-                            src.as_ptr().add(src_at),
-                            raw.as_mut_ptr().add(shift),
-                            len,
-                        )
-                    };
-                    assert_eq!(raw, dst);
                 }
             }
         }

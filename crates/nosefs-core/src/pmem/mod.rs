@@ -60,7 +60,7 @@ use std::sync::Mutex;
 
 use zerocopy::{FromBytes, Immutable, IntoBytes};
 
-pub use copy::{copy_bytes, copy_nonoverlapping};
+pub use copy::copy_nonoverlapping;
 pub use flush::FlushKind;
 pub use mapping::{Access, MapInfo, MappingKind};
 pub use populate::Populator;
