@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The main job: build noseFS and run the benchmark suite, the native library side by side with a
-# private tmpfs and an ext4 ramdisk on the micro workloads (dirops, fileops, mmap), then the
+# private tmpfs and an ext4 ramdisk on the micro workloads (dirops, fileops, mmap, and fragment:
+# 1 MiB reads of a file fresh and after random 1 KiB overwrites fragmented it), then the
 # application workloads (SQLite, Redis, YCSB on LMDB and LevelDB, RocksDB db_bench, pgbench on
 # PostgreSQL, sysbench on MariaDB, tar/git/make/rsync:
 # the programs themselves) on tmpfs, the ext4 ramdisk and noseFS through the shim (daemon clients and
@@ -27,8 +28,9 @@ commit="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 git diff --quiet HEAD 2>/dev/null || commit="$commit with uncommitted changes"
 echo "$commit" >"$out/commit"
 # shellcheck disable=SC2086
-target/release/nosefs bench ${NOSEFS_BENCH_ARGS:-} --json "$out/results.json" --out "$out" \
-  | tee "$out/table.md"
+target/release/nosefs bench ${NOSEFS_BENCH_ARGS:-} \
+  --workload dirops --workload fileops --workload mmap --workload fragment \
+  --json "$out/results.json" --out "$out" | tee "$out/table.md"
 mkdir -p "$out/apps"
 # shellcheck disable=SC2086
 target/release/nosefs bench ${NOSEFS_BENCH_ARGS:-} --threads 1 \

@@ -123,7 +123,7 @@ def section(results):
         "",
     ]
     if micro:
-        lines.append("Micro workloads (`nosefs bench`, default targets):")
+        lines.append("Micro workloads (`--workload dirops fileops mmap fragment`, default targets):")
         lines.append("")
         lines += tables(micro, "###")
     if apps:
