@@ -19,11 +19,11 @@ for i in range(n):
     t0 = time.perf_counter_ns()
     db.put(k, v, sync=True)
     lat.append(time.perf_counter_ns() - t0)
-blk = 500
-print(' '.join(f"{sum(lat[i:i+blk])/blk/1000:.0f}" for i in range(0, n, blk)))
+db.close()
+blocks = [lat[i:i + 500] for i in range(0, n, 500)]
+print(' '.join(f"{sum(b) / len(b) / 1000:.0f}" for b in blocks))
 s = sorted(lat)
 print("p50", s[n//2]/1000, "p90", s[n*9//10]/1000, "mean", sum(lat)/n/1000)
-db.close()
 big = [x for x in lat if x > 200000]
 print("over 200us:", len(big), "sum ms", sum(big)/1e6, "max us", max(lat)/1000)
 mid = [x for x in lat if 30000 < x <= 200000]
