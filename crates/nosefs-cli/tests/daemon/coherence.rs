@@ -260,3 +260,64 @@ PY
     );
     m.unmount_and_fsck();
 }
+
+/// A client's writes to a file the kernel holds no inode of are posted (answered before the
+/// daemon applies them): a program reading the file through the FUSE mount right after the
+/// client says it wrote must still see every byte, the first look (the kernel's lookup) and
+/// every look after it. The server's own thread is made slow to apply them (20 ms), so that
+/// the kernel's lookup meets them unapplied.
+#[test]
+fn writes_a_client_posted_are_seen_through_the_mount_at_once() {
+    if !usable() {
+        return;
+    }
+    let stats = tempfile::NamedTempFile::new_in("/dev/shm").unwrap();
+    let m = mount_with_env(
+        &[&format!("stats={}", stats.path().display())],
+        &[("NOSEFS_TEST_POST_DELAY_US", "20000")],
+    );
+    let script = r#"
+import os, sys
+fd = os.open(sys.argv[1], os.O_CREAT | os.O_RDWR, 0o644)
+for round in range(6):
+    for i in range(200):
+        n = round * 200 + i
+        os.pwrite(fd, b'%08d' % n, n * 8)
+    print(round, flush=True)
+    sys.stdin.readline()
+"#;
+    let mut child = m
+        .shim_command(r#"exec /usr/bin/python3 -c "$1" "$D/log""#)
+        .arg("bash")
+        .arg(script)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut said = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut ack = child.stdin.take().unwrap();
+    for round in 0..6usize {
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut said, &mut line).unwrap();
+        assert_eq!(line.trim(), round.to_string());
+        // Through the kernel, by this process, which the shim does not serve.
+        let data = std::fs::read(m.mnt.join("log")).unwrap();
+        assert_eq!(data.len(), (round + 1) * 200 * 8, "round {round}");
+        for (n, record) in data.chunks(8).enumerate() {
+            assert_eq!(record, format!("{n:08}").as_bytes(), "round {round}");
+        }
+        std::io::Write::write_all(&mut ack, b"\n").unwrap();
+    }
+    assert!(child.wait().unwrap().success());
+    m.unmount_and_fsck();
+    let report = std::fs::read_to_string(stats.path()).unwrap();
+    let posted: u64 = report
+        .lines()
+        .find_map(|l| l.strip_prefix("write_posted\t"))
+        .and_then(|rest| rest.split('\t').next()?.parse().ok())
+        .unwrap_or(0);
+    assert!(
+        posted >= 50,
+        "the first round's writes were posted: {report}"
+    );
+}

@@ -47,6 +47,11 @@ struct Mounted {
 }
 
 fn mount_with(options: &[&str]) -> Mounted {
+    mount_with_env(options, &[])
+}
+
+/// [`mount_with`], the server started with `env` added to its environment.
+fn mount_with_env(options: &[&str], env: &[(&str, &str)]) -> Mounted {
     let dir = tempfile::Builder::new()
         .prefix("nosefs-daemon")
         .tempdir_in("/dev/shm")
@@ -69,7 +74,7 @@ fn mount_with(options: &[&str]) -> Mounted {
         .unwrap();
     assert!(out.status.success(), "mkfs: {out:?}");
     let mut mount = Command::new(nosefs());
-    mount.arg("mount");
+    mount.arg("mount").envs(env.iter().copied());
     for o in options {
         mount.args(["-o", o]);
     }

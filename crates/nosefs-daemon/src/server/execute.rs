@@ -185,8 +185,12 @@ pub(super) fn execute(
         }
         op::CLOSE => {
             let token = d.u64()?;
+            let ino = description(shared, conn, token).ok().map(|d| d.ino);
             if conn.held.lock().remove(&token) {
                 release(shared, token);
+            }
+            if let Some(ino) = ino {
+                super::posts::closed(shared, conn, ino);
             }
         }
         op::READ => {
@@ -201,12 +205,28 @@ pub(super) fn execute(
             let ino = writable(&description(shared, conn, d.u64()?)?)?;
             let offset = d.u64()?;
             let append = d.bool()?;
+            let want_post = d.bool()?;
             let data = d.bytes()?;
             let at = local.write(ino, offset, data, append)?;
             if let Some(i) = inval {
                 i.written(ino, at, data);
             }
-            reply.u64(at);
+            let word = if want_post {
+                super::posts::grant(shared, conn, ino)
+            } else {
+                u32::MAX
+            };
+            reply.u64(at).u32(word);
+        }
+        op::WRITE_POSTED => {
+            let _seq = d.u32()?;
+            let ino = writable(&description(shared, conn, d.u64()?)?)?;
+            let offset = d.u64()?;
+            let data = d.bytes()?;
+            local.write(ino, offset, data, false)?;
+            if let Some(i) = inval {
+                i.written(ino, offset, data);
+            }
         }
         op::FSYNC => {
             let desc = description(shared, conn, d.u64()?)?;
@@ -264,6 +284,8 @@ pub(super) fn execute(
                 return Err(Errno::EINVAL);
             }
             let index = watch_size(shared, conn, desc.ino)?;
+            // Its board shows the size without asking: no one else posts to the file now.
+            super::posts::revoke(shared, desc.ino, Some(conn), super::posts::Revoker::Daemon);
             reply.u64(u64::from(index));
         }
         op::SHADOW_LEND => {
@@ -273,7 +295,10 @@ pub(super) fn execute(
             if write && !desc.writable {
                 return Err(Errno(libc::EACCES));
             }
-            reply.u64(lend_shadow(shared, conn, ino, write)?);
+            let loan = lend_shadow(shared, conn, ino, write)?;
+            // The mapping reads the shadow without asking: no one posts to the file now.
+            super::posts::revoke(shared, ino, None, super::posts::Revoker::Daemon);
+            reply.u64(loan);
         }
         op::SHADOW_TAKE | op::SHADOW_RETURN => {
             let loan = d.u64()?;
