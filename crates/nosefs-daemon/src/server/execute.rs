@@ -54,6 +54,39 @@ fn ok() -> Enc {
     Enc::new(0)
 }
 
+/// Decodes and runs a posted write (`op::WRITE_POSTED`), only to file `only_ino` when given
+/// (a FUSE lookup applying the posts to the file it is about to hand the kernel: the write must
+/// touch nothing else the kernel may hold, whatever the client put in its slot).
+pub(super) fn posted_write(
+    shared: &Shared,
+    conn: &Conn,
+    request: &[u8],
+    only_ino: Option<u64>,
+) -> Result<Enc, Errno> {
+    let mut d = Dec::new(request);
+    if d.u32()? != op::WRITE_POSTED {
+        return Err(Errno::EINVAL);
+    }
+    let _seq = d.u32()?;
+    let ino = writable(&description(shared, conn, d.u64()?)?)?;
+    if only_ino.is_some_and(|only| only != ino) {
+        return Err(Errno::EINVAL);
+    }
+    let offset = d.u64()?;
+    let data = d.bytes()?;
+    let cred = || conn.cred.read().clone();
+    let local = Local {
+        fs: &shared.fs,
+        prefix: &conn.prefix,
+        cred: &cred,
+    };
+    local.write(ino, offset, data, false)?;
+    if let Some(i) = shared.options.invalidate.as_deref() {
+        i.written(ino, offset, data);
+    }
+    Ok(ok())
+}
+
 /// Decodes and runs one request. A read puts its data in the reply in place (`data`), behind
 /// the head it returns.
 pub(super) fn execute(
@@ -218,16 +251,8 @@ pub(super) fn execute(
             };
             reply.u64(at).u32(word);
         }
-        op::WRITE_POSTED => {
-            let _seq = d.u32()?;
-            let ino = writable(&description(shared, conn, d.u64()?)?)?;
-            let offset = d.u64()?;
-            let data = d.bytes()?;
-            local.write(ino, offset, data, false)?;
-            if let Some(i) = inval {
-                i.written(ino, offset, data);
-            }
-        }
+        // As a call (a client may send one so): the write, in this request's turn.
+        op::WRITE_POSTED => return posted_write(shared, conn, request, None),
         op::FSYNC => {
             let desc = description(shared, conn, d.u64()?)?;
             if desc.kind == OpenKind::File {

@@ -668,13 +668,27 @@ impl ReplyData<'_> {
 }
 
 fn serve_slot(shared: &Shared, conn: &Conn, slot: usize, request: &mut [u8]) {
+    serve_slot_by(shared, conn, slot, request, |request, data| {
+        execute(shared, conn, request, data)
+    });
+}
+
+/// Serves slot `slot` (taken) with `run`: the request copied out, run, the reply stored and the
+/// client woken if it sleeps.
+fn serve_slot_by(
+    shared: &Shared,
+    conn: &Conn,
+    slot: usize,
+    request: &mut [u8],
+    run: impl FnOnce(&[u8], &mut ReplyData<'_>) -> Result<Enc, Errno>,
+) {
     let area = &conn.area;
     let len = (area.len(slot).load(Ordering::Acquire) as usize).min(area.payload_bytes());
     area.get(slot, 0, &mut request[..len]);
     let mut data = ReplyData { area, slot, len: 0 };
     let started = shared.stats.as_ref().map(|_| Instant::now());
     let executed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        execute(shared, conn, &request[..len], &mut data)
+        run(&request[..len], &mut data)
     }));
     if let (Some(stats), Some(started)) = (&shared.stats, started) {
         let opcode = request

@@ -118,7 +118,7 @@ pub(super) fn drain(shared: &Shared, conn: &Conn) -> usize {
     let target = conn.area.posted().load(Ordering::SeqCst);
     let mut done = 0;
     for (_, slot) in published(&conn.area, applied, target) {
-        done += usize::from(apply(shared, conn, slot));
+        done += usize::from(apply(shared, conn, slot, None));
     }
     conn.applied.store(target, Ordering::Release);
     done
@@ -133,7 +133,7 @@ fn drain_file(shared: &Shared, conn: &Conn, ino: u64) {
     let target = conn.area.posted().load(Ordering::SeqCst);
     for (_, slot) in published(&conn.area, applied, target) {
         if post_target(shared, conn, slot) == Some(ino) {
-            apply(shared, conn, slot);
+            apply(shared, conn, slot, Some(ino));
         }
     }
 }
@@ -173,9 +173,9 @@ fn post_target(shared: &Shared, conn: &Conn, slot: usize) -> Option<u64> {
         .map(|d| d.ino)
 }
 
-/// Serves the post in `slot` (under the connection's `post_lock`); false if the client took it
-/// back meanwhile (only a hostile one does).
-fn apply(shared: &Shared, conn: &Conn, slot: usize) -> bool {
+/// Serves the post in `slot` (under the connection's `post_lock`), only a write to `only_ino`
+/// when given; false if the client took it back meanwhile (only a hostile one does).
+fn apply(shared: &Shared, conn: &Conn, slot: usize, only_ino: Option<u64>) -> bool {
     thread_local! {
         static REQUEST: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
     }
@@ -184,7 +184,9 @@ fn apply(shared: &Shared, conn: &Conn, slot: usize) -> bool {
     }
     let mut request = REQUEST.take();
     request.resize(conn.area.payload_bytes(), 0);
-    serve_slot(shared, conn, slot, &mut request);
+    serve_slot_by(shared, conn, slot, &mut request, |request, _| {
+        execute::posted_write(shared, conn, request, only_ino)
+    });
     REQUEST.set(request);
     true
 }
