@@ -266,11 +266,6 @@ impl Fs {
         self.blocks.free_blocks() + self.settler.held_blocks()
     }
 
-    /// Whether every write is committed before it returns (the `sync` mount option).
-    pub fn writes_are_sync(&self) -> bool {
-        self.sync_writes
-    }
-
     /// Counts for `nosefs info`-like reports and tests: (pinodes in use, free pinode slots).
     pub fn pinode_usage(&self) -> (u64, u64) {
         let total = self.image.geometry().pinode_count() - 1;

@@ -77,10 +77,6 @@ pub mod op {
     pub const SHADOW_TAKE: u32 = 43;
     /// The last pages of a loan, which ends (munmap).
     pub const SHADOW_RETURN: u32 = 44;
-    /// A posted write (`shm::owner::POSTED_WRITE`): its sequence number, then as [`WRITE`]
-    /// without `append` and the grant request. Applied in sequence order, before any other
-    /// request the daemon serves (`server::posts`); the client does not wait for the answer.
-    pub const WRITE_POSTED: u32 = 45;
 }
 
 /// Most (first page, pages) runs one SHADOW_TAKE or SHADOW_RETURN carries.

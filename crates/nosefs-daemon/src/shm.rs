@@ -11,9 +11,7 @@
 //! | 16 | 4 | bytes per slot (its 64-byte header and payload) |
 //! | 64 | 4 | `server_sleeping`: 1 while the connection's first server thread waits on `doorbell` |
 //! | 68 | 4 | `doorbell`: futex word; a client bumps it to wake that thread |
-//! | 32 | 4 | `posted`: the sequence number of the client's last posted write ([`owner::POSTED_WRITE`]), stored after its slot holds the request |
 //! | 128 + i·64 | 64 | slot i's header: `owner` (see [`owner`]), `state`, `client_waiting`, `len`, then `helper` (1 once the slot's pair has a server thread of its own), `helper_sleeping` and `helper_doorbell` (that thread's sleep, as above; a pair's thread uses its even slot's words), `server_cpu` and `client_cpu` (the CPU each side last ran on, plus one: see `wait`) |
-//! | 128 + slots·64 | 4 · [`POST_WORDS`] | the post board: word k is 1 while the daemon lets the client post its writes to the file its grant k names, 0 once it took that back (`server::posts`) |
 //! | P + i·(slot − 64) | slot − 64 | slot i's payload: the request, then the reply; P is the first page boundary after the slot headers |
 //! | P + slots·(slot − 64) | 8 · [`SIZE_WORDS`] | the size board: word k holds the size of the file the client's watch k follows, stored by the daemon at every change of it (`nosefs_core::Fs::watch_size`) |
 //!
@@ -43,15 +41,13 @@ use rustix::mm::{MapFlags, ProtFlags};
 /// The area's magic number.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"NOSEFSRQ");
 /// The layout's version.
-pub const VERSION: u32 = 5;
+pub const VERSION: u32 = 4;
 /// Bytes before the first slot.
 pub const HEADER_BYTES: usize = 128;
 /// Bytes of a slot's header.
 pub const SLOT_HEADER_BYTES: usize = 64;
 /// Words of the size board after the slots: files a client can follow without asking.
 pub const SIZE_WORDS: usize = 1024;
-/// Words of the post board: files a client may post its writes to at once.
-pub const POST_WORDS: usize = 256;
 
 /// Slot states.
 pub mod state {
@@ -74,11 +70,6 @@ pub mod owner {
     pub const CALL: u32 = 1;
     /// A posted request: no one waits; the next call that finds it answered takes the slot.
     pub const POSTED: u32 = 2;
-    /// A posted write: the client returned without waiting; the daemon applies a client's
-    /// posted writes in the order of their sequence numbers, before anything else it serves
-    /// (`server::posts`), and the client reads the answer later (an error goes to the next
-    /// fsync of the description).
-    pub const POSTED_WRITE: u32 = 3;
 }
 
 /// The first (even) slot of slot `slot`'s pair.
@@ -89,16 +80,10 @@ pub const fn pair_first(slot: usize) -> usize {
 /// Where the payloads start: the first page boundary after the slot headers (`None` on overflow,
 /// for a count read from a client's area).
 fn payloads_offset(slots: usize) -> Option<usize> {
-    post_board_offset(slots)?
-        .checked_add(POST_WORDS * 4)?
-        .checked_next_multiple_of(PAGE_BYTES)
-}
-
-/// Where the post board starts: after the slot headers.
-fn post_board_offset(slots: usize) -> Option<usize> {
     slots
         .checked_mul(SLOT_HEADER_BYTES)?
-        .checked_add(HEADER_BYTES)
+        .checked_add(HEADER_BYTES)?
+        .checked_next_multiple_of(PAGE_BYTES)
 }
 
 /// The bytes of an area of `slots` slots of `slot_bytes` (header and payload) each.
@@ -306,20 +291,6 @@ impl Area {
     /// The futex word a sleeping server waits on.
     pub fn doorbell(&self) -> &AtomicU32 {
         self.word(68)
-    }
-
-    /// The sequence number of the client's last posted write (see [`owner::POSTED_WRITE`]).
-    pub fn posted(&self) -> &AtomicU32 {
-        self.word(32)
-    }
-
-    /// Word `index` of the post board (`None` past its end).
-    pub fn post_word(&self, index: u32) -> Option<&AtomicU32> {
-        let index = index as usize;
-        if index >= POST_WORDS {
-            return None;
-        }
-        Some(self.word(post_board_offset(self.slots).expect("checked") + index * 4))
     }
 
     /// Word `index` of the size board (`None` past its end).

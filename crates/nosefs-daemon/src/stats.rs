@@ -125,7 +125,6 @@ fn name(opcode: u32) -> String {
         (op::SHADOW_LEND, "shadow_lend"),
         (op::SHADOW_TAKE, "shadow_take"),
         (op::SHADOW_RETURN, "shadow_return"),
-        (op::WRITE_POSTED, "write_posted"),
     ];
     known
         .iter()

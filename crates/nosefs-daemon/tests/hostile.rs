@@ -3,12 +3,93 @@
 //! error; the daemon goes on serving everyone, and the image stays clean. And one client's
 //! threads calling at once, each served right.
 
-mod common;
+use std::sync::Arc;
 
-use common::{found, Daemon};
+use nosefs_core::format::layout::MkfsParams;
+use nosefs_core::fs::{Fs, MountOptions};
+use nosefs_core::vfs::Walked;
 use nosefs_core::Errno;
+use nosefs_daemon::client::Remote;
 use nosefs_daemon::proto::{op, Enc};
+use nosefs_daemon::server::{Options, Server};
 use nosefs_daemon::service::Service;
+
+/// The socket is named from the view's device, which every directory in /dev/shm shares: one
+/// daemon at a time.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+struct Daemon {
+    _serial: std::sync::MutexGuard<'static, ()>,
+    _dir: tempfile::TempDir,
+    image: std::path::PathBuf,
+    view: std::path::PathBuf,
+    server: Option<Server>,
+    fs: Option<Arc<Fs>>,
+}
+
+impl Daemon {
+    fn start() -> Daemon {
+        let serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+        let image = dir.path().join("img");
+        let params = MkfsParams {
+            image_bytes: 64 << 20,
+            ..MkfsParams::default()
+        };
+        nosefs_core::mkfs::mkfs(&image, &params).unwrap();
+        let fs = Arc::new(Fs::mount(&image, &MountOptions::default()).unwrap());
+        // Any directory names the socket (its device); no FUSE mount is needed here.
+        let view = dir.path().join("view");
+        std::fs::create_dir(&view).unwrap();
+        let options = Options {
+            allow_other: false,
+            invalidate: None,
+            stats: false,
+        };
+        let server = Server::start(Arc::clone(&fs), &view, options).unwrap();
+        Daemon {
+            _serial: serial,
+            _dir: dir,
+            image,
+            view,
+            server: Some(server),
+            fs: Some(fs),
+        }
+    }
+
+    fn client(&self) -> Remote {
+        let st = rustix::fs::stat(&self.view).unwrap();
+        let me = rustix::process::geteuid().as_raw();
+        let prefix = self.view.as_os_str().as_encoded_bytes();
+        Remote::connect_device(
+            rustix::fs::major(st.st_dev),
+            rustix::fs::minor(st.st_dev),
+            me,
+            prefix,
+        )
+        .unwrap()
+    }
+
+    fn path(&self, name: &str) -> Vec<u8> {
+        self.view.join(name).into_os_string().into_encoded_bytes()
+    }
+
+    fn stop_and_fsck(mut self) {
+        drop(self.server.take());
+        let fs = Arc::try_unwrap(self.fs.take().unwrap()).unwrap();
+        drop(fs.unmount());
+        let options = nosefs_core::fsck::FsckOptions::default();
+        let report = nosefs_core::fsck::fsck(&self.image, options).unwrap();
+        assert!(report.problems.is_empty(), "{report:?}");
+    }
+}
+
+fn found(client: &Remote, path: Vec<u8>) -> nosefs_core::vfs::Found {
+    match client.walk(path, false).unwrap() {
+        Walked::Found(f) => f,
+        Walked::Outside(p) => panic!("outside: {p:?}"),
+    }
+}
 
 #[test]
 fn garbage_gets_errors_and_the_daemon_serves_on() {
@@ -68,12 +149,7 @@ fn garbage_gets_errors_and_the_daemon_serves_on() {
     far.u64(opened.handle).u64(u64::MAX - 1).u32(u32::MAX);
     assert_eq!(client.call(&far), Err(Errno::EINVAL));
     let mut write = Enc::new(op::WRITE);
-    write
-        .u64(opened.handle)
-        .u64(0)
-        .bool(false)
-        .bool(false)
-        .u32(u32::MAX);
+    write.u64(opened.handle).u64(0).bool(false).u32(u32::MAX);
     assert!(client.call(&write).is_err());
     client.close(opened.handle);
     drop(client);
@@ -202,7 +278,7 @@ fn the_threads_of_one_client_are_served_at_once_and_right() {
                     assert_eq!(back, record, "thread {t} reads what it wrote");
                     assert!(matches!(
                         client.walk(path.clone(), true),
-                        Ok(nosefs_core::vfs::Walked::Found(_))
+                        Ok(Walked::Found(_))
                     ));
                 }
                 assert_eq!(client.fstat(opened.handle).unwrap().size, 300 * 16);
@@ -211,7 +287,7 @@ fn the_threads_of_one_client_are_served_at_once_and_right() {
         }
     });
     assert!(
-        daemon.pair_threads() >= 1,
+        daemon.server.as_ref().unwrap().pair_threads() >= 1,
         "calls in flight from several threads at once got a second server thread"
     );
     for t in 0..threads {

@@ -24,7 +24,7 @@ use fuser::INodeNo;
 /// reply's attributes are read, so the invalidation either finds it set or comes before that
 /// read, which then sees the change; and the kernel drops a reply's attributes if an
 /// invalidation of the inode came after the request was sent.)
-#[derive(Default)]
+#[derive(Debug, Default)]
 pub struct KernelView {
     /// Directories the kernel may hold entries (or negative entries) of.
     dirs: parking_lot::Mutex<std::collections::HashSet<u64>>,
@@ -39,17 +39,6 @@ pub struct KernelView {
     /// Inodes whose attributes the kernel may hold as valid: given in a reply since their last
     /// invalidation.
     attrs: parking_lot::Mutex<std::collections::HashSet<u64>>,
-    /// Told of an inode the kernel is about to hold and held none of before (the daemon takes
-    /// back its clients' grants to post writes to it: `nosefs_daemon::server::Invalidate::watch_holds`).
-    on_hold: std::sync::OnceLock<Box<dyn Fn(u64) + Send + Sync>>,
-}
-
-impl std::fmt::Debug for KernelView {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KernelView")
-            .field("inodes", &self.inodes.lock().len())
-            .finish_non_exhaustive()
-    }
 }
 
 impl KernelView {
@@ -59,19 +48,8 @@ impl KernelView {
 
     /// The kernel takes a lookup reference on `ino`, with its attributes (read after this).
     pub(crate) fn note_inode(&self, ino: u64) {
-        let first = {
-            let mut inodes = self.inodes.lock();
-            let count = inodes.entry(ino).or_insert(0);
-            *count += 1;
-            *count == 1
-        };
+        *self.inodes.lock().entry(ino).or_insert(0) += 1;
         self.note_attrs(ino);
-        // After the hold is recorded (see `may_hold_inode`), before the kernel gets the inode.
-        if first {
-            if let Some(on_hold) = self.on_hold.get() {
-                on_hold(ino);
-            }
-        }
     }
 
     /// The kernel is about to be given the attributes of `ino` (read after this).
@@ -196,14 +174,6 @@ impl nosefs_daemon::server::Invalidate for Invalidator {
 
     fn may_be_mounted_on(&self, ino: u64) -> bool {
         self.view.may_hold_inode(ino)
-    }
-
-    fn may_hold(&self, ino: u64) -> bool {
-        self.view.may_hold_inode(ino)
-    }
-
-    fn watch_holds(&self, hold: Box<dyn Fn(u64) + Send + Sync>) -> bool {
-        self.view.on_hold.set(hold).is_ok()
     }
 
     fn resized(&self, ino: u64, size: u64) {

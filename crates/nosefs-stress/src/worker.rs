@@ -105,13 +105,7 @@ impl Worker {
                 seed,
             } => {
                 let fd = sys::openat(d, path, rw | libc::O_CREAT, 0o644)?;
-                // In two calls: a daemon client's second write to a description may be posted
-                // (answered before the daemon applies it), and the next operation, on any
-                // frontend, must see both.
-                let data = pattern(seed, len);
-                let (first, second) = data.split_at(len / 2);
-                sys::pwrite_all(fd.as_fd(), first, offset)?;
-                sys::pwrite_all(fd.as_fd(), second, offset + first.len() as u64)
+                sys::pwrite_all(fd.as_fd(), &pattern(seed, len), offset)
             }
             Op::Append { path, len, seed } => {
                 let fd = sys::openat(d, path, rw | libc::O_CREAT | libc::O_APPEND, 0o644)?;

@@ -47,11 +47,6 @@ struct Mounted {
 }
 
 fn mount_with(options: &[&str]) -> Mounted {
-    mount_with_env(options, &[])
-}
-
-/// [`mount_with`], the server started with `env` added to its environment.
-fn mount_with_env(options: &[&str], env: &[(&str, &str)]) -> Mounted {
     let dir = tempfile::Builder::new()
         .prefix("nosefs-daemon")
         .tempdir_in("/dev/shm")
@@ -74,7 +69,7 @@ fn mount_with_env(options: &[&str], env: &[(&str, &str)]) -> Mounted {
         .unwrap();
     assert!(out.status.success(), "mkfs: {out:?}");
     let mut mount = Command::new(nosefs());
-    mount.arg("mount").envs(env.iter().copied());
+    mount.arg("mount");
     for o in options {
         mount.args(["-o", o]);
     }

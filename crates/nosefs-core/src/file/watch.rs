@@ -58,26 +58,6 @@ impl Fs {
         Ok(())
     }
 
-    /// Whether anyone but `sink` watches regular file `ino`'s size: the daemon lets a client
-    /// post its writes to a file (answer them before they are applied) only while no other
-    /// client reads the file's size from its own shared memory, where a pending write would
-    /// not show.
-    pub fn size_watched_by_other(&self, ino: u64, sink: &Arc<dyn SizeSink>) -> bool {
-        let Ok(inode) = self.inode(ino) else {
-            return false;
-        };
-        let Some(file) = inode.file_state() else {
-            return false;
-        };
-        let other = file
-            .lock()
-            .watchers
-            .0
-            .iter()
-            .any(|(s, _)| !std::ptr::addr_eq(Arc::as_ptr(s), Arc::as_ptr(sink)));
-        other
-    }
-
     /// Ends the watch of `ino` by `sink` at `index`; nothing if there is none.
     pub fn unwatch_size(&self, ino: u64, sink: &Arc<dyn SizeSink>, index: u32) {
         let Ok(inode) = self.inode(ino) else {

@@ -164,8 +164,6 @@ impl Remote {
             id: (pid << 8 | (count & 0xff)).max(1),
             lending: parking_lot::Mutex::new(()),
             answered: AtomicBool::new(false),
-            posts: Default::default(),
-            posts_out: std::sync::atomic::AtomicU32::new(0),
         })
     }
 }

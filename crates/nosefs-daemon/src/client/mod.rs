@@ -52,17 +52,12 @@ pub struct Remote {
     /// A reply came on this connection: its server thread has run since it was handed the
     /// connection (until then a call waits [`WAKE_SPIN`], as after ringing a sleeping thread).
     answered: AtomicBool,
-    /// Its posted writes (`posts.rs`): one thread posts at a time.
-    posts: parking_lot::Mutex<posts::Posts>,
-    /// Posted writes whose answers are not yet read.
-    posts_out: AtomicU32,
 }
 
 /// Connections made by this process so far (a forked child counts on from its parent's).
 static CONNECTIONS: AtomicU32 = AtomicU32::new(0);
 
 mod connect;
-mod posts;
 mod service;
 
 pub use connect::read_small;
@@ -156,15 +151,6 @@ impl Remote {
     /// A free slot, taken (owner 1); `None` once the daemon is gone. A slot whose posted
     /// request ([`Remote::post`]) has been answered is free: its reply is dropped here.
     fn take_slot(&self) -> Option<usize> {
-        self.take_slot_reaping(&mut |remote| {
-            let mut posts = remote.posts.lock();
-            remote.reap(&mut posts);
-        })
-    }
-
-    /// [`Remote::take_slot`], calling `reap` when a round finds no slot free (answered posted
-    /// writes are freed only by [`Remote::reap`], which keeps their errors).
-    fn take_slot_reaping(&self, reap: &mut dyn FnMut(&Remote)) -> Option<usize> {
         thread_local! {
             // Each thread starts its search at its own pair of slots (no system call per
             // request): one for its call, one for the close it posted before (see `shm`).
@@ -195,7 +181,6 @@ impl Remote {
                 }
             }
             rounds += 1;
-            reap(self);
             if rounds % 1024 == 0 && self.daemon_gone() {
                 self.dead.store(true, Ordering::Relaxed);
                 return None;
@@ -233,12 +218,6 @@ impl Remote {
     /// caller's buffer (a write's data: the request ends with its length).
     /// Returns whether it rang a sleeping server thread.
     fn send_with(&self, slot: usize, request: &Enc, data: &[u8]) -> bool {
-        self.publish(slot, request, data);
-        self.ring(slot)
-    }
-
-    /// Puts a request and its data in slot `slot` (taken) for the daemon to see.
-    fn publish(&self, slot: usize, request: &Enc, data: &[u8]) {
         let len = request.buf.len() + data.len();
         assert!(len <= self.area.payload_bytes(), "requests are chunked");
         let area = &self.area;
@@ -248,12 +227,6 @@ impl Remote {
         area.client_cpu(slot)
             .store(current_cpu(), Ordering::Relaxed);
         area.state(slot).store(state::REQUEST, Ordering::SeqCst);
-    }
-
-    /// Rings the doorbell of the thread serving slot `slot` if that thread sleeps; whether it
-    /// did.
-    fn ring(&self, slot: usize) -> bool {
-        let area = &self.area;
         // A slot the daemon gave a thread of its own is served only by that thread (the
         // daemon sets `helper` before the thread's first poll, so a request stored before the
         // flag is seen is found by that poll).
@@ -306,14 +279,7 @@ impl Remote {
         }
         let slot = self.take_slot().ok_or(Errno::EIO)?;
         let rang = self.send_with(slot, request, data);
-        // After posts, the server thread may be busy applying them before this call: it is
-        // awake, and a caller asleep by the reply would need a wake-up of its own (measured:
-        // SQLite's commit after its journal's posted writes, its server then asleep at every
-        // third request).
-        let window = if rang
-            || !self.answered.load(Ordering::Relaxed)
-            || self.posts_out.load(Ordering::Relaxed) != 0
-        {
+        let window = if rang || !self.answered.load(Ordering::Relaxed) {
             WAKE_SPIN
         } else {
             CLIENT_SPIN

@@ -124,7 +124,6 @@ impl Service for Remote {
     }
 
     fn close(&self, handle: Handle) {
-        self.forget_posts(handle);
         let mut e = Enc::new(op::CLOSE);
         e.u64(handle);
         self.post(&e);
@@ -158,14 +157,6 @@ impl Service for Remote {
     }
 
     fn write(&self, handle: Handle, offset: u64, data: &[u8], append: bool) -> Result<u64, Errno> {
-        // A write to a known offset may be posted (`posts.rs`); an append needs its offset back.
-        let postable = !append && data.len() <= self.chunk_bytes();
-        if postable {
-            if let Some(posted) = self.try_post(handle, offset, data) {
-                return posted;
-            }
-        }
-        let want_grant = postable && self.want_grant(handle);
         let mut first = None;
         let mut done = 0;
         loop {
@@ -176,21 +167,15 @@ impl Service for Remote {
             e.u64(handle)
                 .u64(offset + done as u64)
                 .bool(append)
-                .bool(want_grant)
                 .u32(n as u32);
-            let (at, word) = self.call_with(&e, &data[done..done + n], |area, slot, len| {
-                let mut reply = [0u8; 12];
-                if len < 12 {
+            let at = self.call_with(&e, &data[done..done + n], |area, slot, len| {
+                let mut reply = [0u8; 8];
+                if len < 8 {
                     return Err(Errno::EIO);
                 }
                 area.get(slot, 4, &mut reply);
-                let at = u64::from_le_bytes(reply[..8].try_into().expect("8 bytes"));
-                let word = u32::from_le_bytes(reply[8..].try_into().expect("4 bytes"));
-                Ok((at, word))
+                Ok(u64::from_le_bytes(reply))
             })?;
-            if want_grant {
-                self.granted(handle, word);
-            }
             first.get_or_insert(at);
             done += n;
             if done >= data.len() {
@@ -202,12 +187,7 @@ impl Service for Remote {
     fn fsync(&self, handle: Handle) -> Result<(), Errno> {
         let mut e = Enc::new(op::FSYNC);
         e.u64(handle);
-        self.call(&e)?;
-        // The daemon applied this connection's posts before the fsync: their answers are in.
-        match self.post_error(handle) {
-            Some(errno) => Err(errno),
-            None => Ok(()),
-        }
+        self.call(&e).map(drop)
     }
 
     fn ftruncate(&self, handle: Handle, size: u64) -> Result<(), Errno> {
@@ -226,8 +206,6 @@ impl Service for Remote {
     /// the description's first call (a round trip, once); `u32::MAX` remembered when the board
     /// is full (then every call asks).
     fn end_of(&self, handle: Handle, watch: &AtomicU64) -> Result<u64, Errno> {
-        // The board shows what is applied: this connection's own posts first.
-        self.wait_posts();
         let remembered = watch.load(Ordering::Relaxed);
         let index = if remembered >> 32 == u64::from(self.id) {
             remembered as u32

@@ -129,8 +129,6 @@ impl Drop for ReleaseOnDrop<'_> {
 /// Releases what an ended client held (size watches, loans, descriptions), once no thread
 /// serves it any more: run by its server thread after it stopped serving.
 fn release_client(shared: &Shared, conn: &Conn) {
-    // Its posted writes first: they were answered, so they happen.
-    super::posts::forget(shared, conn);
     let sink: Arc<dyn nosefs_core::file::SizeSink> = conn.area.clone();
     for (ino, index) in conn.watched.lock().drain() {
         shared.fs.unwatch_size(ino, &sink, index);
@@ -306,8 +304,7 @@ fn admit(shared: &Arc<Shared>, socket: &OwnedFd, spare: &mut Option<Area>) -> Op
     .ok()?;
     let pidfd = rustix::process::Pid::from_raw(pid)
         .and_then(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok());
-    let own_socket = rustix::io::fcntl_dupfd_cloexec(socket, 0).ok()?;
-    let conn = Arc::new_cyclic(|me| Conn {
+    let conn = Arc::new(Conn {
         area: Arc::new(area),
         cred: parking_lot::RwLock::new(cred),
         pid,
@@ -316,15 +313,11 @@ fn admit(shared: &Arc<Shared>, socket: &OwnedFd, spare: &mut Option<Area>) -> Op
         held: Mutex::new(HashSet::new()),
         dead: AtomicBool::new(false),
         watched: Mutex::new(HashMap::new()),
-        socket: own_socket,
+        socket: rustix::io::fcntl_dupfd_cloexec(socket, 0).ok()?,
         loans: Mutex::new(HashMap::new()),
         next_loan: std::sync::atomic::AtomicU64::new(1),
         cred_changed: AtomicBool::new(false),
         reuse: Arc::clone(&shared.reuse),
-        me: me.clone(),
-        post_lock: Mutex::new(()),
-        applied: std::sync::atomic::AtomicU32::new(0),
-        post_words: Mutex::default(),
     });
     if let Some(stats) = &shared.stats {
         stats.connected();

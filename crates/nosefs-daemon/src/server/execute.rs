@@ -54,39 +54,6 @@ fn ok() -> Enc {
     Enc::new(0)
 }
 
-/// Decodes and runs a posted write (`op::WRITE_POSTED`), only to file `only_ino` when given
-/// (a FUSE lookup applying the posts to the file it is about to hand the kernel: the write must
-/// touch nothing else the kernel may hold, whatever the client put in its slot).
-pub(super) fn posted_write(
-    shared: &Shared,
-    conn: &Conn,
-    request: &[u8],
-    only_ino: Option<u64>,
-) -> Result<Enc, Errno> {
-    let mut d = Dec::new(request);
-    if d.u32()? != op::WRITE_POSTED {
-        return Err(Errno::EINVAL);
-    }
-    let _seq = d.u32()?;
-    let ino = writable(&description(shared, conn, d.u64()?)?)?;
-    if only_ino.is_some_and(|only| only != ino) {
-        return Err(Errno::EINVAL);
-    }
-    let offset = d.u64()?;
-    let data = d.bytes()?;
-    let cred = || conn.cred.read().clone();
-    let local = Local {
-        fs: &shared.fs,
-        prefix: &conn.prefix,
-        cred: &cred,
-    };
-    local.write(ino, offset, data, false)?;
-    if let Some(i) = shared.options.invalidate.as_deref() {
-        i.written(ino, offset, data);
-    }
-    Ok(ok())
-}
-
 /// Decodes and runs one request. A read puts its data in the reply in place (`data`), behind
 /// the head it returns.
 pub(super) fn execute(
@@ -218,12 +185,8 @@ pub(super) fn execute(
         }
         op::CLOSE => {
             let token = d.u64()?;
-            let ino = description(shared, conn, token).ok().map(|d| d.ino);
             if conn.held.lock().remove(&token) {
                 release(shared, token);
-            }
-            if let Some(ino) = ino {
-                super::posts::closed(shared, conn, ino);
             }
         }
         op::READ => {
@@ -238,21 +201,13 @@ pub(super) fn execute(
             let ino = writable(&description(shared, conn, d.u64()?)?)?;
             let offset = d.u64()?;
             let append = d.bool()?;
-            let want_post = d.bool()?;
             let data = d.bytes()?;
             let at = local.write(ino, offset, data, append)?;
             if let Some(i) = inval {
                 i.written(ino, at, data);
             }
-            let word = if want_post {
-                super::posts::grant(shared, conn, ino)
-            } else {
-                u32::MAX
-            };
-            reply.u64(at).u32(word);
+            reply.u64(at);
         }
-        // As a call (a client may send one so): the write, in this request's turn.
-        op::WRITE_POSTED => return posted_write(shared, conn, request, None),
         op::FSYNC => {
             let desc = description(shared, conn, d.u64()?)?;
             if desc.kind == OpenKind::File {
@@ -309,8 +264,6 @@ pub(super) fn execute(
                 return Err(Errno::EINVAL);
             }
             let index = watch_size(shared, conn, desc.ino)?;
-            // Its board shows the size without asking: no one else posts to the file now.
-            super::posts::revoke(shared, desc.ino, Some(conn), super::posts::Revoker::Daemon);
             reply.u64(u64::from(index));
         }
         op::SHADOW_LEND => {
@@ -320,10 +273,7 @@ pub(super) fn execute(
             if write && !desc.writable {
                 return Err(Errno(libc::EACCES));
             }
-            let loan = lend_shadow(shared, conn, ino, write)?;
-            // The mapping reads the shadow without asking: no one posts to the file now.
-            super::posts::revoke(shared, ino, None, super::posts::Revoker::Daemon);
-            reply.u64(loan);
+            reply.u64(lend_shadow(shared, conn, ino, write)?);
         }
         op::SHADOW_TAKE | op::SHADOW_RETURN => {
             let loan = d.u64()?;

@@ -50,7 +50,6 @@ use crate::workers::Workers;
 mod door;
 mod execute;
 mod mounts;
-mod posts;
 mod reuse;
 
 pub use door::proc_cred;
@@ -113,19 +112,6 @@ pub trait Invalidate: Send + Sync {
         let _ = ino;
         true
     }
-    /// Whether the kernel may hold `ino` (and so read its attributes or data from its caches
-    /// without asking): clients may post writes only to files it does not hold.
-    fn may_hold(&self, ino: u64) -> bool {
-        let _ = ino;
-        true
-    }
-    /// Has `hold(ino)` called when the kernel is about to hold `ino` (before the reply that
-    /// hands it over, after [`Invalidate::may_hold`] says so). Without it, no file is
-    /// posted to.
-    fn watch_holds(&self, hold: Box<dyn Fn(u64) + Send + Sync>) -> bool {
-        let _ = hold;
-        false
-    }
 }
 
 /// How the daemon serves clients.
@@ -183,8 +169,6 @@ struct Shared {
     returns: Mutex<Vec<std::thread::JoinHandle<()>>>,
     /// Ended clients' areas, for the next client with the same credentials.
     reuse: Arc<reuse::Reuse>,
-    /// Who may post writes to which file ([`posts`]).
-    grants: posts::Grants,
 }
 
 struct Conn {
@@ -213,14 +197,6 @@ struct Conn {
     cred_changed: AtomicBool,
     /// Where its area goes when it ends.
     reuse: Arc<reuse::Reuse>,
-    /// Itself, for the grants of posting that name it ([`posts`]).
-    me: std::sync::Weak<Conn>,
-    /// Held while its posted writes are applied, by whichever thread applies them.
-    post_lock: Mutex<()>,
-    /// The sequence number up to which its posted writes are applied.
-    applied: std::sync::atomic::AtomicU32,
-    /// The words of its post board, by file, while it holds the file open.
-    post_words: Mutex<posts::PostWords>,
 }
 
 impl Drop for Conn {
@@ -272,22 +248,10 @@ impl Server {
             stop: AtomicBool::new(false),
             returns: Mutex::new(Vec::new()),
             reuse: Arc::default(),
-            grants: posts::Grants::default(),
             pair_threads: AtomicUsize::new(0),
             stats: options.stats.then(crate::stats::Stats::default),
             options,
         });
-        if let Some(invalidate) = shared.options.invalidate.as_deref() {
-            let weak = Arc::downgrade(&shared);
-            let watched = invalidate.watch_holds(Box::new(move |ino| {
-                if let Some(shared) = weak.upgrade() {
-                    posts::revoke(&shared, ino, None, posts::Revoker::Kernel);
-                }
-            }));
-            shared.grants.enable(watched);
-        } else {
-            shared.grants.enable(true);
-        }
         let door_shared = Arc::clone(&shared);
         let door = std::thread::Builder::new()
             .name("nosefs-door".into())
@@ -395,18 +359,10 @@ fn serve_client(shared: &Arc<Shared>, conn: &Arc<Conn>) {
     loop {
         let mut served = false;
         for slot in posted_first(area, 0..area.slots()) {
-            if own_thread[slot / 2] {
-                continue;
-            }
-            if holds_post(area, slot) {
-                served |= serve_posts(shared, conn, slot);
-                continue;
-            }
-            if !take_request(area, slot) {
+            if own_thread[slot / 2] || !take_request(area, slot) {
                 continue;
             }
             let call = area.owner(slot).load(Ordering::Acquire) == owner::CALL;
-            posts::settle(shared);
             serve_slot(shared, conn, slot, &mut request);
             served = true;
             last_slot = slot;
@@ -443,7 +399,11 @@ fn serve_client(shared: &Arc<Shared>, conn: &Arc<Conn>) {
             conn,
             area.server_sleeping(),
             area.doorbell(),
-            || (0..area.slots()).any(|s| !own_thread[s / 2] && wants_serving(conn, s)),
+            || {
+                (0..area.slots()).any(|s| {
+                    !own_thread[s / 2] && area.state(s).load(Ordering::SeqCst) == state::REQUEST
+                })
+            },
         );
         idle = Spinner::new();
     }
@@ -493,10 +453,7 @@ fn serve_own_pair(shared: &Shared, conn: &Conn, slots: [usize; 2]) {
     loop {
         let mut served = false;
         for s in posted_first(area, slots.into_iter()) {
-            if holds_post(area, s) {
-                served |= serve_posts(shared, conn, s);
-            } else if take_request(area, s) {
-                posts::settle(shared);
+            if take_request(area, s) {
                 serve_slot(shared, conn, s, &mut request);
                 served = true;
                 last_slot = s;
@@ -519,7 +476,9 @@ fn serve_own_pair(shared: &Shared, conn: &Conn, slots: [usize; 2]) {
             area.helper_doorbell(slots[0]),
         );
         sleep_until_rung(shared, conn, sleeping, bell, || {
-            slots.iter().any(|&s| wants_serving(conn, s))
+            slots
+                .iter()
+                .any(|&s| area.state(s).load(Ordering::SeqCst) == state::REQUEST)
         });
         idle = Spinner::new();
     }
@@ -563,54 +522,9 @@ fn posted_first<'a>(
     first.chain(rest)
 }
 
-/// Whether slot `slot` holds something to serve: a request, or a posted write whose sequence
-/// number the client published (one it never published is not waited for).
-fn wants_serving(conn: &Conn, slot: usize) -> bool {
-    let area = &conn.area;
-    area.state(slot).load(Ordering::SeqCst) == state::REQUEST
-        && (area.owner(slot).load(Ordering::SeqCst) != owner::POSTED_WRITE
-            || posts::has_unapplied(conn))
-}
-
-/// A posted write seen in slot `slot`: the connection's published posts applied, in order.
-/// Whether any was.
-fn serve_posts(shared: &Shared, conn: &Conn, slot: usize) -> bool {
-    if conn.area.state(slot).load(Ordering::Acquire) != state::REQUEST
-        || !posts::has_unapplied(conn)
-    {
-        return false;
-    }
-    if let Some(delay) = posts::test_delay() {
-        std::thread::sleep(delay);
-    }
-    posts::drain(shared, conn) > 0
-}
-
-/// Whether slot `slot` holds a posted write: served only in the posts' own order
-/// ([`serve_posts`]), never taken as a call ([`take`] reads the owner after the state).
-fn holds_post(area: &Area, slot: usize) -> bool {
-    area.state(slot).load(Ordering::Acquire) == state::REQUEST
-        && area.owner(slot).load(Ordering::Acquire) == owner::POSTED_WRITE
-}
-
 /// Takes slot `slot`'s request, if it holds one, for serving.
 fn take_request(area: &Area, slot: usize) -> bool {
-    take(area, slot, false)
-}
-
-/// Takes slot `slot`'s posted write, if it holds one, for applying (under its connection's
-/// post lock: [`posts::drain`]).
-fn take_post(area: &Area, slot: usize) -> bool {
-    take(area, slot, true)
-}
-
-/// Takes slot `slot` for serving if it holds a request that is a posted write exactly when
-/// `posted`. The owner is read after the state: the client marks the owner before it stores
-/// the state, so a request seen is seen with its owner (read the other way round, a reused
-/// slot's old owner could pass a post off as a call).
-fn take(area: &Area, slot: usize, posted: bool) -> bool {
     let taken = area.state(slot).load(Ordering::Acquire) == state::REQUEST
-        && (area.owner(slot).load(Ordering::Acquire) == owner::POSTED_WRITE) == posted
         && area
             .state(slot)
             .compare_exchange(
@@ -668,27 +582,13 @@ impl ReplyData<'_> {
 }
 
 fn serve_slot(shared: &Shared, conn: &Conn, slot: usize, request: &mut [u8]) {
-    serve_slot_by(shared, conn, slot, request, |request, data| {
-        execute(shared, conn, request, data)
-    });
-}
-
-/// Serves slot `slot` (taken) with `run`: the request copied out, run, the reply stored and the
-/// client woken if it sleeps.
-fn serve_slot_by(
-    shared: &Shared,
-    conn: &Conn,
-    slot: usize,
-    request: &mut [u8],
-    run: impl FnOnce(&[u8], &mut ReplyData<'_>) -> Result<Enc, Errno>,
-) {
     let area = &conn.area;
     let len = (area.len(slot).load(Ordering::Acquire) as usize).min(area.payload_bytes());
     area.get(slot, 0, &mut request[..len]);
     let mut data = ReplyData { area, slot, len: 0 };
     let started = shared.stats.as_ref().map(|_| Instant::now());
     let executed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        run(&request[..len], &mut data)
+        execute(shared, conn, &request[..len], &mut data)
     }));
     if let (Some(stats), Some(started)) = (&shared.stats, started) {
         let opcode = request

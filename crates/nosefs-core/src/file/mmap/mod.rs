@@ -476,12 +476,6 @@ impl Fs {
         self.shadow_of(ino).is_some()
     }
 
-    /// Whether file `ino` has a shadow (a mapping of it is served from memory that reads
-    /// the shadow, not the image).
-    pub fn is_shadowed(&self, ino: u64) -> bool {
-        self.shadow_of(ino).is_some()
-    }
-
     fn shadow_of(&self, ino: u64) -> Option<Arc<Shadow>> {
         if self.shadows.live.load(Ordering::Acquire) == 0 {
             return None;
