@@ -350,6 +350,20 @@ fn holes_are_punched_found_and_copied_as_on_the_kernel() {
 }
 
 #[test]
+fn calls_by_number_and_the_generic_ioctls_answer_as_on_the_kernel() {
+    let setup = setup();
+    let out = same_as_kernel(&setup, common::RAW_CALLS_SCRIPT);
+    assert!(
+        out.contains("copy_file_range overlapping: -1 EINVAL\n"),
+        "{out}"
+    );
+    assert!(out.contains("getdents64: 5 names\n"), "{out}");
+    // Nothing reached the kernel's directory behind the prefix (calls by number used to).
+    assert!(std::fs::read_dir(&setup.at).map_or(true, |mut d| d.next().is_none()));
+    setup.fsck_clean();
+}
+
+#[test]
 fn set_id_bits_long_relative_paths_bad_pointers_and_dropped_privileges_as_on_the_kernel() {
     let setup = setup();
     let out = same_as_kernel(&setup, common::KERNEL_ANSWERS_SCRIPT);

@@ -306,12 +306,16 @@ pub fn lseek(fd: i32, offset: i64, whence: i32) -> Result<i64, Errno> {
     }
     let mut current = file.offset.lock();
     if file.kind == Kind::Dir {
-        // Directory offsets are readdir cookies; only a rewind or a told position is meaningful.
-        if whence != libc::SEEK_SET || offset < 0 {
-            return Err(Errno::EINVAL);
-        }
-        *current = offset as u64;
-        return Ok(offset);
+        // Directory offsets are readdir cookies: set, or moved from where they are (SEEK_CUR
+        // with 0 is how programs ask for the cookie), as tmpfs answers; the end means nothing.
+        let target = match whence {
+            libc::SEEK_SET => Some(offset),
+            libc::SEEK_CUR => (*current as i64).checked_add(offset),
+            _ => None,
+        };
+        let target = target.filter(|t| *t >= 0).ok_or(Errno::EINVAL)?;
+        *current = target as u64;
+        return Ok(target);
     }
     // Only the end and the data/hole searches need the size. A daemon client reads it from the
     // word of shared memory the daemon keeps at the file's size (PostgreSQL probes relation

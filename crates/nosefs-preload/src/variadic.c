@@ -75,17 +75,13 @@ int nosefs_c_ioctl(int fd, unsigned long request, ...) {
 }
 
 /* syscall(2): six arguments, however many the caller passed, as glibc's own syscall reads them
- * (the kernel ignores the ones a call does not take). Only the Linux AIO numbers reach the shim
- * (nosefs_hook_syscall, ffi/aio.rs); every other call goes straight to libc's syscall, so the
- * hook costs the programs that call syscall() for their futexes next to nothing. */
+ * (the kernel ignores the ones a call does not take). The numbers of the calls the shim serves
+ * reach it (nosefs_hook_syscall, ffi/raw.rs, which sends the others on to libc's syscall); the
+ * futex calls go straight to libc's syscall, so programs that make them so (the lock libraries)
+ * pay nothing for the hook. */
 #include <dlfcn.h>
 #include <stddef.h>
 #include <sys/syscall.h>
-
-static int is_aio(long number) {
-    return number == SYS_io_setup || number == SYS_io_destroy || number == SYS_io_submit ||
-           number == SYS_io_getevents || number == SYS_io_cancel || number == SYS_io_pgetevents;
-}
 
 long nosefs_c_syscall(long number, ...) {
     va_list ap;
@@ -93,7 +89,7 @@ long nosefs_c_syscall(long number, ...) {
     long a1 = va_arg(ap, long), a2 = va_arg(ap, long), a3 = va_arg(ap, long);
     long a4 = va_arg(ap, long), a5 = va_arg(ap, long), a6 = va_arg(ap, long);
     va_end(ap);
-    if (is_aio(number)) {
+    if (number != SYS_futex) {
         return nosefs_hook_syscall(number, a1, a2, a3, a4, a5, a6);
     }
     static long (*real_syscall)(long, ...);

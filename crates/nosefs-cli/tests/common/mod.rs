@@ -49,6 +49,16 @@ pub fn assert_same_as_kernel(
     String::from_utf8_lossy(&ours.stdout).into_owned()
 }
 
+/// Calls by number through `syscall()` (the shim routes the numbers of the calls it serves to
+/// the same hooks as libc's functions) and the ioctls every file system answers, compiled and
+/// run in `$D`; prints the same on a kernel directory.
+#[allow(dead_code)]
+pub const RAW_CALLS_SCRIPT: &str = concat!(
+    "cd \"$D\"\ncat > raw.c <<'EOF'\n",
+    include_str!("raw_calls.c"),
+    "EOF\ncc -Wall -O2 -o raw raw.c\n./raw\n"
+);
+
 /// Holes made and found through a frontend: fallocate(1) punching and digging, cp's sparse copy
 /// (it asks lseek for SEEK_DATA and SEEK_HOLE), python's lseek; as on a kernel directory.
 #[allow(dead_code)]

@@ -354,6 +354,21 @@ fn holes_are_punched_found_and_copied_as_on_the_kernel() {
 }
 
 #[test]
+fn calls_by_number_and_the_generic_ioctls_answer_as_on_the_kernel() {
+    if !usable() {
+        return;
+    }
+    let m = mount_with(&[]);
+    let out = same_as_kernel(&m, common::RAW_CALLS_SCRIPT);
+    assert!(
+        out.contains("copy_file_range overlapping: -1 EINVAL\n"),
+        "{out}"
+    );
+    assert!(out.contains("getdents64: 5 names\n"), "{out}");
+    m.unmount_and_fsck();
+}
+
+#[test]
 fn spawned_children_get_the_descriptors_and_directory_handed_to_them() {
     if !usable() {
         return;

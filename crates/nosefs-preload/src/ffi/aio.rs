@@ -340,18 +340,9 @@ pub unsafe extern "C" fn io_queue_run(context: u64) -> c_int {
 }
 
 /// `syscall()`'s Linux AIO numbers on the shim's contexts (MariaDB calls io_getevents so, to
-/// let io_destroy end the wait); every other call goes to libc's `syscall` unchanged. Reached
-/// from the variadic entry point in variadic.c.
-#[no_mangle]
-pub unsafe extern "C" fn nosefs_hook_syscall(
-    number: c_long,
-    a1: c_long,
-    a2: c_long,
-    a3: c_long,
-    a4: c_long,
-    a5: c_long,
-    a6: c_long,
-) -> c_long {
+/// let io_destroy end the wait): the call's answer, or `None` for every other call (`raw.rs`).
+pub(super) unsafe fn raw(number: c_long, a: [c_long; 6]) -> Option<c_long> {
+    let [a1, a2, a3, a4, a5, a6] = a;
     let id = a1 as u64;
     let context = match number {
         libc::SYS_io_destroy
@@ -363,13 +354,7 @@ pub unsafe extern "C" fn nosefs_hook_syscall(
     };
     let r = match (number, context) {
         (libc::SYS_io_setup, _) if serves_async_io() => unsafe { setup(a1, a2 as *mut u64) },
-        (_, None) => {
-            return unsafe {
-                real!(syscall: fn(c_long, c_long, c_long, c_long, c_long, c_long, c_long) -> c_long)(
-                    number, a1, a2, a3, a4, a5, a6,
-                )
-            };
-        }
+        (_, None) => return None,
         (libc::SYS_io_destroy, Some(_)) => linux_aio::destroy(id).map(|()| 0),
         (libc::SYS_io_submit, Some(c)) => unsafe { submit(&c, a2, a3 as *const *const Iocb) },
         (libc::SYS_io_getevents, Some(c)) => unsafe {
@@ -396,11 +381,11 @@ pub unsafe extern "C" fn nosefs_hook_syscall(
         }
         (_, Some(_)) => Err(Errno::EINVAL), // io_cancel: nothing is in flight
     };
-    match r {
+    Some(match r {
         Ok(v) => v as c_long,
         Err(e) => {
             unsafe { *libc::__errno_location() = e.0 };
             -1
         }
-    }
+    })
 }

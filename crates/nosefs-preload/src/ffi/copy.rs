@@ -2,6 +2,7 @@
 
 use std::ffi::{c_int, c_uint, c_void};
 use std::ptr::null_mut;
+use std::sync::atomic::Ordering;
 
 use libc::{off64_t, off_t, size_t, ssize_t};
 use nosefs_core::Errno;
@@ -128,6 +129,47 @@ unsafe fn copy_between(
     Ok(done)
 }
 
+/// copy_file_range's refusals, as the kernel makes them before copying: flags (none defined),
+/// an output opened to append, and a copy within one file whose two ranges overlap.
+/// (Offsets past 2^63 are the core's EINVAL or EFBIG later.)
+unsafe fn copy_range_checks(
+    fd_in: c_int,
+    off_in: *const off64_t,
+    fd_out: c_int,
+    off_out: *const off64_t,
+    len: usize,
+    flags: c_uint,
+) -> Result<(), Errno> {
+    if flags != 0 {
+        return Err(Errno::EINVAL);
+    }
+    let (Some(input), Some(output)) = (fdtable::get(fd_in), fdtable::get(fd_out)) else {
+        return Ok(()); // one side is the kernel's: no file is both
+    };
+    if output.flags.load(Ordering::Relaxed) & libc::O_APPEND != 0 {
+        return Err(Errno::EBADF);
+    }
+    if input.ino != output.ino {
+        return Ok(());
+    }
+    let at = |ptr: *const off64_t, file: &fdtable::OpenFile| {
+        if ptr.is_null() {
+            *file.offset.lock()
+        } else {
+            // SAFETY: a non-null offset pointer is the caller's loff_t.
+            unsafe { *ptr as u64 }
+        }
+    };
+    let (from, to) = (at(off_in, &input), at(off_out, &output));
+    // The kernel compares the ranges after shortening the copy to the input's end.
+    let size = ops::fstat(fd_in)?.size;
+    let len = (len as u64).min(size.saturating_sub(from));
+    if to < from.saturating_add(len) && from < to.saturating_add(len) {
+        return Err(Errno::EINVAL);
+    }
+    Ok(())
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn copy_file_range(
     fd_in: c_int,
@@ -139,6 +181,7 @@ pub unsafe extern "C" fn copy_file_range(
 ) -> ssize_t {
     if (fdtable::is_ours(fd_in) || fdtable::is_ours(fd_out)) && !in_shim() {
         return value(serve(|| unsafe {
+            copy_range_checks(fd_in, off_in, fd_out, off_out, len, flags)?;
             copy_between(fd_in, off_in, fd_out, off_out, len)
         })) as ssize_t;
     }

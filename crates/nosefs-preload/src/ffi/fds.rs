@@ -138,10 +138,125 @@ pub unsafe extern "C" fn nosefs_hook_ioctl(fd: c_int, request: c_ulong, arg: *mu
                 Ok(_) => fail(Errno(libc::EFAULT)),
                 Err(e) => fail(e),
             },
-            _ => fail(Errno(libc::ENOTTY)),
+            // The descriptor's close-on-exec flag lives on the placeholder, in the kernel.
+            FIOCLEX | FIONCLEX => unsafe {
+                real!(ioctl: fn(c_int, c_ulong, *mut c_void) -> c_int)(fd, request, arg)
+            },
+            _ => int(serve(|| unsafe { generic_ioctl(fd, request, arg) })),
         };
     }
     unsafe { real!(ioctl: fn(c_int, c_ulong, *mut c_void) -> c_int)(fd, request, arg) }
+}
+
+const FIOCLEX: c_ulong = 0x5451;
+const FIONCLEX: c_ulong = 0x5450;
+const FIONBIO: c_ulong = 0x5421;
+const FIOQSIZE: c_ulong = 0x5460;
+const FIGETBSZ: c_ulong = 2;
+/// `_IOW('X', 40..43 and 57, struct space_resv)`: fallocate by ioctl, as XFS first had it.
+const FS_IOC_RESVSP: c_ulong = 0x4030_5828;
+const FS_IOC_UNRESVSP: c_ulong = 0x4030_5829;
+const FS_IOC_RESVSP64: c_ulong = 0x4030_582A;
+const FS_IOC_UNRESVSP64: c_ulong = 0x4030_582B;
+const FS_IOC_ZERO_RANGE: c_ulong = 0x4030_5839;
+/// `_IOW(0x94, 9, int)`, `_IOW(0x94, 13, struct file_clone_range)`,
+/// `_IOWR(0x94, 54, struct file_dedupe_range)`.
+const FICLONE: c_ulong = 0x4004_9409;
+const FICLONERANGE: c_ulong = 0x4020_940D;
+const FIDEDUPERANGE: c_ulong = 0xC018_9436;
+
+/// The requests the kernel answers for every file system (fs/ioctl.c), on a noseFS descriptor,
+/// with the kernel's answers; anything else is ENOTTY, as from a file system with no ioctls.
+unsafe fn generic_ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) -> Result<(), Errno> {
+    let file = fdtable::get(fd).ok_or(Errno::EBADF)?;
+    let regular = file.kind == fdtable::Kind::File;
+    let put = |bytes: &[u8]| {
+        if arg.is_null() {
+            return Err(Errno(libc::EFAULT));
+        }
+        // SAFETY: each request's argument is the integer the kernel writes, of this size.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), arg.cast::<u8>(), bytes.len()) };
+        Ok(())
+    };
+    match request {
+        FIONBIO => {
+            if arg.is_null() {
+                return Err(Errno(libc::EFAULT));
+            }
+            // SAFETY: FIONBIO's argument is an int the caller owns.
+            let on = unsafe { *arg.cast::<c_int>() } != 0;
+            let flags = file.flags.load(Ordering::Relaxed) & !libc::O_NONBLOCK;
+            let nonblock = if on { libc::O_NONBLOCK } else { 0 };
+            file.flags.store(flags | nonblock, Ordering::Relaxed);
+            Ok(())
+        }
+        // Bytes the file holds (st_blocks in bytes), for files, directories and symbolic links.
+        FIOQSIZE if file.kind != fdtable::Kind::Path => {
+            put(&(ops::fstat(fd)?.blocks as i64 * 512).to_ne_bytes())
+        }
+        FIGETBSZ => put(&(nosefs_core::format::BLOCK_SIZE as c_int).to_ne_bytes()),
+        FS_IOC_RESVSP | FS_IOC_RESVSP64 if regular => unsafe { preallocate(fd, 0, arg) },
+        FS_IOC_UNRESVSP | FS_IOC_UNRESVSP64 if regular => unsafe {
+            preallocate(fd, libc::FALLOC_FL_PUNCH_HOLE, arg)
+        },
+        FS_IOC_ZERO_RANGE if regular => unsafe { preallocate(fd, libc::FALLOC_FL_ZERO_RANGE, arg) },
+        // Sharing blocks between files: a source on another file system is EXDEV, as the
+        // kernel answers before asking the file system, which here has no way to share.
+        FICLONE | FICLONERANGE => {
+            let source = if request == FICLONE {
+                arg as usize as c_int
+            } else if arg.is_null() {
+                return Err(Errno(libc::EFAULT));
+            } else {
+                // SAFETY: struct file_clone_range starts with the source's s64 descriptor.
+                unsafe { *arg.cast::<i64>() as c_int }
+            };
+            if !fdtable::is_ours(source) {
+                // SAFETY: F_GETFD only asks whether the number is an open descriptor.
+                let open = unsafe {
+                    real!(fcntl: fn(c_int, c_int, *mut c_void) -> c_int)(
+                        source,
+                        libc::F_GETFD,
+                        std::ptr::null_mut(),
+                    )
+                } >= 0;
+                return Err(if open {
+                    Errno(libc::EXDEV)
+                } else {
+                    Errno::EBADF
+                });
+            }
+            Err(Errno(libc::EOPNOTSUPP))
+        }
+        FIDEDUPERANGE if file.kind == fdtable::Kind::Dir => Err(Errno(libc::EISDIR)),
+        FIDEDUPERANGE => Err(Errno(libc::EOPNOTSUPP)),
+        _ => Err(Errno(libc::ENOTTY)),
+    }
+}
+
+/// FS_IOC_RESVSP and its kin: `struct space_resv` (l_whence at 2, l_start at 8, l_len at 16)
+/// as a fallocate of `mode` with KEEP_SIZE, the start taken from where `l_whence` says.
+unsafe fn preallocate(fd: c_int, mode: c_int, arg: *mut c_void) -> Result<(), Errno> {
+    if arg.is_null() {
+        return Err(Errno(libc::EFAULT));
+    }
+    let bytes = arg.cast::<u8>();
+    // SAFETY: the argument is a 48-byte struct space_resv the caller owns.
+    let (whence, start, len) = unsafe {
+        (
+            bytes.add(2).cast::<i16>().read_unaligned(),
+            bytes.add(8).cast::<i64>().read_unaligned(),
+            bytes.add(16).cast::<i64>().read_unaligned(),
+        )
+    };
+    let base = match c_int::from(whence) {
+        libc::SEEK_SET => 0,
+        libc::SEEK_CUR => *fdtable::get(fd).ok_or(Errno::EBADF)?.offset.lock() as i64,
+        libc::SEEK_END => ops::fstat(fd)?.size as i64,
+        _ => return Err(Errno::EINVAL),
+    };
+    let start = start.checked_add(base).ok_or(Errno::EINVAL)?;
+    ops::fallocate(fd, mode | libc::FALLOC_FL_KEEP_SIZE, start, len)
 }
 
 /// `_IOWR('f', 11, struct fiemap)`.

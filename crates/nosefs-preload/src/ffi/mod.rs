@@ -108,6 +108,7 @@ mod open;
 mod pointers;
 mod posix_aio;
 mod process;
+mod raw;
 mod routing;
 mod rw;
 mod setattr;
