@@ -81,6 +81,9 @@ pub const MAX_FILE_BYTES: u64 = 1 << 46;
 pub const WINDOW_BYTES: u64 = 64 << 10;
 /// See [`WINDOW_BYTES`]: 32 pieces in 64 KiB is 2 KiB per piece on average.
 pub const WINDOW_MAX_PIECES: usize = 32;
+/// How many extents a stat of a file with no data state reads to count its blocks before it
+/// makes the state instead (see [`Fs::unloaded_file_blocks`]).
+const UNLOADED_WALK_MAX_EXTENTS: u64 = 1024;
 /// How much of the next piece a read fetches ahead while it copies the current one.
 const PREFETCH_PIECE_BYTES: u64 = 256;
 /// Writes from this size on use non-temporal stores: no line-by-line `clwb` (64 per 4 KiB), at
@@ -293,6 +296,39 @@ impl Fs {
             // No state yet means nothing pending: the media holds the whole file.
             FileState::from_media(p.size.get(), p.mtime_ns.get(), &self.file_extents(&p))
         }))
+    }
+
+    /// `st_blocks` (in 4 KiB units) of a regular file whose data state is not made yet, as
+    /// [`FileState::allocated_blocks`] would count it (the media holds the whole file, and a
+    /// file with reserved ranges has its state from mount on): its extents' bytes below the
+    /// size, read from its list without making the state, so that a stat of a sparse file
+    /// after a mount (every process, in embedded mode) does not report it dense. Past
+    /// [`UNLOADED_WALK_MAX_EXTENTS`] extents the state is made instead, once. The list is read
+    /// under the inode lock (no state can appear and commit meanwhile); when the lock is taken
+    /// (the caller's own, as `link` returns attributes under it), the file counts as dense.
+    pub(crate) fn unloaded_file_blocks(&self, inode: &Inode) -> Result<u64> {
+        {
+            let Some(_locked) = inode.data.try_lock() else {
+                return Ok(self.primary_pinode(inode)?.size.get().div_ceil(BLOCK_SIZE));
+            };
+            if inode.file_state().is_none() {
+                let p = self.primary_pinode(inode)?;
+                let (size, count) = (p.size.get(), self.image.geometry().extent_count());
+                let (mut eno, mut bytes) = (u64::from(p.extent_head.get()), 0u64);
+                let mut walked = 0;
+                while eno != 0 && eno < count && walked < UNLOADED_WALK_MAX_EXTENTS {
+                    let e = self.image.extent(eno);
+                    let (start, len) = (e.file_offset.get(), u64::from(e.length.get()));
+                    bytes += (start + len).min(size).saturating_sub(start);
+                    eno = u64::from(e.next.get());
+                    walked += 1;
+                }
+                if eno == 0 || eno >= count {
+                    return Ok(bytes.div_ceil(BLOCK_SIZE));
+                }
+            }
+        }
+        Ok(self.file_of(inode)?.lock().allocated_blocks())
     }
 
     /// A regular file's committed extents as (eno, file offset, data-zone address, length), from

@@ -74,8 +74,8 @@ pub struct Attr {
     /// Status change time.
     pub ctime_ns: i64,
     /// Space the file holds, in 512-byte units (`st_blocks`): its data bytes in whole 4 KiB
-    /// blocks, so a hole holds none. A file whose data state is not loaded yet (untouched since
-    /// mount) is counted as dense.
+    /// blocks, so a hole holds none. ([`Attr::from_pinode`] counts a file as dense;
+    /// [`Fs::getattr`] counts what it holds.)
     pub blocks: u64,
     /// An access ACL (`system.posix_acl_access`) decides permissions, not the mode alone
     /// (see [`Fs::check_permission`]).
@@ -249,6 +249,8 @@ impl Fs {
             attr.size = size;
             attr.mtime_ns = mtime_ns;
             attr.ctime_ns = attr.ctime_ns.max(mtime_ns);
+        } else if inode.is_file() && attr.size > 0 {
+            attr.blocks = self.unloaded_file_blocks(&inode)? * (BLOCK_SIZE / 512);
         }
         Ok(attr)
     }

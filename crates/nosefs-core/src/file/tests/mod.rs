@@ -51,6 +51,36 @@ fn a_small_overwrite_copies_nothing_else() {
 }
 
 #[test]
+fn a_sparse_file_counts_the_blocks_it_holds_after_a_remount_before_any_open() {
+    let mut h = fresh(None);
+    let f = new_file(&h, b"sparse");
+    h.fs().write(f, 0, &[b'a'; 16384]).unwrap();
+    h.fs().write(f, 1 << 30, b"z").unwrap();
+    h.fs().fsync(f).unwrap();
+    h.fs().punch_hole(f, 4096, 8192).unwrap();
+    let blocks = |fs: &Fs| fs.getattr(f).unwrap().blocks;
+    let loaded = blocks(h.fs());
+    assert_eq!(
+        loaded,
+        3 * 8,
+        "two blocks of 'a' and the one holding 'z' (512-byte units)"
+    );
+    h.remount(false);
+    assert_eq!(
+        blocks(h.fs()),
+        loaded,
+        "counted from the extent list on the media, not as a dense 1 GiB"
+    );
+    let mut byte = [0u8; 1];
+    h.fs().read(f, 1 << 30, &mut byte).unwrap();
+    assert_eq!(
+        (byte[0], blocks(h.fs())),
+        (b'z', loaded),
+        "and the same once loaded"
+    );
+}
+
+#[test]
 fn small_writes_pack_into_blocks_and_merge_into_one_extent() {
     let mut h = fresh(None);
     let f = new_file(&h, b"log");
