@@ -269,8 +269,11 @@ unsafe fn names_and_attributes(number: c_long, a: [c_long; 6]) -> Option<c_long>
             libc::SYS_chdir => cwd::chdir(path(0)) as c_long,
             libc::SYS_getcwd => {
                 // The kernel's answer is the length of the path with its NUL, not the buffer.
+                // (A null buffer is the kernel's EFAULT: glibc's getcwd would allocate one.)
                 let buf = ptr(0).cast::<c_char>();
-                if cwd::getcwd(buf, a[1] as size_t).is_null() {
+                if buf.is_null() {
+                    fail(Errno(libc::EFAULT)) as c_long
+                } else if cwd::getcwd(buf, a[1] as size_t).is_null() {
                     -1
                 } else {
                     libc::strlen(buf) as c_long + 1
