@@ -93,7 +93,8 @@ const NO_NAME: u32 = u32::MAX;
 pub struct InodeData {
     /// Slot of one name ([`NO_NAME`] once the last is gone).
     first_name: u32,
-    /// Subdirectories (directories only), for the link count.
+    /// Subdirectories (directories only), for the link count. A regular file keeps here what
+    /// [`InodeData::counted_blocks`] says instead.
     pub subdirs: u32,
     /// Slots of the other names (hard links), if there are any. Boxed: 8 bytes in every inode
     /// instead of a `Vec`'s 24, for what few inodes need.
@@ -121,6 +122,22 @@ impl InodeData {
     /// How many names the inode has.
     pub fn name_count(&self) -> usize {
         usize::from(self.first_name != NO_NAME) + self.more_names.as_ref().map_or(0, |m| m.len())
+    }
+
+    /// A regular file with no data state: its `st_blocks` (in 4 KiB units) as last counted
+    /// from its extent list, if counted. While a file has no state nothing changes its extents
+    /// (every change makes the state first, and the state is never dropped), so the count
+    /// stays true; once the state exists it counts instead. Kept in `subdirs` (plus one; 0:
+    /// not counted), which a regular file does not use, so that an inode stays in one line.
+    pub fn counted_blocks(&self) -> Option<u64> {
+        self.subdirs.checked_sub(1).map(u64::from)
+    }
+
+    /// Records [`InodeData::counted_blocks`] (a count past `u32` is not kept).
+    pub fn set_counted_blocks(&mut self, blocks: u64) {
+        if let Ok(plus_one) = u32::try_from(blocks + 1) {
+            self.subdirs = plus_one;
+        }
     }
 
     /// Whether `slot` is one of the inode's names.

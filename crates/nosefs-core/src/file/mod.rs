@@ -303,15 +303,19 @@ impl Fs {
     /// file with reserved ranges has its state from mount on): its extents' bytes below the
     /// size, read from its list without making the state, so that a stat of a sparse file
     /// after a mount (every process, in embedded mode) does not report it dense. Past
-    /// [`UNLOADED_WALK_MAX_EXTENTS`] extents the state is made instead, once. The list is read
+    /// [`UNLOADED_WALK_MAX_EXTENTS`] extents the state is made instead, once; the count is kept
+    /// ([`crate::inode::InodeData::counted_blocks`]). The list is read
     /// under the inode lock (no state can appear and commit meanwhile); when the lock is taken
     /// (the caller's own, as `link` returns attributes under it), the file counts as dense.
     pub(crate) fn unloaded_file_blocks(&self, inode: &Inode) -> Result<u64> {
         {
-            let Some(_locked) = inode.data.try_lock() else {
+            let Some(mut locked) = inode.data.try_lock() else {
                 return Ok(self.primary_pinode(inode)?.size.get().div_ceil(BLOCK_SIZE));
             };
             if inode.file_state().is_none() {
+                if let Some(blocks) = locked.counted_blocks() {
+                    return Ok(blocks);
+                }
                 let p = self.primary_pinode(inode)?;
                 let (size, count) = (p.size.get(), self.image.geometry().extent_count());
                 let (mut eno, mut bytes) = (u64::from(p.extent_head.get()), 0u64);
@@ -324,7 +328,9 @@ impl Fs {
                     walked += 1;
                 }
                 if eno == 0 || eno >= count {
-                    return Ok(bytes.div_ceil(BLOCK_SIZE));
+                    let blocks = bytes.div_ceil(BLOCK_SIZE);
+                    locked.set_counted_blocks(blocks);
+                    return Ok(blocks);
                 }
             }
         }

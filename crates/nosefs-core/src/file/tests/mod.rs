@@ -63,7 +63,7 @@ fn a_sparse_file_counts_the_blocks_it_holds_after_a_remount_before_any_open() {
     assert_eq!(
         loaded,
         3 * 8,
-        "two blocks of 'a' and the one holding 'z' (512-byte units)"
+        "8 KiB of 'a' and the 'z', in whole 4 KiB blocks (512-byte units)"
     );
     h.remount(false);
     assert_eq!(
@@ -71,6 +71,7 @@ fn a_sparse_file_counts_the_blocks_it_holds_after_a_remount_before_any_open() {
         loaded,
         "counted from the extent list on the media, not as a dense 1 GiB"
     );
+    assert_eq!(blocks(h.fs()), loaded, "the count kept for the next stat");
     let mut byte = [0u8; 1];
     h.fs().read(f, 1 << 30, &mut byte).unwrap();
     assert_eq!(
@@ -78,6 +79,8 @@ fn a_sparse_file_counts_the_blocks_it_holds_after_a_remount_before_any_open() {
         (b'z', loaded),
         "and the same once loaded"
     );
+    h.fs().write(f, 1 << 20, &[b'y'; 4096]).unwrap();
+    assert_eq!(blocks(h.fs()), loaded + 8, "the state counts from then on");
 }
 
 #[test]
