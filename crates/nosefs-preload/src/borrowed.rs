@@ -5,9 +5,7 @@
 //! (userfaultfd write-protection) and reports the pages at msync (committed, atomically),
 //! fsync and fdatasync (committed with the file's writes) and munmap (kept for the next
 //! commit). Where the kernel cannot track stores, shared mappings go through the daemon's FUSE
-//! mount instead (`kernel`). Private mappings map the same shadow copy-on-write: the file's
-//! bytes, the daemon's later writes included, until the program stores to a page, as with a
-//! kernel file (a copy made at mmap showed neither, and cost the whole range at once).
+//! mount instead (`kernel`). Private mappings are copies (`ffi::mmap::map_copy`).
 //!
 //! One loan per file and access (read-only or writable) serves every mapping of the file in
 //! this process: its memfd is one descriptor, the shim's own (high, stepped around by close and
@@ -84,8 +82,7 @@ pub fn map(
     offset: i64,
 ) -> Result<usize, Errno> {
     let file = fdtable::get(fd).ok_or(Errno::EBADF)?;
-    let shared = flags & libc::MAP_TYPE != libc::MAP_PRIVATE;
-    let offset = spans::check_map(&file, shared && prot & libc::PROT_WRITE != 0, offset)?;
+    let offset = spans::check_map(&file, prot & libc::PROT_WRITE != 0, offset)?;
     if len == 0 {
         return Err(Errno::EINVAL);
     }
@@ -120,7 +117,11 @@ pub fn map(
             })
         }
     };
-    let request = MapRequest { shared, prot, at };
+    let request = MapRequest {
+        shared: true,
+        prot,
+        at,
+    };
     let mapping = match BorrowedMapping::map(loan.memfd.as_fd(), offset, len, &request) {
         Ok(m) => m,
         Err(e) => {

@@ -50,9 +50,8 @@ pub fn assert_same_as_kernel(
 }
 
 /// Calls by number through `syscall()` (the shim routes the numbers of the calls it serves to
-/// the same hooks as libc's functions), the ioctls every file system answers, and a private
-/// mapping seeing later writes on the pages it did not store to; compiled and run in `$D`,
-/// printing the same on a kernel directory.
+/// the same hooks as libc's functions) and the ioctls every file system answers, compiled and
+/// run in `$D`; prints the same on a kernel directory.
 #[allow(dead_code)]
 pub const RAW_CALLS_SCRIPT: &str = concat!(
     "cd \"$D\"\ncat > raw.c <<'EOF'\n",

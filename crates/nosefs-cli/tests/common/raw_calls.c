@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/ioctl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -170,33 +169,8 @@ static void ioctls(void) {
     close(fd);
 }
 
-/* A private mapping shows the file's later writes on the pages it has not stored to (as
- * mmap-rw-fault checks); the pages it stored to are its own. */
-static void private_mapping(void) {
-    int fd = open("pm", O_RDWR | O_CREAT | O_TRUNC, 0644);
-    char page[4096];
-    memset(page, 'a', sizeof page);
-    pwrite(fd, page, sizeof page, 0);
-    pwrite(fd, page, sizeof page, 4096);
-    char *m = mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
-    if (m == MAP_FAILED) {
-        perror("mmap");
-        return;
-    }
-    m[4096] = 'p';
-    memset(page, 'b', sizeof page);
-    pwrite(fd, page, sizeof page, 0);
-    pwrite(fd, page, sizeof page, 4096);
-    printf("private mapping: untouched page %c, stored page %c%c\n", m[0], m[4096], m[4097]);
-    pread(fd, page, 2, 4096);
-    printf("  the file %c%c\n", page[0], page[1]);
-    munmap(m, 8192);
-    close(fd);
-}
-
 int main(void) {
     by_number();
     ioctls();
-    private_mapping();
     return 0;
 }

@@ -354,7 +354,7 @@ fn holes_are_punched_found_and_copied_as_on_the_kernel() {
 }
 
 #[test]
-fn calls_by_number_generic_ioctls_and_private_mappings_answer_as_on_the_kernel() {
+fn calls_by_number_and_the_generic_ioctls_answer_as_on_the_kernel() {
     if !usable() {
         return;
     }

@@ -152,18 +152,16 @@ fn tracker() -> Option<Arc<WriteTracker>> {
     }
 }
 
-/// A mapping of a lent shadow's memfd in the borrowing process: shared, its stores tracked
-/// (see the module's notes), or private (copy-on-write: its pages show the file until the
-/// program stores to them, as a private mapping of a kernel file does; nothing to report).
-/// Unmapped on drop; report its written pages first. The memfd is the caller's to keep (one
-/// per lent file, however many mappings of it), and is passed to each call that needs it.
+/// A shared mapping of a lent shadow's memfd in the borrowing process, its stores tracked
+/// (see the module's notes). Unmapped on drop; report its written pages first. The memfd is the
+/// caller's to keep (one per lent file, however many mappings of it), and is passed to each call
+/// that needs it.
 #[derive(Debug)]
 pub struct BorrowedMapping {
     view: View,
     /// The file offset of the mapping's first byte.
     offset: u64,
-    /// The write tracking of a shared mapping; `None` for a private one.
-    tracker: Option<Arc<WriteTracker>>,
+    tracker: Arc<WriteTracker>,
     /// Whether its stores are tracked: from the start when it is writable, else from
     /// [`BorrowedMapping::make_writable`].
     tracked: bool,
@@ -174,9 +172,8 @@ pub struct BorrowedMapping {
 
 impl BorrowedMapping {
     /// Maps `len` bytes (whole pages) of the file from `offset` (a multiple of 4096) through
-    /// `memfd` (from [`LentShadow::memfd`]), shared or private as `request` says, with its
-    /// protection and placement. A shared one: EOPNOTSUPP where this kernel cannot track
-    /// stores (the caller maps another way).
+    /// `memfd` (from [`LentShadow::memfd`]), shared, with `request`'s protection and placement.
+    /// EOPNOTSUPP where this kernel cannot track stores (the caller maps another way).
     pub fn map(
         memfd: BorrowedFd<'_>,
         offset: u64,
@@ -190,16 +187,13 @@ impl BorrowedMapping {
             .checked_next_multiple_of(PAGE_BYTES)
             .and_then(|l| usize::try_from(l).ok())
             .ok_or(Errno(libc::ENOMEM))?;
-        let tracker = match request.shared {
-            true => Some(tracker().ok_or(Errno(libc::EOPNOTSUPP))?),
-            false => None,
-        };
-        let populate = tracker.as_ref().is_some_and(|t| !t.tracks_unpopulated());
+        let tracker = tracker().ok_or(Errno(libc::EOPNOTSUPP))?;
+        let populate = !tracker.tracks_unpopulated();
         let view = View::map_placed(
             memfd,
             offset,
             len,
-            request.shared,
+            true,
             request.prot,
             request.at.map(|at| (at.addr, at.replace)),
             populate,
@@ -224,14 +218,14 @@ impl BorrowedMapping {
     /// The program is about to make the mapping writable (mprotect): its stores are tracked
     /// from now on. Call it before the protection changes.
     pub fn make_writable(&mut self, memfd: BorrowedFd<'_>) -> Result<()> {
-        let Some(tracker) = self.tracker.as_ref().filter(|_| !self.tracked) else {
-            return Ok(()); // tracked already, or private: its stores are its own
-        };
-        if tracker.tracks_unpopulated() {
+        if self.tracked {
+            return Ok(());
+        }
+        if self.tracker.tracks_unpopulated() {
             let data = data_pages(memfd, self.offset, self.view.len()).map_err(io_error)?;
-            tracker.track_ranges(&self.view, &data)
+            self.tracker.track_ranges(&self.view, &data)
         } else {
-            tracker.track(&self.view)
+            self.tracker.track(&self.view)
         }
         .map_err(io_error)?;
         self.tracked = true;
@@ -248,9 +242,9 @@ impl BorrowedMapping {
         memfd: BorrowedFd<'_>,
         range: Option<(u64, u64)>,
     ) -> Result<Vec<(u64, u64)>> {
-        let Some(tracker) = self.tracker.as_ref().filter(|_| self.tracked) else {
+        if !self.tracked {
             return Ok(Vec::new());
-        };
+        }
         let size = rustix::fs::fstat(memfd)
             .map_err(|e| io_error(e.into()))?
             .st_size as u64;
@@ -270,7 +264,7 @@ impl BorrowedMapping {
         let len = (((to - self.offset).div_ceil(PAGE_BYTES) * PAGE_BYTES) as usize - at)
             .min(self.view.len() - at);
         let mut written = Vec::new();
-        tracker
+        self.tracker
             .take_written_in(&self.view, at, len, &mut written)
             .map_err(io_error)?;
         for (at, len) in written {
@@ -287,7 +281,7 @@ impl BorrowedMapping {
     /// drop it once the new one is in place.
     pub fn remap(&self, memfd: BorrowedFd<'_>, len: usize, prot: i32) -> Result<BorrowedMapping> {
         let request = MapRequest {
-            shared: self.is_shared(),
+            shared: true,
             prot,
             at: None,
         };
@@ -297,11 +291,6 @@ impl BorrowedMapping {
     /// The mapping's first byte.
     pub fn addr(&self) -> usize {
         self.view.addr()
-    }
-
-    /// Whether the mapping is shared (its stores reach the file), not private.
-    pub fn is_shared(&self) -> bool {
-        self.tracker.is_some()
     }
 
     /// Bytes mapped.
@@ -332,8 +321,8 @@ impl BorrowedMapping {
 
 impl Drop for BorrowedMapping {
     fn drop(&mut self) {
-        if let Some(tracker) = self.tracker.as_ref().filter(|_| self.tracked) {
-            tracker.untrack(&self.view);
+        if self.tracked {
+            self.tracker.untrack(&self.view);
         }
     }
 }

@@ -173,8 +173,7 @@ pub unsafe extern "C" fn mremap(
     }
 }
 
-/// Daemon mode: a mapping over the shadow the daemon lends (`borrowed`), shared or private;
-/// where none can be lent, a shared one goes through the kernel's FUSE mount and a private one
+/// Daemon mode: a shared mapping goes through the kernel's FUSE mount (`maps`); a private one
 /// is a copy of the file's bytes.
 unsafe fn map_copy(
     addr: *mut c_void,
@@ -210,11 +209,6 @@ unsafe fn map_copy(
         }
         kernel::mapped(&kernel_file, p as usize, len, prot & libc::PROT_WRITE != 0);
         return Ok(p);
-    }
-    // Private: over the lent shadow too, copy-on-write; a copy where no loan can be had.
-    match borrowed::map(addr as usize, len, prot, flags, fd, offset) {
-        Err(Errno(libc::EOPNOTSUPP)) | Err(Errno::EIO) => {}
-        other => return other.map(|p| p as *mut c_void),
     }
     if !file.readable() || file.kind != Kind::File {
         return Err(Errno(libc::EACCES));
