@@ -169,8 +169,20 @@ static void ioctls(void) {
     close(fd);
 }
 
+/* Closing every number up to the limit, as some daemons do at start: the shim's own
+ * descriptors among them answer EBADF, as numbers not open do, and nothing is said on stderr
+ * (which the test asserts empty). */
+static void close_everything(void) {
+    long limit = sysconf(_SC_OPEN_MAX);
+    for (long fd = 3; fd < limit; fd++)
+        close((int)fd);
+    printf("closed every descriptor\n");
+}
+
 int main(void) {
     by_number();
     ioctls();
+    fflush(stdout);
+    close_everything();
     return 0;
 }

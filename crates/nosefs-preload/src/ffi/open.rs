@@ -87,7 +87,10 @@ pub(super) fn refuse_internal(fd: c_int, call: &str) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     if fdtable::is_internal(fd) && !in_shim() {
-        return refuse_internal(fd, "close");
+        // EBADF, as for a number that is not open, and nothing said: programs that close every
+        // number up to their limit (t_open_tmpfiles, daemons at start) meet the shim's own,
+        // and a line on their stderr for each was noise. A dup2 onto one is said (`fds.rs`).
+        return fail(Errno::EBADF);
     }
     if fdtable::is_ours(fd) && !in_shim() {
         let file = serve(|| Ok(fdtable::remove(fd)));
