@@ -323,7 +323,7 @@ impl Fs {
                 while eno != 0 && eno < count && walked < UNLOADED_WALK_MAX_EXTENTS {
                     let e = self.image.extent(eno);
                     let (start, len) = (e.file_offset.get(), u64::from(e.length.get()));
-                    bytes += (start + len).min(size).saturating_sub(start);
+                    bytes += start.saturating_add(len).min(size).saturating_sub(start);
                     eno = u64::from(e.next.get());
                     walked += 1;
                 }
