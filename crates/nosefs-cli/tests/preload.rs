@@ -364,6 +364,15 @@ fn calls_by_number_and_the_generic_ioctls_answer_as_on_the_kernel() {
 }
 
 #[test]
+fn file_size_limits_readahead_io_uring_and_clone_vm_children_as_on_the_kernel() {
+    let setup = setup();
+    let out = same_as_kernel(&setup, common::LIMITS_SCRIPT);
+    assert!(out.contains("write crossing it: 2000\n"), "{out}");
+    assert!(out.contains("before after\n"), "{out}");
+    setup.fsck_clean();
+}
+
+#[test]
 fn set_id_bits_long_relative_paths_bad_pointers_and_dropped_privileges_as_on_the_kernel() {
     let setup = setup();
     let out = same_as_kernel(&setup, common::KERNEL_ANSWERS_SCRIPT);

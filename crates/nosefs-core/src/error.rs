@@ -47,6 +47,12 @@ impl Errno {
     pub const EACCES: Errno = Errno(libc::EACCES);
     /// Bad file descriptor.
     pub const EBADF: Errno = Errno(libc::EBADF);
+    /// Interrupted by a signal.
+    pub const EINTR: Errno = Errno(libc::EINTR);
+    /// Not a socket.
+    pub const ENOTSOCK: Errno = Errno(libc::ENOTSOCK);
+    /// Operation not supported.
+    pub const EOPNOTSUPP: Errno = Errno(libc::EOPNOTSUPP);
 }
 
 impl fmt::Display for Errno {

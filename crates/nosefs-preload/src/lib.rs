@@ -8,7 +8,8 @@
 //!
 //! Layers, each importing only the ones below: [`ffi`] the exported libc entry points, a file
 //! per call family; the safe modules: [`route`] paths, [`fdtable`] descriptors, [`offsets`]
-//! offsets shared across fork and exec, [`ops`] the operations, [`maps`] embedded mode's
+//! offsets shared across fork and exec, [`ops`] the operations ([`fsize`]: the file size
+//! limit they keep), [`maps`] embedded mode's
 //! mappings, [`kernel`] daemon mode's descriptors on the FUSE mount (record locks, shared
 //! mappings), [`state`] the mounted image, credentials and fork, [`exec`] the hand-over across
 //! exec; and `sys`, the real libc functions and raw calls. `ffi` and `sys` hold the crate's
@@ -21,6 +22,7 @@ pub mod borrowed;
 pub mod exec;
 pub mod fdtable;
 pub mod ffi;
+pub mod fsize;
 pub mod kernel;
 pub mod linux_aio;
 pub mod maps;
@@ -86,6 +88,7 @@ pub const HOOKED: &[&str] = &[
     "io_queue_init",
     "posix_fallocate",
     "posix_fallocate64",
+    "readahead",
     "posix_fadvise",
     "posix_fadvise64",
     "stat",
@@ -230,6 +233,10 @@ pub const HOOKED: &[&str] = &[
     "msync",
     "mremap",
     "vfork",
+    "setrlimit",
+    "setrlimit64",
+    "prlimit",
+    "prlimit64",
     "_exit",
     "_Exit",
     "posix_spawn",

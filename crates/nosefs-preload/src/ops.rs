@@ -14,6 +14,7 @@ use nosefs_core::Errno;
 use nosefs_daemon::service::{self, Opened, OpenedPath, Service, XattrTarget};
 
 use crate::fdtable::{self, Kind, OpenFile};
+use crate::fsize;
 use crate::kernel::{self, KernelFile};
 use crate::route::{Found, Route};
 use crate::state::{self, with_service};
@@ -248,6 +249,19 @@ fn writable_file(file: &OpenFile) -> Result<(), Errno> {
     Ok(())
 }
 
+/// `readahead`: the data is in memory already, so there is nothing to read ahead; the
+/// kernel's checks only (EBADF unless open for reading, EINVAL unless a regular file).
+pub fn readahead(fd: i32) -> Result<(), Errno> {
+    let file = file_of(fd)?;
+    if !file.readable() {
+        return Err(Errno::EBADF);
+    }
+    if file.kind != Kind::File {
+        return Err(Errno::EINVAL);
+    }
+    Ok(())
+}
+
 /// `pread`: at `offset`, leaving the description's offset alone.
 pub fn pread(fd: i32, buf: &mut [u8], offset: i64) -> Result<usize, Errno> {
     let file = file_of(fd)?;
@@ -264,6 +278,7 @@ pub fn write(fd: i32, data: &[u8]) -> Result<usize, Errno> {
     crate::kernel::write_back_mapped(file.ino, false);
     let mut offset = file.offset.lock();
     let append = file.flags.load(Ordering::Relaxed) & libc::O_APPEND != 0;
+    let data = within_size_limit(&file, *offset, append, data)?;
     let end = with_service(|s| {
         let at = s.write(file.handle, *offset, data, append)?;
         sync_if_asked(s, &file)?;
@@ -272,6 +287,25 @@ pub fn write(fd: i32, data: &[u8]) -> Result<usize, Errno> {
     *offset = end;
     crate::kernel::refresh_mapped_size_to(file.ino, end);
     Ok(data.len())
+}
+
+/// `data` cut where a write of it at `at` (the end of the file with `append`) would cross the
+/// process's file size limit; EFBIG, with SIGXFSZ, when it starts past it (`fsize`).
+fn within_size_limit<'d>(
+    file: &OpenFile,
+    at: u64,
+    append: bool,
+    data: &'d [u8],
+) -> Result<&'d [u8], Errno> {
+    if !fsize::limited() {
+        return Ok(data);
+    }
+    let at = if append {
+        with_service(|s| s.fstat(file.handle))?.size
+    } else {
+        at
+    };
+    Ok(&data[..fsize::writable_bytes(at, data.len())?])
 }
 
 /// O_SYNC and O_DSYNC: the write is durable on return.
@@ -288,6 +322,7 @@ pub fn pwrite(fd: i32, data: &[u8], offset: i64) -> Result<usize, Errno> {
     writable_file(&file)?;
     let offset = u64::try_from(offset).map_err(|_| Errno::EINVAL)?;
     let append = file.flags.load(Ordering::Relaxed) & libc::O_APPEND != 0;
+    let data = within_size_limit(&file, offset, append, data)?;
     crate::kernel::write_back_mapped(file.ino, false);
     let end = with_service(|s| {
         let at = s.write(file.handle, offset, data, append)?;
@@ -382,6 +417,7 @@ pub fn ftruncate(fd: i32, size: i64) -> Result<(), Errno> {
         return Err(Errno::EINVAL);
     }
     let size = u64::try_from(size).map_err(|_| Errno::EINVAL)?;
+    fsize::may_grow(size, || Ok(with_service(|s| s.fstat(file.handle))?.size))?;
     crate::kernel::write_back_mapped(file.ino, false);
     with_service(|s| s.ftruncate(file.handle, size))?;
     crate::kernel::refresh_mapped_size(file.ino);
@@ -390,6 +426,9 @@ pub fn ftruncate(fd: i32, size: i64) -> Result<(), Errno> {
 
 /// `truncate` of a path.
 pub fn truncate(found: &Found, size: i64) -> Result<(), Errno> {
+    if let Ok(size @ 0..) = u64::try_from(size) {
+        fsize::may_grow(size, || Ok(vfs::stat(found)?.size))?;
+    }
     with_service(|s| s.truncate(found, size))
 }
 
@@ -400,6 +439,17 @@ pub fn fallocate(fd: i32, mode: i32, offset: i64, len: i64) -> Result<(), Errno>
         return Err(Errno(libc::ENODEV));
     }
     writable_file(&file)?;
+    let not_allocating =
+        libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_COLLAPSE_RANGE | libc::FALLOC_FL_INSERT_RANGE;
+    if mode & not_allocating == 0 {
+        // A range that reaches past the size and the limit, also with KEEP_SIZE (tmpfs's answer:
+        // the blocks count against the limit whether or not the size grows).
+        if let Some(end) = offset.checked_add(len).filter(|_| offset >= 0 && len > 0) {
+            fsize::may_grow(end as u64, || {
+                Ok(with_service(|s| s.fstat(file.handle))?.size)
+            })?;
+        }
+    }
     crate::kernel::write_back_mapped(file.ino, false);
     with_service(|s| s.fallocate(file.handle, mode, offset, len))?;
     crate::kernel::refresh_mapped_size(file.ino);

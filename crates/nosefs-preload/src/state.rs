@@ -13,7 +13,7 @@
 //!   ([`hold_for_child`]); an exec'd program claims those its predecessor handed over.
 
 use std::os::unix::ffi::OsStrExt;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
 use std::sync::OnceLock;
 
 use std::sync::atomic::AtomicU64;
@@ -117,6 +117,11 @@ static EXIT_HOOK_REGISTERED: AtomicBool = AtomicBool::new(false);
 /// up to 80 ms for a mount that may be coming up ([`Remote::connect`]), and a program whose
 /// daemon is gone made every call wait that long.
 static UNREACHABLE_SINCE_NS: AtomicU64 = AtomicU64::new(0);
+/// The process this state belongs to (set at start-up and in a forked child; 0 before). A child
+/// made with `clone(CLONE_VM)` and no `CLONE_THREAD` (stress-ng's dup race, helpers of some
+/// runtimes) shares this memory, and with it the image or the connection, without being this
+/// process, and runs no fork handler: its end must leave them to their owner.
+static OWNER_PID: AtomicI32 = AtomicI32::new(0);
 const UNREACHABLE_RETRY_NS: u64 = 1_000_000_000;
 static CRED: RwLock<Option<Cred>> = RwLock::new(None);
 static UMASK: AtomicU32 = AtomicU32::new(u32::MAX);
@@ -261,6 +266,19 @@ fn connect(config: &Config) -> Result<Remote, Errno> {
 }
 
 fn reach_daemon(config: &Config) -> Result<Remote, Errno> {
+    // A connection whose socket was taken over before its raise (`Remote::raise_fd`) is made
+    // again, a few times.
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        match connect_once(config) {
+            Err(Errno::ENOTSOCK) if attempts < 4 => continue,
+            other => return other,
+        }
+    }
+}
+
+fn connect_once(config: &Config) -> Result<Remote, Errno> {
     let mut remote = match Remote::connect(&config.prefix) {
         Ok(Some(remote)) => remote,
         Ok(None) => {
@@ -513,8 +531,26 @@ extern "C" fn exit_hook() {
     at_exit();
 }
 
+/// The end of this process: commits and gives up the image or the connection, unless this is
+/// a child sharing its parent's memory ([`OWNER_PID`]), whose parent goes on with them.
 pub fn at_exit() {
-    give_up(true);
+    if is_owner() {
+        give_up(true);
+    }
+}
+
+/// Records this process as the owner of the shim's state (at start-up, and in a forked child).
+pub fn note_owner() {
+    OWNER_PID.store(
+        rustix::process::getpid().as_raw_nonzero().get(),
+        Ordering::Relaxed,
+    );
+}
+
+/// Whether this process owns the shim's state: false in a child that shares its parent's memory.
+fn is_owner() -> bool {
+    let owner = OWNER_PID.load(Ordering::Relaxed);
+    owner == 0 || owner == rustix::process::getpid().as_raw_nonzero().get()
 }
 
 /// Before fork or spawn: in embedded mode the holder commits and gives the image up, so that
@@ -534,6 +570,7 @@ pub fn before_fork() {
 /// state is stale; in daemon mode the connection is the parent's, and the child makes its own
 /// at its first call.
 pub fn in_forked_child() {
+    note_owner();
     if daemon_mode() {
         // Set whether or not the parent had connected (the lock is not taken: its word would
         // be copied into the child for nothing); `mount` finds no connection either way.

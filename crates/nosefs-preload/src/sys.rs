@@ -91,6 +91,13 @@ pub fn register_exit_hook(hook: extern "C" fn()) {
     unsafe { libc::atexit(hook) };
 }
 
+/// Sends signal `signal` to the calling thread (`raise`), as the kernel signals the thread
+/// whose call exceeded a limit.
+pub fn raise(signal: c_int) {
+    // SAFETY: raising a signal; what it does is the program's disposition of it.
+    unsafe { libc::raise(signal) };
+}
+
 /// Flushes every stdio stream (`fflush(NULL)`).
 pub fn flush_all_streams() {
     // SAFETY: fflush(NULL) flushes every stream.

@@ -59,6 +59,17 @@ pub const RAW_CALLS_SCRIPT: &str = concat!(
     "EOF\ncc -Wall -O2 -o raw raw.c\n./raw\n"
 );
 
+/// The file size limit (RLIMIT_FSIZE: cut writes, EFBIG with SIGXFSZ), readahead, fallocate's
+/// refused modes, io_uring set up by number, and a clone(CLONE_VM) child that ends while its
+/// parent goes on with its files: what stress-ng's file stressors found the shim answering
+/// differently. Compiled and run in `$D`; prints the same on a kernel directory.
+#[allow(dead_code)]
+pub const LIMITS_SCRIPT: &str = concat!(
+    "cd \"$D\"\ncat > limits.c <<'EOF'\n",
+    include_str!("limits.c"),
+    "EOF\ncc -Wall -O2 -o limits limits.c\n./limits\n"
+);
+
 /// Holes made and found through a frontend: fallocate(1) punching and digging, cp's sparse copy
 /// (it asks lseek for SEEK_DATA and SEEK_HOLE), python's lseek; as on a kernel directory.
 #[allow(dead_code)]

@@ -369,6 +369,18 @@ fn calls_by_number_and_the_generic_ioctls_answer_as_on_the_kernel() {
 }
 
 #[test]
+fn file_size_limits_readahead_io_uring_and_clone_vm_children_as_on_the_kernel() {
+    if !usable() {
+        return;
+    }
+    let m = mount_with(&[]);
+    let out = same_as_kernel(&m, common::LIMITS_SCRIPT);
+    assert!(out.contains("write crossing it: 2000\n"), "{out}");
+    assert!(out.contains("before after\n"), "{out}");
+    m.unmount_and_fsck();
+}
+
+#[test]
 fn spawned_children_get_the_descriptors_and_directory_handed_to_them() {
     if !usable() {
         return;

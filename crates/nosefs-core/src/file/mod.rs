@@ -354,8 +354,13 @@ impl Fs {
     /// Reads up to `buf.len()` bytes at `offset` of regular file `ino`; returns the bytes read
     /// (short at end of file). Holes read as zeros.
     pub fn read(&self, ino: u64, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        if offset > i64::MAX as u64 {
+            return Err(Errno::EINVAL.into()); // a negative offset to the kernel
+        }
         if offset > MAX_FILE_BYTES {
-            return Err(Errno::EINVAL.into());
+            // Past the largest file: nothing to read, as the kernel answers past s_maxbytes.
+            self.inode(ino)?;
+            return Ok(0);
         }
         let inode = self.inode(ino)?;
         let n = match self.read_shadowed(ino, offset, buf) {

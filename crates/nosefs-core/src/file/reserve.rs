@@ -153,8 +153,11 @@ impl Fs {
     pub fn reserve_space(&self, ino: u64, offset: u64, len: u64) -> Result<()> {
         self.writable()?;
         let end = offset.checked_add(len).ok_or(Errno::EFBIG)?;
-        if len == 0 || end > MAX_FILE_BYTES {
+        if len == 0 {
             return Err(Errno::EINVAL.into());
+        }
+        if end > MAX_FILE_BYTES {
+            return Err(Errno::EFBIG.into());
         }
         let inode = self.inode(ino)?;
         let file = self.file_of(&inode)?;

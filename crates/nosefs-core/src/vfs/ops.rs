@@ -3,6 +3,7 @@
 //! and setattr by path or inode. Each takes a [`Found`] from [`super::walk`] and the caller.
 
 use super::{core, Caller, Found};
+use crate::file::MAX_FILE_BYTES;
 use crate::format::pinode;
 use crate::fs::Fs;
 use crate::namespace::acl::Acl;
@@ -424,10 +425,22 @@ pub fn fallocate(fs: &Fs, ino: u64, mode: i32, offset: i64, len: i64) -> Result<
     if offset < 0 || len <= 0 {
         return Err(Errno::EINVAL);
     }
-    let (offset, len) = (offset as u64, len as u64);
-    let end = offset.checked_add(len).ok_or(Errno(libc::EFBIG))?;
-    let size = core(fs.getattr(ino))?.size;
     let keep_size = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
+    // The kernel's order (vfs_fallocate): the mode's flags, then the largest file size.
+    match mode & !libc::FALLOC_FL_KEEP_SIZE {
+        0 | libc::FALLOC_FL_ZERO_RANGE => {}
+        libc::FALLOC_FL_PUNCH_HOLE if keep_size => {}
+        libc::FALLOC_FL_COLLAPSE_RANGE | libc::FALLOC_FL_INSERT_RANGE if !keep_size => {}
+        // PUNCH_HOLE needs KEEP_SIZE; COLLAPSE_RANGE and INSERT_RANGE change the size, so no
+        // other flag goes with them; any other mode is one noseFS does not have.
+        _ => return Err(Errno::EOPNOTSUPP),
+    }
+    let (offset, len) = (offset as u64, len as u64);
+    let end = offset
+        .checked_add(len)
+        .filter(|&end| end <= MAX_FILE_BYTES)
+        .ok_or(Errno::EFBIG)?;
+    let size = core(fs.getattr(ino))?.size;
     match mode & !libc::FALLOC_FL_KEEP_SIZE {
         // Preallocation: the blocks the range's first writes will take are promised to the
         // file (`Fs::reserve_space`), so those writes cannot fail with ENOSPC.
@@ -439,8 +452,7 @@ pub fn fallocate(fs: &Fs, ino: u64, mode: i32, offset: i64, len: i64) -> Result<
             Ok(())
         }
         // A hole: cheap on byte-granular extents (the pieces in the range are cut, not copied).
-        libc::FALLOC_FL_PUNCH_HOLE if keep_size => core(fs.punch_hole(ino, offset, len)),
-        libc::FALLOC_FL_PUNCH_HOLE => Err(Errno::EINVAL), // PUNCH_HOLE needs KEEP_SIZE
+        libc::FALLOC_FL_PUNCH_HOLE => core(fs.punch_hole(ino, offset, len)),
         libc::FALLOC_FL_ZERO_RANGE => {
             core(fs.punch_hole(ino, offset, len))?;
             core(fs.reserve_space(ino, offset, len))?;
@@ -450,11 +462,8 @@ pub fn fallocate(fs: &Fs, ino: u64, mode: i32, offset: i64, len: i64) -> Result<
             Ok(())
         }
         // The pieces after the range change their offsets only: no data moves.
-        libc::FALLOC_FL_COLLAPSE_RANGE | libc::FALLOC_FL_INSERT_RANGE if keep_size => {
-            Err(Errno::EINVAL) // they change the size: no other flag goes with them
-        }
         libc::FALLOC_FL_COLLAPSE_RANGE => core(fs.collapse_range(ino, offset, len)),
         libc::FALLOC_FL_INSERT_RANGE => core(fs.insert_range(ino, offset, len)),
-        _ => Err(Errno(libc::EOPNOTSUPP)),
+        _ => unreachable!("modes refused above"),
     }
 }

@@ -101,7 +101,12 @@ impl Remote {
                 None => Ok(None),
             };
             match outcome {
-                Ok(None) | Err(Errno::EIO) => continue,
+                // ENOTSOCK, EBADF: the new socket's number was taken over between two calls (a
+                // child sharing this process's descriptor table dup2'd onto it); EINTR: a signal
+                // (the program's interval timer); neither is a daemon that is away.
+                Ok(None) | Err(Errno::EIO | Errno::ENOTSOCK | Errno::EBADF | Errno::EINTR) => {
+                    continue
+                }
                 _ => return outcome,
             }
         }
@@ -164,6 +169,7 @@ impl Remote {
             id: (pid << 8 | (count & 0xff)).max(1),
             lending: parking_lot::Mutex::new(()),
             answered: AtomicBool::new(false),
+            daemon_pid: peer.pid.as_raw_nonzero().get(),
         })
     }
 }
@@ -191,7 +197,8 @@ fn recv_awake(
             Err(rustix::io::Errno::AGAIN) if !spinner.pause(WAKE_SPIN, || false) => {
                 flags = RecvFlags::CMSG_CLOEXEC;
             }
-            Err(rustix::io::Errno::AGAIN) => {}
+            // A signal: the handshake goes on, as the program's call would be restarted.
+            Err(rustix::io::Errno::AGAIN | rustix::io::Errno::INTR) => {}
             other => return other,
         }
     }

@@ -52,6 +52,9 @@ pub struct Remote {
     /// A reply came on this connection: its server thread has run since it was handed the
     /// connection (until then a call waits [`WAKE_SPIN`], as after ringing a sleeping thread).
     answered: AtomicBool,
+    /// The daemon's pid, from the socket's peer credentials at the handshake: a descriptor
+    /// whose peer is not this one is no longer the connection's socket.
+    daemon_pid: i32,
 }
 
 /// Connections made by this process so far (a forked child counts on from its parent's).
@@ -66,11 +69,25 @@ impl Remote {
     /// Moves the connection's socket (its one descriptor: the area keeps none) to a number at
     /// or above `floor`, and returns it: the shim keeps it out of the program's way and marks it
     /// as its own, so that a program closing every descriptor (a child before exec) leaves it.
+    ///
+    /// ENOTSOCK when the descriptor raised is no longer the connection's socket: between the
+    /// socket's creation and its raise its number was low, and a child sharing this process's
+    /// descriptor table may have dup2'd something else onto it (the daemon then saw a hang-up:
+    /// connect again).
     pub fn raise_fd(&mut self, floor: i32) -> Result<std::os::fd::RawFd, Errno> {
         use std::os::fd::AsRawFd;
         let io = |e: rustix::io::Errno| Errno(e.raw_os_error());
         self.socket = rustix::io::fcntl_dupfd_cloexec(&self.socket, floor).map_err(io)?;
+        if !self.socket_is_ours() {
+            return Err(Errno::ENOTSOCK);
+        }
         Ok(self.socket.as_raw_fd())
+    }
+
+    /// Whether the connection's descriptor is still a socket whose peer is the daemon.
+    fn socket_is_ours(&self) -> bool {
+        rustix::net::sockopt::socket_peercred(&self.socket)
+            .is_ok_and(|peer| peer.pid.as_raw_nonzero().get() == self.daemon_pid)
     }
 
     /// Ends the connection without unmapping its area ([`Area::leave`]): at exit, where the
@@ -250,9 +267,14 @@ impl Remote {
             tv_sec: 0,
             tv_nsec: 0,
         };
-        // Hung up, not readable: a loan's memfd may wait on the socket for its thread.
-        matches!(rustix::event::poll(&mut fds, Some(&zero)), Ok(n) if n > 0)
-            && fds[0].revents().intersects(PollFlags::HUP | PollFlags::ERR)
+        // Hung up, not readable: a loan's memfd may wait on the socket for its thread. Closed
+        // or replaced under this connection (a child sharing this process's descriptor table
+        // closed it or dup2'd onto it): the daemon saw a hang-up and will not answer.
+        let hung_up = matches!(rustix::event::poll(&mut fds, Some(&zero)), Ok(n) if n > 0)
+            && fds[0]
+                .revents()
+                .intersects(PollFlags::HUP | PollFlags::ERR | PollFlags::NVAL);
+        hung_up || !self.socket_is_ours()
     }
 
     /// Sends one request and returns the reply's bytes after its errno.

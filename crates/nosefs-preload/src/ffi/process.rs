@@ -23,6 +23,55 @@ pub unsafe extern "C" fn vfork() -> pid_t {
     unsafe { fork() }
 }
 
+// Resource limits: the file size limit the shim keeps (`fsize`) is read again after a change.
+
+#[no_mangle]
+pub unsafe extern "C" fn setrlimit(resource: c_int, limit: *const libc::rlimit) -> c_int {
+    let r = unsafe { real!(setrlimit: fn(c_int, *const libc::rlimit) -> c_int)(resource, limit) };
+    crate::fsize::forget();
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn setrlimit64(resource: c_int, limit: *const libc::rlimit64) -> c_int {
+    let r =
+        unsafe { real!(setrlimit64: fn(c_int, *const libc::rlimit64) -> c_int)(resource, limit) };
+    crate::fsize::forget();
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn prlimit(
+    pid: pid_t,
+    resource: c_int,
+    new: *const libc::rlimit,
+    old: *mut libc::rlimit,
+) -> c_int {
+    let r = unsafe {
+        real!(prlimit: fn(pid_t, c_int, *const libc::rlimit, *mut libc::rlimit) -> c_int)(
+            pid, resource, new, old,
+        )
+    };
+    crate::fsize::forget();
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn prlimit64(
+    pid: pid_t,
+    resource: c_int,
+    new: *const libc::rlimit64,
+    old: *mut libc::rlimit64,
+) -> c_int {
+    let r = unsafe {
+        real!(prlimit64: fn(pid_t, c_int, *const libc::rlimit64, *mut libc::rlimit64) -> c_int)(
+            pid, resource, new, old,
+        )
+    };
+    crate::fsize::forget();
+    r
+}
+
 /// In daemon mode the child shares this process's open descriptions: they are handed to it in
 /// a ticket made before the fork (so none is released before the child claims it at its first
 /// call), which the parent then ties to the child's pid (the child's end releases what it did

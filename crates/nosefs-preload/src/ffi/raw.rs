@@ -64,6 +64,17 @@ unsafe fn route(number: c_long, a: [c_long; 6]) -> c_long {
     if let Some(r) = unsafe { aio::raw(number, a) } {
         return r;
     }
+    // io_uring by number (stress-ng, programs without liburing): refused as `uring.rs` refuses
+    // liburing's set-up, or the kernel's ring would be handed the placeholders of noseFS
+    // descriptors.
+    if number == libc::SYS_io_uring_setup && aio::serves_async_io() {
+        return fail(Errno(libc::ENOSYS)) as c_long;
+    }
+    if number == libc::SYS_setrlimit || number == libc::SYS_prlimit64 {
+        let r = unsafe { kernel(number, a) };
+        crate::fsize::forget();
+        return r;
+    }
     if let Some(r) = unsafe { files(number, a) } {
         return r;
     }
@@ -112,6 +123,7 @@ unsafe fn files(number: c_long, a: [c_long; 6]) -> Option<c_long> {
                 0
             }
             libc::SYS_ftruncate => rw::ftruncate64(fd, a[1] as off64_t) as c_long,
+            libc::SYS_readahead => rw::readahead(fd, a[1] as off64_t, a[2] as size_t) as c_long,
             libc::SYS_fallocate => {
                 rw::fallocate64(fd, a[1] as c_int, a[2] as off64_t, a[3] as off64_t) as c_long
             }

@@ -474,6 +474,14 @@ pub unsafe extern "C" fn posix_fallocate64(fd: c_int, offset: off64_t, len: off6
 }
 
 #[no_mangle]
+pub unsafe extern "C" fn readahead(fd: c_int, offset: off64_t, count: size_t) -> ssize_t {
+    if fdtable::is_ours(fd) && !in_shim() {
+        return int(serve(|| ops::readahead(fd))) as ssize_t;
+    }
+    unsafe { real!(readahead: fn(c_int, off64_t, size_t) -> ssize_t)(fd, offset, count) }
+}
+
+#[no_mangle]
 pub unsafe extern "C" fn posix_fadvise(
     fd: c_int,
     offset: off_t,

@@ -16,6 +16,7 @@ extern "C" fn init() {
     if state::config().is_none() {
         return;
     }
+    state::note_owner();
     // SAFETY: registering plain extern "C" functions as fork handlers.
     unsafe { libc::pthread_atfork(Some(fork_prepare), None, Some(fork_child)) };
     crate::exec::adopt();

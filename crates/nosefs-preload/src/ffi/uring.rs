@@ -1,8 +1,9 @@
 //! io_uring in a process the shim serves, refused with the answer a kernel without it gives
-//! (ENOSYS): its rings are shared with the kernel, which sees only the placeholders of noseFS
-//! descriptors, and cannot be served here. Programs fall back to ordinary calls (RocksDB,
-//! PostgreSQL; MariaDB to Linux AIO, which `aio.rs` serves). Kernel files of the process lose it
-//! too: the rings cannot tell which descriptors they will be given.
+//! (ENOSYS; liburing's set-up here, the raw call in `raw.rs`): its rings are shared with the
+//! kernel, which sees only the placeholders of noseFS descriptors, and cannot be served here.
+//! Programs fall back to ordinary calls (RocksDB, PostgreSQL; MariaDB to Linux AIO, which
+//! `aio.rs` serves). Kernel files of the process lose it too: the rings cannot tell which
+//! descriptors they will be given.
 
 use std::ffi::{c_int, c_uint, c_void};
 

@@ -219,6 +219,47 @@ fn absurd_offsets_are_errors_not_panics() {
     let mut buf = [0u8; 4];
     assert_eq!(errno(h.fs().read(f, u64::MAX, &mut buf)), Errno::EINVAL);
     assert_eq!(h.fs().read(f, MAX_FILE_BYTES - 1, &mut buf).unwrap(), 0);
+    // Past the largest file but a valid offset: nothing to read, as the kernel answers.
+    assert_eq!(h.fs().read(f, 1 << 62, &mut buf).unwrap(), 0);
+}
+
+/// fallocate answers as the kernel's vfs_fallocate: flags that do not go together are
+/// EOPNOTSUPP, a range past the largest file is EFBIG (ext4's answer), both before the file
+/// system looks at the range.
+#[test]
+fn fallocate_refuses_as_the_kernel_does() {
+    use crate::vfs::ops::fallocate;
+    use libc::{
+        FALLOC_FL_COLLAPSE_RANGE as COLLAPSE, FALLOC_FL_INSERT_RANGE as INSERT,
+        FALLOC_FL_KEEP_SIZE as KEEP, FALLOC_FL_PUNCH_HOLE as PUNCH, FALLOC_FL_ZERO_RANGE as ZERO,
+    };
+    let h = fresh(None);
+    let f = new_file(&h, b"f");
+    h.fs().write(f, 0, &[7; 100]).unwrap();
+    let fs = h.fs();
+    let past = MAX_FILE_BYTES as i64;
+    for (mode, offset, len, want) in [
+        (PUNCH, 0, 4, Errno::EOPNOTSUPP),
+        (COLLAPSE | KEEP, 0, 4096, Errno::EOPNOTSUPP),
+        (INSERT | KEEP, 0, 4096, Errno::EOPNOTSUPP),
+        (0x100, 0, 4, Errno::EOPNOTSUPP),
+        (0, past, 1, Errno::EFBIG),
+        (KEEP, past - 1, 2, Errno::EFBIG),
+        (PUNCH | KEEP, 1 << 50, 4096, Errno::EFBIG),
+        (ZERO, 1 << 50, 4096, Errno::EFBIG),
+        (0, i64::MAX, 2, Errno::EFBIG),
+        (0, -1, 4, Errno::EINVAL),
+        (0, 0, 0, Errno::EINVAL),
+    ] {
+        assert_eq!(
+            fallocate(fs, f, mode, offset, len),
+            Err(want),
+            "mode {mode:#x} at {offset}"
+        );
+    }
+    assert_eq!(fs.getattr(f).unwrap().size, 100);
+    assert_eq!(fallocate(fs, f, 0, past - 1, 1), Ok(()));
+    assert_eq!(fs.getattr(f).unwrap().size, MAX_FILE_BYTES);
 }
 
 #[test]
