@@ -57,6 +57,8 @@ have mariadbd || apt_packages+=(mariadb-server)
 have db_bench || apt_packages+=(rocksdb-tools)
 # `nosefs bench --workload oltp`: sysbench's oltp_read_write on MariaDB.
 have sysbench || apt_packages+=(sysbench)
+# scripts/stress-ng-suite.sh: stress-ng's file-system and I/O stressors on every frontend.
+have stress-ng || apt_packages+=(stress-ng)
 # PostgreSQL, a server of many processes, as daemon clients (postgresql-contrib: amcheck).
 compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || apt_packages+=(postgresql postgresql-contrib)
 # LMDB with write-mapped commits (the shim's mapped-file test), through Debian's python3.

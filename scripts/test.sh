@@ -46,6 +46,8 @@ section "external suites through the preload shim: pjdfstest, fsx"
 ./scripts/preload-suites.sh
 section "CPython's file-system regression tests through the preload shim, both modes"
 ./scripts/python-suites.sh
+section "stress-ng's file-system and I/O stressors: FUSE mount and daemon clients, fsck after"
+./scripts/stress-ng-suite.sh
 section "random-operation stress on every frontend (FUSE, daemon clients, embedded), fsck after each"
 ./scripts/stress.sh
 echo "== done in $((SECONDS - started)) s"
