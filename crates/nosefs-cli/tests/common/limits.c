@@ -1,6 +1,7 @@
 // What stress-ng's file stressors found the shim answering differently from the kernel: the file
 // size limit (RLIMIT_FSIZE), readahead, fallocate's refused modes, io_uring set up by number,
-// and a child made with clone(CLONE_VM) that ends while its parent goes on with its files.
+// a child made with clone(CLONE_VM) that ends while its parent goes on with its files, and the
+// munmap of a mapping of an unlinked file.
 // Prints the same lines in a kernel directory and on noseFS.
 #define _GNU_SOURCE
 #include <errno.h>
@@ -166,6 +167,24 @@ static void clone_vm_child(void) {
     close(fd);
 }
 
+// stress-ng's fault stressor: a file unlinked, then mapped shared, its descriptor closed, stored
+// to and unmapped (the stores have nowhere to go; munmap does not fail for it).
+static void unlinked_mapping(void) {
+    int fd = open("gone", O_RDWR | O_CREAT | O_TRUNC, 0644);
+    posix_fallocate(fd, 0, 1);
+    unlink("gone");
+    char *p = mmap(0, 1, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED) {
+        printf("mmap of an unlinked file: %s\n", strerrorname_np(errno));
+        return;
+    }
+    p[0] = 1;
+    madvise(p, 4096, MADV_DONTNEED);
+    p[0] = 2;
+    said("munmap of an unlinked file", munmap(p, 4096));
+}
+
 int main(void) {
     setvbuf(stdout, 0, _IONBF, 0);
     file_size_limit();
@@ -174,5 +193,6 @@ int main(void) {
     io_uring_by_number(fd);
     close(fd);
     clone_vm_child();
+    unlinked_mapping();
     return 0;
 }
