@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# stress-ng's file-system and I/O stressors (an outside suite: each hammers one family of calls
-# from several processes, `--verify` checks what it reads back) against the FUSE mount and
+# stress-ng's file-system and I/O stressors, and those of its memory ones that map files (an
+# outside suite: each hammers one family of calls from several processes, `--verify` checks what
+# it reads back) against the FUSE mount and
 # through the shim as daemon clients, with fsck after each frontend. Each must succeed, unless it
 # fails on tmpfs too (tried after a failure: then the kernel's answer is what the stressor does
 # not expect, as stress-ng 0.15's io-uring stressor expects a statx answer 6.x kernels do not
@@ -27,7 +28,7 @@ command -v stress-ng >/dev/null || { log "stress-ng is missing (scripts/install-
 all="access chattr chdir chmod chown copy-file dentry dir dirdeep dirmany dup fallocate fcntl
 fiemap file-ioctl filename flock fpunch fsize fstat getdent handle hdd inode-flags io iomix lease
 link locka lockf lockofd mknod open rename symlink sync-file touch utime xattr aio aiol io-uring
-readahead revio seek mmap msync madvise"
+readahead revio seek mmap msync madvise fault sendfile splice fifo mmapfork"
 stressors="${NOSEFS_STRESS_NG:-$all}"
 seconds="${NOSEFS_STRESS_NG_SECONDS:-1}"
 # Differences kept on purpose, by frontend (docs/testing.md, "stress-ng"): as daemon clients an
