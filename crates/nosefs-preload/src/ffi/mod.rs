@@ -102,6 +102,8 @@ mod copy;
 mod cwd;
 mod dirs;
 mod fds;
+mod ioctl;
+mod locks;
 mod mmap;
 mod names;
 mod open;

@@ -19,8 +19,9 @@ use libc::{mode_t, off64_t, size_t};
 use nosefs_core::Errno;
 
 use super::routing::{routed, Routed};
-use super::{aio, attr, copy, cwd, dirs, fds, mmap, names, open, process, rw, setattr, sockets};
+use super::{aio, attr, copy, cwd, dirs, fds, ioctl, locks, mmap, names, open, process, rw};
 use super::{fail, xattr};
+use super::{setattr, sockets};
 
 /// libc's own `syscall`, for every call not routed.
 unsafe fn kernel(number: c_long, a: [c_long; 6]) -> c_long {
@@ -142,8 +143,8 @@ unsafe fn files(number: c_long, a: [c_long; 6]) -> Option<c_long> {
             libc::SYS_dup => fds::dup(fd) as c_long,
             libc::SYS_dup3 => fds::dup3(fd, a[1] as c_int, a[2] as c_int) as c_long,
             libc::SYS_fcntl => fds::nosefs_hook_fcntl(fd, a[1] as c_int, ptr(2)) as c_long,
-            libc::SYS_ioctl => fds::nosefs_hook_ioctl(fd, a[1] as c_ulong, ptr(2)) as c_long,
-            libc::SYS_flock => fds::flock(fd, a[1] as c_int) as c_long,
+            libc::SYS_ioctl => ioctl::nosefs_hook_ioctl(fd, a[1] as c_ulong, ptr(2)) as c_long,
+            libc::SYS_flock => locks::flock(fd, a[1] as c_int) as c_long,
             libc::SYS_fchdir => cwd::fchdir(fd) as c_long,
             libc::SYS_fstatfs => attr::fstatfs(fd, ptr(1).cast()) as c_long,
             libc::SYS_copy_file_range => copy::copy_file_range(
