@@ -117,12 +117,12 @@ static EXIT_HOOK_REGISTERED: AtomicBool = AtomicBool::new(false);
 /// up to 80 ms for a mount that may be coming up ([`Remote::connect`]), and a program whose
 /// daemon is gone made every call wait that long.
 static UNREACHABLE_SINCE_NS: AtomicU64 = AtomicU64::new(0);
+const UNREACHABLE_RETRY_NS: u64 = 1_000_000_000;
 /// The process this state belongs to (set at start-up and in a forked child; 0 before). A child
 /// made with `clone(CLONE_VM)` and no `CLONE_THREAD` (stress-ng's dup race, helpers of some
 /// runtimes) shares this memory, and with it the image or the connection, without being this
 /// process, and runs no fork handler: its end must leave them to their owner.
 static OWNER_PID: AtomicI32 = AtomicI32::new(0);
-const UNREACHABLE_RETRY_NS: u64 = 1_000_000_000;
 static CRED: RwLock<Option<Cred>> = RwLock::new(None);
 static UMASK: AtomicU32 = AtomicU32::new(u32::MAX);
 

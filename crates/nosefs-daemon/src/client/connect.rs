@@ -129,6 +129,9 @@ impl Remote {
             None,
         )
         .map_err(io)?;
+        // At once: until `Remote::raise_fd` moves it, the socket's number is a low one, which a
+        // child sharing this process's descriptor table may take over.
+        let socket_id = super::file_id(&socket).ok_or(Errno::EIO)?;
         let name = socket_name(major, minor);
         let addr = SocketAddrUnix::new_abstract_name(&name).map_err(io)?;
         rustix::net::connect(&socket, &addr).map_err(|_| Errno::EIO)?;
@@ -169,7 +172,7 @@ impl Remote {
             id: (pid << 8 | (count & 0xff)).max(1),
             lending: parking_lot::Mutex::new(()),
             answered: AtomicBool::new(false),
-            daemon_pid: peer.pid.as_raw_nonzero().get(),
+            socket_id,
         })
     }
 }

@@ -52,9 +52,14 @@ pub struct Remote {
     /// A reply came on this connection: its server thread has run since it was handed the
     /// connection (until then a call waits [`WAKE_SPIN`], as after ringing a sleeping thread).
     answered: AtomicBool,
-    /// The daemon's pid, from the socket's peer credentials at the handshake: a descriptor
-    /// whose peer is not this one is no longer the connection's socket.
-    daemon_pid: i32,
+    /// The socket's device and inode at the handshake: a descriptor of another file at its
+    /// number is no longer the connection's socket.
+    socket_id: (u64, u64),
+}
+
+/// The device and inode of the file `fd` is a descriptor of.
+fn file_id(fd: &OwnedFd) -> Option<(u64, u64)> {
+    rustix::fs::fstat(fd).ok().map(|st| (st.st_dev, st.st_ino))
 }
 
 /// Connections made by this process so far (a forked child counts on from its parent's).
@@ -84,10 +89,9 @@ impl Remote {
         Ok(self.socket.as_raw_fd())
     }
 
-    /// Whether the connection's descriptor is still a socket whose peer is the daemon.
+    /// Whether the connection's descriptor is still the socket of the handshake.
     fn socket_is_ours(&self) -> bool {
-        rustix::net::sockopt::socket_peercred(&self.socket)
-            .is_ok_and(|peer| peer.pid.as_raw_nonzero().get() == self.daemon_pid)
+        file_id(&self.socket) == Some(self.socket_id)
     }
 
     /// Ends the connection without unmapping its area ([`Area::leave`]): at exit, where the
