@@ -60,7 +60,9 @@ pub fn may_grow(new: u64, old: impl FnOnce() -> Result<u64, Errno>) -> Result<()
 fn cut(limit: Option<u64>, pos: u64, len: usize) -> Option<usize> {
     match limit {
         Some(limit) if len > 0 && pos >= limit => None,
-        Some(limit) => Some(len.min(usize::try_from(limit - pos).unwrap_or(usize::MAX))),
+        Some(limit) => {
+            Some(len.min(usize::try_from(limit.saturating_sub(pos)).unwrap_or(usize::MAX)))
+        }
         None => Some(len),
     }
 }
