@@ -47,6 +47,15 @@ static void file_size_limit(void) {
     said("truncate past it", truncate("limited", 20000));
     said("fallocate past it", fallocate(fd, 0, 0, 20000));
     said("fallocate past it, size kept", fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, 20000));
+    int src = open("source", O_RDWR | O_CREAT | O_TRUNC, 0644);
+    write(src, buf, 5000);
+    lseek(src, 0, SEEK_SET);
+    lseek(fd, 8000, SEEK_SET);
+    said("copy_file_range crossing it", copy_file_range(src, 0, fd, 0, 5000, 0));
+    said("its source's offset after", lseek(src, 0, SEEK_CUR));
+    said("copy_file_range at it", copy_file_range(src, 0, fd, 0, 5000, 0));
+    said("its source's offset after", lseek(src, 0, SEEK_CUR));
+    close(src);
     int app = open("limited", O_WRONLY | O_APPEND);
     ftruncate(fd, 9990);
     said("append crossing it", write(app, buf, 100));

@@ -46,6 +46,24 @@ unsafe fn any_read(fd: c_int, buf: &mut [u8], offset: Option<i64>) -> Result<usi
     Ok(n as usize)
 }
 
+/// Moves descriptor `fd`'s own offset back by `bytes`.
+unsafe fn unread(fd: c_int, bytes: usize) -> Result<(), Errno> {
+    let back = -(bytes as i64);
+    if fdtable::is_ours(fd) {
+        return ops::lseek(fd, back, libc::SEEK_CUR).map(drop);
+    }
+    let at =
+        unsafe { real!(lseek64: fn(c_int, off64_t, c_int) -> off64_t)(fd, back, libc::SEEK_CUR) };
+    if at < 0 {
+        return Err(Errno(
+            std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EIO),
+        ));
+    }
+    Ok(())
+}
+
 unsafe fn any_write(fd: c_int, data: &[u8], offset: Option<i64>) -> Result<usize, Errno> {
     if fdtable::is_ours(fd) {
         return match offset {
@@ -110,7 +128,14 @@ unsafe fn copy_between(
             break;
         }
         let at_out = (!off_out.is_null()).then(|| unsafe { *off_out });
-        let w = unsafe { any_write(fd_out, &buf[..n], at_out) }?;
+        let written = unsafe { any_write(fd_out, &buf[..n], at_out) };
+        let w = *written.as_ref().unwrap_or(&0);
+        if off_in.is_null() && w < n {
+            // The read moved the input's own offset by what the output did not take (a write
+            // cut at the file size limit, or refused): the kernel's copy never read it.
+            unsafe { unread(fd_in, n - w) }?;
+        }
+        let w = written?;
         unsafe {
             if !off_in.is_null() {
                 *off_in += w as i64;
