@@ -371,6 +371,7 @@ impl ScratchMount {
                             kernel_view,
                         ))),
                         stats: false,
+                        direct_reads: true,
                     };
                     Some(
                         nosefs_daemon::server::Server::start(fs, &dir, options)

@@ -37,7 +37,9 @@ pub struct MountArgs {
     /// strictatime (when reads update access times), threads=N (worker threads, default 2),
     /// compactor (a background thread copies fragmented 64 KiB windows and the file's next
     /// commit takes the copy along, instead of fsync copying them itself: a shorter tail for
-    /// small random overwrites, slower larger ones; see docs/benchmarks.md), stats=PATH (the
+    /// small random overwrites, slower larger ones; see docs/benchmarks.md), nodirect_reads
+    /// (shim clients whose user owns the image, or root, otherwise read file data from their
+    /// own read-only view of the image, not by asking the daemon), stats=PATH (the
     /// daemon counts the shim clients' requests by kind with the time it spent on them, its
     /// sleeps and the connections, and writes the table to PATH at unmount).
     #[arg(short = 'o', value_delimiter = ',')]
@@ -57,11 +59,15 @@ struct Options {
     atime: AtimeMode,
     threads: usize,
     compactor: bool,
+    /// Shim clients the image's owner trusts read file data from their own view of the image
+    /// (`nodirect_reads`: every read is a request).
+    direct_reads: bool,
 }
 
 fn parse_options(raw: &[String]) -> Result<Options, String> {
     let mut options = Options {
         threads: 2,
+        direct_reads: true,
         ..Options::default()
     };
     for option in raw.iter().filter(|o| !o.is_empty()) {
@@ -79,6 +85,8 @@ fn parse_options(raw: &[String]) -> Result<Options, String> {
             None if option == "nosuid" => options.suid = false,
             None if option == "compactor" => options.compactor = true,
             None if option == "nocompactor" => options.compactor = false,
+            None if option == "direct_reads" => options.direct_reads = true,
+            None if option == "nodirect_reads" => options.direct_reads = false,
             Some(("errors", "ro" | "remount-ro")) => options.errors = OnDamage::ReadOnly,
             Some(("errors", "refuse")) => options.errors = OnDamage::Refuse,
             Some(("stats", path)) if !path.is_empty() => {
@@ -93,7 +101,7 @@ fn parse_options(raw: &[String]) -> Result<Options, String> {
             }
             _ => {
                 return Err(format!(
-                    "unknown option `{option}` (sync, ro, errors=ro|refuse, allow_other, dev, suid, relatime, noatime, strictatime, threads=N, compactor, stats=PATH)"
+                    "unknown option `{option}` (sync, ro, errors=ro|refuse, allow_other, dev, suid, relatime, noatime, strictatime, threads=N, compactor, nodirect_reads, stats=PATH)"
                 ))
             }
         }
@@ -340,6 +348,7 @@ fn serve(args: &MountArgs, options: &Options) -> Result<(), String> {
         let server_options = nosefs_daemon::server::Options {
             allow_other: options.allow_other,
             stats: options.stats.is_some(),
+            direct_reads: options.direct_reads,
             invalidate: Some(Box::new(nosefs_fuse::Invalidator::new(
                 session.notifier(),
                 kernel_view,

@@ -87,6 +87,7 @@ fn main() {
         allow_other: false,
         invalidate: None,
         stats: false,
+        direct_reads: true,
     };
     let server = Server::start(Arc::clone(&fs), &view, options).unwrap();
     let st = rustix::fs::stat(&view).unwrap();

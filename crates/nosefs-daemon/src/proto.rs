@@ -5,6 +5,7 @@
 //! an option is a `u8` tag (0 none, 1 some) then the value. Decoding never trusts its input:
 //! a short or inconsistent message is [`Malformed`], which the daemon answers with EINVAL.
 
+use nosefs_core::file::direct::DirectMap;
 use nosefs_core::namespace::{Attr, DirEntry, SetAttr};
 use nosefs_core::vfs::XattrCall;
 use nosefs_core::vfs::{Found, OpenKind, Walked};
@@ -77,7 +78,18 @@ pub mod op {
     pub const SHADOW_TAKE: u32 = 43;
     /// The last pages of a loan, which ends (munmap).
     pub const SHADOW_RETURN: u32 = 44;
+    /// A read that also hands out a copy of the file's pieces around it, for reads the client
+    /// makes itself from its view of the image (`nosefs_core::file::direct`): the data, then
+    /// the size board's word for the file and the copy ([`Enc::direct_map`]).
+    pub const READ_MAPPED: u32 = 45;
+    /// A read-only descriptor of the image, for a client the image's owner trusts (its user
+    /// owns the image, or is root): sent on the socket first; the reply is where the data
+    /// zone lies (offset, bytes). EPERM for anyone else.
+    pub const IMAGE_LEND: u32 = 46;
 }
+
+/// Bytes a READ_MAPPED reply keeps for its copy of the pieces behind the data.
+pub const DIRECT_MAP_BYTES: usize = 40 + 24 * nosefs_core::file::direct::DIRECT_MAP_MAX_PIECES;
 
 /// Most (first page, pages) runs one SHADOW_TAKE or SHADOW_RETURN carries.
 pub const MAX_RUNS: usize = 2048;
@@ -216,6 +228,20 @@ impl Enc {
             .u64(e.ino)
             .u32(e.file_type)
             .u64(e.cookie)
+    }
+    /// Appends the tail of a READ_MAPPED reply: the file's word of the size board (`u32::MAX`:
+    /// none), then whether a copy of its pieces follows, and the copy (at most
+    /// [`DIRECT_MAP_BYTES`] in all).
+    pub fn direct_map(&mut self, index: u32, map: Option<&DirectMap>) -> &mut Enc {
+        self.u32(index).bool(map.is_some());
+        if let Some(m) = map {
+            self.u64(m.word).u64(m.start).u64(m.end);
+            self.u32(m.pieces.len() as u32);
+            for &(offset, addr, len) in &m.pieces {
+                self.u64(offset).u64(addr).u64(len);
+            }
+        }
+        self
     }
 }
 
@@ -368,11 +394,60 @@ impl<'a> Dec<'a> {
             cookie: self.u64()?,
         })
     }
+    /// The tail of a READ_MAPPED reply ([`Enc::direct_map`]).
+    pub fn direct_map(&mut self) -> Result<(u32, Option<DirectMap>), Malformed> {
+        let index = self.u32()?;
+        if !self.bool()? {
+            return Ok((index, None));
+        }
+        let (word, start, end) = (self.u64()?, self.u64()?, self.u64()?);
+        let n = self.u32()? as usize;
+        if n > nosefs_core::file::direct::DIRECT_MAP_MAX_PIECES {
+            return Err(Malformed);
+        }
+        let pieces = (0..n)
+            .map(|_| Ok((self.u64()?, self.u64()?, self.u64()?)))
+            .collect::<Result<Vec<_>, Malformed>>()?;
+        let map = DirectMap::new(word, start, end, pieces).ok_or(Malformed)?;
+        Ok((index, Some(map)))
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_copy_of_pieces_fits_its_room_and_decodes_as_made() {
+        let max = nosefs_core::file::direct::DIRECT_MAP_MAX_PIECES as u64;
+        let map = DirectMap::new(
+            7 << 47 | 12_345,
+            0,
+            u64::MAX,
+            (0..max).map(|k| (k * 8192, k * 4096 + 17, 4096)).collect(),
+        )
+        .unwrap();
+        let mut e = Enc::default();
+        e.direct_map(3, Some(&map));
+        assert!(e.buf.len() <= DIRECT_MAP_BYTES, "{} bytes", e.buf.len());
+        assert_eq!(Dec::new(&e.buf).direct_map(), Ok((3, Some(map))));
+        let mut none = Enc::default();
+        none.direct_map(u32::MAX, None);
+        assert_eq!(Dec::new(&none.buf).direct_map(), Ok((u32::MAX, None)));
+        // Overlapping pieces, or more than a copy holds, do not decode.
+        let mut bad = Enc::default();
+        bad.u32(0).bool(true).u64(0).u64(0).u64(100).u32(2);
+        bad.u64(0).u64(0).u64(50).u64(40).u64(4096).u64(10);
+        assert_eq!(Dec::new(&bad.buf).direct_map(), Err(Malformed));
+        let mut many = Enc::default();
+        many.u32(0)
+            .bool(true)
+            .u64(0)
+            .u64(0)
+            .u64(100)
+            .u32(max as u32 + 1);
+        assert_eq!(Dec::new(&many.buf).direct_map(), Err(Malformed));
+    }
 
     fn attr(ino: u64) -> Attr {
         Attr {

@@ -8,6 +8,7 @@
 //! operations take a [`Handle`]: the inode number in embedded mode, an unguessable token the
 //! daemon issued at open otherwise.
 
+use nosefs_core::file::direct::DirectMap;
 use nosefs_core::file::holes::DataExtent;
 use nosefs_core::fs::Fs;
 use nosefs_core::namespace::perm::Cred;
@@ -18,6 +19,47 @@ use std::sync::atomic::AtomicU64;
 
 /// An open file description's name for the service.
 pub type Handle = u64;
+
+/// What a description remembers for its reads ([`Service::read_cached`]): a daemon client's
+/// copy of the file's pieces, with the connection and the size board's word it goes with, and
+/// whether it read before.
+#[derive(Debug, Default)]
+pub struct ReadCache {
+    cached: parking_lot::Mutex<Option<CachedPieces>>,
+    read_before: std::sync::atomic::AtomicBool,
+}
+
+/// A copy of a file's pieces, good for reads made through connection `conn` while word
+/// `index` of its size board holds the copy's word.
+#[derive(Debug, Clone)]
+pub struct CachedPieces {
+    pub conn: u32,
+    pub index: u32,
+    pub map: std::sync::Arc<DirectMap>,
+}
+
+impl ReadCache {
+    /// The copy kept for connection `conn`, if any.
+    pub fn get(&self, conn: u32) -> Option<CachedPieces> {
+        self.cached
+            .lock()
+            .as_ref()
+            .filter(|c| c.conn == conn)
+            .cloned()
+    }
+
+    /// Keeps `cached` instead of what was kept.
+    pub fn keep(&self, cached: Option<CachedPieces>) {
+        *self.cached.lock() = cached;
+    }
+
+    /// Whether this is the description's first read (later calls: false).
+    pub fn first_read(&self) -> bool {
+        !self
+            .read_before
+            .swap(true, std::sync::atomic::Ordering::Relaxed)
+    }
+}
 
 /// What `open` returns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -140,6 +182,19 @@ pub trait Service {
     fn close(&self, handle: Handle);
     /// Reads at `offset`.
     fn read(&self, handle: Handle, offset: u64, buf: &mut [u8]) -> Result<usize, Errno>;
+    /// Reads at `offset` as [`Service::read`], where the description's `cache` may let a
+    /// service answer without asking (a daemon client the image's owner trusts: from its view
+    /// of the image, `nosefs_core::file::direct`).
+    fn read_cached(
+        &self,
+        handle: Handle,
+        offset: u64,
+        buf: &mut [u8],
+        cache: &ReadCache,
+    ) -> Result<usize, Errno> {
+        let _ = cache;
+        self.read(handle, offset, buf)
+    }
     /// Writes at `offset`, or at the end with `append`; returns where the data went.
     fn write(&self, handle: Handle, offset: u64, data: &[u8], append: bool) -> Result<u64, Errno>;
     /// `fsync`.

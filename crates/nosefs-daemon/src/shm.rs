@@ -114,11 +114,11 @@ unsafe impl Send for Area {}
 // SAFETY: as for Send.
 unsafe impl Sync for Area {}
 
-/// The daemon stores a watched file's size into the client's board.
+/// The daemon stores a watched file's size and generation into the client's board.
 impl nosefs_core::file::SizeSink for Area {
-    fn store(&self, index: u32, size: u64) {
+    fn store(&self, index: u32, word_now: u64) {
         if let Some(word) = self.size_word(index) {
-            word.store(size, std::sync::atomic::Ordering::Release);
+            word.store(word_now, std::sync::atomic::Ordering::Release);
         }
     }
 }

@@ -125,6 +125,8 @@ fn name(opcode: u32) -> String {
         (op::SHADOW_LEND, "shadow_lend"),
         (op::SHADOW_TAKE, "shadow_take"),
         (op::SHADOW_RETURN, "shadow_return"),
+        (op::READ_MAPPED, "read_mapped"),
+        (op::IMAGE_LEND, "image_lend"),
     ];
     known
         .iter()

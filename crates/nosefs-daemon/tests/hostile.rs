@@ -45,6 +45,7 @@ impl Daemon {
             allow_other: false,
             invalidate: None,
             stats: false,
+            direct_reads: true,
         };
         let server = Server::start(Arc::clone(&fs), &view, options).unwrap();
         Daemon {

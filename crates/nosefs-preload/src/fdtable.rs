@@ -171,6 +171,8 @@ pub struct OpenFile {
     pub lock_fd: parking_lot::Mutex<Option<LockFd>>,
     /// How the service answers `lseek(SEEK_END)` without asking (`Service::end_of`).
     pub size_watch: std::sync::atomic::AtomicU64,
+    /// How the service answers reads without asking (`Service::read_cached`).
+    pub read_cache: nosefs_daemon::service::ReadCache,
 }
 
 impl OpenFile {
@@ -187,6 +189,7 @@ impl OpenFile {
             listing_end: std::sync::atomic::AtomicU64::new(0),
             lock_fd: parking_lot::Mutex::new(None),
             size_watch: std::sync::atomic::AtomicU64::new(0),
+            read_cache: nosefs_daemon::service::ReadCache::default(),
         }
     }
 

@@ -227,7 +227,7 @@ pub fn read(fd: i32, buf: &mut [u8]) -> Result<usize, Errno> {
     readable_file(&file)?;
     crate::kernel::write_back_mapped(file.ino, false);
     let mut offset = file.offset.lock();
-    let n = with_service(|s| s.read(file.handle, *offset, buf))?;
+    let n = with_service(|s| s.read_cached(file.handle, *offset, buf, &file.read_cache))?;
     *offset += n as u64;
     Ok(n)
 }
@@ -268,7 +268,7 @@ pub fn pread(fd: i32, buf: &mut [u8], offset: i64) -> Result<usize, Errno> {
     readable_file(&file)?;
     let offset = u64::try_from(offset).map_err(|_| Errno::EINVAL)?;
     crate::kernel::write_back_mapped(file.ino, false);
-    with_service(|s| s.read(file.handle, offset, buf))
+    with_service(|s| s.read_cached(file.handle, offset, buf, &file.read_cache))
 }
 
 /// `write`: at the offset (or the end with O_APPEND), advancing it.

@@ -260,3 +260,85 @@ PY
     );
     m.unmount_and_fsck();
 }
+
+/// A client whose user owns the image (root here) reads file data from its own view of the
+/// image after its first read of a file (`nosefs_core::file::direct`); every change by another
+/// client, by a program on the FUSE mount, a truncate and a mapping's stores are seen by its
+/// next read. A client of another user asks the daemon for every read.
+#[test]
+fn reads_a_client_makes_itself_see_every_change_by_others() {
+    if !usable() {
+        return;
+    }
+    let stats = tempfile::NamedTempFile::new_in("/dev/shm").unwrap();
+    let stats_option = format!("stats={}", stats.path().display());
+    let m = mount_with(&["allow_other", &stats_option]);
+    let reader = r#"
+import mmap, os, subprocess, sys
+d = os.environ["D"]
+path = d + "/f"
+with open(path, "wb") as f:
+    f.write(b"a" * 100_000)
+os.chmod(path, 0o666)
+fd = os.open(path, os.O_RDONLY)
+def expect(offset, data, what):
+    got = os.pread(fd, len(data), offset)
+    if got != data:
+        sys.exit(f"{what}: read {got[:20]!r}..., wanted {data[:20]!r}...")
+expect(0, b"a" * 100_000, "first read")
+for k in range(200):
+    assert os.pread(fd, 4096, k * 400) == b"a" * 4096
+# Another client (a child process: a connection of its own) overwrites in place.
+subprocess.run(["sh", "-c", f"printf bbbb | dd of={path} bs=1 seek=5000 conv=notrunc 2>/dev/null"], check=True)
+expect(4998, b"aabbbbaa", "after another client's write")
+# A program outside the shim, through the FUSE mount.
+subprocess.run(["env", "-u", "LD_PRELOAD", "python3", "-c",
+    f"import os; fd = os.open({path!r}, os.O_WRONLY); os.pwrite(fd, b'cc', 70_000)"], check=True)
+expect(69_999, b"acca", "after a write through the FUSE mount")
+# Truncated by another client, then grown with a hole.
+subprocess.run(["truncate", "-s", "60000", path], check=True)
+expect(59_998, b"aa", "after a truncate")
+assert os.pread(fd, 10, 60_000) == b"", "read past the new end"
+subprocess.run(["truncate", "-s", "70000", path], check=True)
+expect(59_999, b"a\0\0", "after growing")
+# Stores into a shared mapping of this process, seen by its reads before any msync.
+wfd = os.open(path, os.O_RDWR)
+m = mmap.mmap(wfd, 8192)
+m[100:104] = b"dddd"
+expect(99, b"adddda", "after stores into a mapping")
+m.close()
+print("ok")
+"#;
+    let out = m.run(&format!("python3 -c '{}'", reader.replace('\'', "'\\''")));
+    assert!(
+        out.status.success() && text(&out).contains("ok"),
+        "{}",
+        text(&out)
+    );
+    // Another user: every read asks the daemon, and answers the same.
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .args([nosefs(), "run", "--at"])
+        .arg(&m.mnt)
+        .args(["--", "python3", "-c"])
+        .arg("import os; fd = os.open(os.environ['D'] + '/f', os.O_RDONLY); assert all(os.pread(fd, 4096, 10_000 + k * 7) == b'a' * 4096 for k in range(300)); print('ok')")
+        .env("D", &m.mnt)
+        .env_remove("NOSEFS_IMAGE")
+        .output()
+        .unwrap();
+    assert!(text(&out).contains("ok"), "{}", text(&out));
+    m.unmount_and_fsck();
+    let table = std::fs::read_to_string(stats.path()).unwrap();
+    let count = |kind: &str| -> u64 {
+        table
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{kind}\t")))
+            .and_then(|rest| rest.split('\t').next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    // The root client's ~210 reads took a handful of requests (one per change it saw); the
+    // other user's 300 took one each.
+    let (mapped, plain) = (count("read_mapped"), count("read"));
+    assert!(plain >= 300, "{table}");
+    assert!(mapped < 40, "{table}");
+}

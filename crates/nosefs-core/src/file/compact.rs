@@ -502,6 +502,7 @@ impl Fs {
         // DRAM first, so the commit's `still_used` sees the file as it will be: the new pieces
         // in the map, the old ones out of it and out of the committed counts.
         let mut punched = Punched::default();
+        state.changed();
         state.map.punch(plan.from, plan.to, &mut punched);
         debug_assert_eq!(punched.removed.len(), old.len());
         let mut at = plan.from;

@@ -103,6 +103,7 @@ impl Fs {
         let end = end.min(state.size);
         if offset < end {
             let mut punched = Punched::default();
+            state.changed();
             state.map.punch(offset, end, &mut punched);
             state.removed.extend(punched.removed);
             state.punched = true;

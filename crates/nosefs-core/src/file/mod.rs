@@ -45,6 +45,7 @@ pub(crate) mod apply;
 pub(crate) mod chunkmap;
 mod commit;
 pub mod compact;
+pub mod direct;
 pub(crate) mod filemap;
 pub mod holes;
 pub mod journal;
@@ -55,7 +56,7 @@ mod place;
 mod ranges;
 mod watch;
 
-pub use watch::SizeSink;
+pub use watch::{board_size, board_word, SizeSink};
 pub(crate) mod reserve;
 #[cfg(test)]
 mod tests;
@@ -138,6 +139,8 @@ pub struct FileState {
     punched: bool,
     /// Who is told the size at every change ([`Fs::watch_size`]).
     watchers: watch::Watchers,
+    /// Changes to where the file's bytes are ([`FileState::changed`]), counted since mount.
+    generation: u32,
     /// The file's last commit, as [`crate::settle::Settler::cleared_lazily`] named it (0: none
     /// since mount): its log may still hold it, unsettled (`settle`, rule 1).
     last_commit: u64,
@@ -166,6 +169,7 @@ impl FileState {
             writes: 0,
             punched: false,
             watchers: watch::Watchers::default(),
+            generation: 0,
             last_commit: 0,
         }
     }
@@ -477,6 +481,7 @@ impl Fs {
     /// it is settled (its committed extents' numbers are held back by the caller, which read
     /// them from the media).
     pub(crate) fn release_file_space(&self, state: &mut FileState) {
+        state.changed();
         // Every block the file holds: its pieces' (which include the committed extents still
         // in the map), the extents that left the map since the last commit, the blocks set aside
         // for that commit, and the tail.
@@ -561,6 +566,7 @@ impl Fs {
         let shrinks = size < state.size;
         if shrinks {
             let mut punched = Punched::default();
+            state.changed();
             state.map.punch(size, u64::MAX, &mut punched);
             state.removed.extend(punched.removed);
             self.free_dropped(&mut state, &punched.dropped);

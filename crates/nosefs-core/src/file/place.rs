@@ -36,6 +36,7 @@ impl Fs {
     /// Replaces file bytes `[offset, ...)` by the pieces of `placement`, and frees what no piece
     /// holds any more.
     pub(super) fn put_pieces(&self, state: &mut FileState, offset: u64, placement: &Placement) {
+        state.changed();
         if self.replace_piece(state, offset, placement) {
             return;
         }

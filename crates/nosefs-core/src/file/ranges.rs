@@ -68,6 +68,7 @@ impl Fs {
             _ => {}
         }
         let mut removed = Vec::new();
+        state.changed();
         match shift {
             Shift::Collapse => {
                 let mut punched = Punched::default();

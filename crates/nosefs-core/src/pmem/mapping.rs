@@ -193,6 +193,21 @@ impl Mapping {
         map_file(file, path, kind, len, &options, zero_filled)
     }
 
+    /// Maps the whole image behind `file` read-only, taking no lock: a daemon client's view of
+    /// the image its daemon serves, given to it by the daemon (`crate::file::direct`). The
+    /// descriptor is closed once mapped (it may be a low number the program will want back).
+    pub(super) fn view(file: OwnedFd) -> Result<Mapping> {
+        let path = Path::new("(the daemon's image)");
+        let (kind, len) = image_kind_and_size(&file, path)?;
+        let options = RegionOptions {
+            access: Access::ReadOnly,
+            ..RegionOptions::default()
+        };
+        let mut mapping = map_file(file, path, kind, len, &options, false)?;
+        mapping._file = None;
+        Ok(mapping)
+    }
+
     pub(super) fn anonymous(len: u64) -> Result<Mapping> {
         if len == 0 {
             return Err(Error::InvalidArgument("empty region".into()));

@@ -154,6 +154,13 @@ impl Region {
         Ok(Region::from_mapping(mapping, options.flush))
     }
 
+    /// A read-only view of the whole image behind `file`, with no lock taken and the descriptor
+    /// closed once mapped: a daemon client's view of its daemon's image (`file::direct`).
+    pub fn view(file: std::os::fd::OwnedFd) -> Result<Region> {
+        let mapping = Mapping::view(file)?;
+        Ok(Region::from_mapping(mapping, Some(FlushKind::None)))
+    }
+
     /// An in-memory region of `size_bytes` (zero-filled) that records every store, flush and fence.
     pub fn recording(size_bytes: u64) -> Result<Region> {
         let mapping = Mapping::anonymous(size_bytes)?;

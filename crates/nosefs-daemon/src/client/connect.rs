@@ -173,6 +173,7 @@ impl Remote {
             lending: parking_lot::Mutex::new(()),
             answered: AtomicBool::new(false),
             socket_id,
+            image: std::sync::OnceLock::new(),
         })
     }
 }

@@ -55,6 +55,9 @@ pub struct Remote {
     /// The socket's device and inode at the handshake: a descriptor of another file at its
     /// number is no longer the connection's socket.
     socket_id: (u64, u64),
+    /// A read-only view of the daemon's image, asked for at the first read ([`op::IMAGE_LEND`]):
+    /// `None` when the daemon does not lend it to this client.
+    image: std::sync::OnceLock<Option<nosefs_core::file::direct::ImageView>>,
 }
 
 /// The device and inode of the file `fd` is a descriptor of.
@@ -112,24 +115,44 @@ impl Remote {
         let mut e = Enc::new(op::SHADOW_LEND);
         e.u64(handle).bool(writable);
         let loan = decode(&self.call(&e)?, |d| d.u64())?;
-        let mut number = [0u8; 8];
+        Ok((loan, self.receive_descriptor(loan)?))
+    }
+
+    /// The daemon's image as this client may read it (see [`Remote::image`]), asked for once.
+    pub fn image_view(&self) -> Option<&nosefs_core::file::direct::ImageView> {
+        self.image
+            .get_or_init(|| {
+                let _one_at_a_time = self.lending.lock();
+                let reply = self.call(&Enc::new(op::IMAGE_LEND)).ok()?;
+                let (zone_offset, zone_bytes) =
+                    decode(&reply, |d| Ok((d.u64()?, d.u64()?))).ok()?;
+                let image = self.receive_descriptor(zone_offset).ok()?;
+                nosefs_core::file::direct::ImageView::new(image, zone_offset, zone_bytes).ok()
+            })
+            .as_ref()
+    }
+
+    /// The descriptor the daemon sent on the socket with `number` (a loan's, or the image's),
+    /// taken while [`Remote::lending`] is held.
+    fn receive_descriptor(&self, number: u64) -> Result<OwnedFd, Errno> {
+        let mut got_number = [0u8; 8];
         let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
         let mut control = RecvAncillaryBuffer::new(&mut space);
         let got = rustix::net::recvmsg(
             &self.socket,
-            &mut [std::io::IoSliceMut::new(&mut number)],
+            &mut [std::io::IoSliceMut::new(&mut got_number)],
             &mut control,
             RecvFlags::CMSG_CLOEXEC | RecvFlags::DONTWAIT,
         )
         .map_err(|_| Errno::EIO)?;
-        let mut memfd = None;
+        let mut sent = None;
         for message in control.drain() {
             if let RecvAncillaryMessage::ScmRights(mut fds) = message {
-                memfd = fds.next();
+                sent = fds.next();
             }
         }
-        match memfd {
-            Some(fd) if got.bytes == 8 && u64::from_le_bytes(number) == loan => Ok((loan, fd)),
+        match sent {
+            Some(fd) if got.bytes == 8 && u64::from_le_bytes(got_number) == number => Ok(fd),
             _ => Err(Errno::EIO),
         }
     }

@@ -8,13 +8,69 @@ use nosefs_core::vfs::{Found, Walked, XattrCall};
 use nosefs_core::Errno;
 
 use super::{decode, Remote};
-use crate::proto::{op, Dec, Enc};
-use crate::service::{Handle, NameIn, Opened, OpenedPath, Service, Statfs, XattrTarget};
+use crate::proto::{op, Dec, Enc, DIRECT_MAP_BYTES};
+use crate::service::{
+    CachedPieces, Handle, NameIn, Opened, OpenedPath, ReadCache, Service, Statfs, XattrTarget,
+};
+use nosefs_core::file::direct::ImageView;
 
 fn path_request(opcode: u32, found: &Found) -> Enc {
     let mut e = Enc::new(opcode);
     e.path_of(found);
     e
+}
+
+impl Remote {
+    /// Reads from this client's view of the image with the description's copy of the file's
+    /// pieces; `None` when the copy cannot answer.
+    fn read_directly(
+        &self,
+        view: &ImageView,
+        offset: u64,
+        buf: &mut [u8],
+        cache: &ReadCache,
+    ) -> Option<usize> {
+        let cached = cache.get(self.id)?;
+        let word = self.area.size_word(cached.index)?;
+        cached.map.read(view, word, offset, buf)
+    }
+
+    /// One READ_MAPPED: up to a chunk's bytes into `out`, and a new copy of the pieces into
+    /// `cache`.
+    fn read_mapped(
+        &self,
+        handle: Handle,
+        offset: u64,
+        out: &mut [u8],
+        cache: &ReadCache,
+    ) -> Result<usize, Errno> {
+        let want = out.len().min(self.chunk_bytes() - DIRECT_MAP_BYTES);
+        let mut e = Enc::new(op::READ_MAPPED);
+        e.u64(handle).u64(offset).u32(want as u32);
+        let mut tail = [0u8; DIRECT_MAP_BYTES];
+        let (n, tail_len) = self.call_with(&e, &[], |area, slot, len| {
+            let mut head = [0u8; 4];
+            if len < 4 {
+                return Err(Errno::EIO);
+            }
+            area.get(slot, 4, &mut head);
+            let n = (u32::from_le_bytes(head) as usize).min(len - 4).min(want);
+            area.get(slot, 8, &mut out[..n]);
+            let tail_len = (len - 4 - n).min(DIRECT_MAP_BYTES);
+            area.get(slot, 8 + n, &mut tail[..tail_len]);
+            Ok((n, tail_len))
+        })?;
+        let kept = match Dec::new(&tail[..tail_len]).direct_map() {
+            Ok((index, Some(map))) if index != u32::MAX => Some(CachedPieces {
+                conn: self.id,
+                index,
+                map: std::sync::Arc::new(map),
+            }),
+            _ => None,
+        };
+        cache.keep(kept);
+        Ok(n)
+    }
 }
 
 impl Service for Remote {
@@ -156,6 +212,38 @@ impl Service for Remote {
         Ok(done)
     }
 
+    fn read_cached(
+        &self,
+        handle: Handle,
+        offset: u64,
+        buf: &mut [u8],
+        cache: &ReadCache,
+    ) -> Result<usize, Errno> {
+        // A description read once (a short file copied, a header checked) is read as before:
+        // a copy of its pieces is taken from the second read on, so that a process reading
+        // each of many files once neither asks for the image nor fills its size board.
+        if cache.first_read() {
+            return self.read(handle, offset, buf);
+        }
+        let Some(view) = self.image_view() else {
+            return self.read(handle, offset, buf);
+        };
+        let mut done = 0;
+        while done < buf.len() {
+            let at = offset + done as u64;
+            if let Some(n) = self.read_directly(view, at, &mut buf[done..], cache) {
+                return Ok(done + n);
+            }
+            let want = (buf.len() - done).min(self.chunk_bytes() - DIRECT_MAP_BYTES);
+            let n = self.read_mapped(handle, at, &mut buf[done..done + want], cache)?;
+            done += n;
+            if n < want {
+                break;
+            }
+        }
+        Ok(done)
+    }
+
     fn write(&self, handle: Handle, offset: u64, data: &[u8], append: bool) -> Result<u64, Errno> {
         let mut first = None;
         let mut done = 0;
@@ -220,7 +308,7 @@ impl Service for Remote {
             index
         };
         match self.area.size_word(index) {
-            Some(word) => Ok(word.load(Ordering::Acquire)),
+            Some(word) => Ok(nosefs_core::file::board_size(word.load(Ordering::Acquire))),
             None => Ok(self.fstat(handle)?.size),
         }
     }

@@ -197,6 +197,40 @@ pub(super) fn execute(
             // As `Enc::bytes` would put it: the length, then the bytes (already in place).
             reply.u32(n as u32);
         }
+        op::READ_MAPPED => {
+            let ino = readable(&description(shared, conn, d.u64()?)?)?;
+            let offset = d.u64()?;
+            let len = (d.u32()? as usize).min(data.room() - crate::proto::DIRECT_MAP_BYTES);
+            // The board follows the file first: the copy's word is then the board's.
+            let index = watch_size(shared, conn, ino)?;
+            let mut map = None;
+            let n = data.fill(len, |buf| {
+                if index == u32::MAX {
+                    return local.read(ino, offset, buf);
+                }
+                let (n, copy) = shared
+                    .fs
+                    .read_mapped(ino, offset, buf)
+                    .map_err(|e| e.errno())?;
+                map = copy;
+                Ok(n)
+            })?;
+            let mut tail = Enc::default();
+            tail.direct_map(index, map.as_ref());
+            data.append(&tail.buf)?;
+            // As READ's: the data's length, then the data (already in place), then the copy.
+            reply.u32(n as u32);
+        }
+        op::IMAGE_LEND => {
+            let trusted = |uid: u32| uid == 0 || Some(uid) == shared.image_owner;
+            if shared.image_owner.is_none() || !trusted(conn.cred.read().uid) {
+                return Err(Errno(libc::EPERM));
+            }
+            let (image, zone_offset, zone_bytes) =
+                shared.fs.image_for_reading().map_err(|e| e.errno())?;
+            send_descriptor(conn, zone_offset, image.as_fd())?;
+            reply.u64(zone_offset).u64(zone_bytes);
+        }
         op::WRITE => {
             let ino = writable(&description(shared, conn, d.u64()?)?)?;
             let offset = d.u64()?;
@@ -601,21 +635,10 @@ fn lend_shadow(shared: &Shared, conn: &Conn, ino: u64, write: bool) -> Result<u6
     }
     let lent = shared.fs.lend_shadow(ino, write).map_err(|e| e.errno())?;
     let loan = conn.next_loan.fetch_add(1, Ordering::Relaxed);
-    let sent = lent.memfd().map_err(|e| e.errno()).and_then(|memfd| {
-        let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
-        let mut control = SendAncillaryBuffer::new(&mut space);
-        let fds = [memfd.as_fd()];
-        if !control.push(SendAncillaryMessage::ScmRights(&fds)) {
-            return Err(Errno::EIO);
-        }
-        rustix::net::sendmsg(
-            &conn.socket,
-            &[IoSlice::new(&loan.to_le_bytes())],
-            &mut control,
-            SendFlags::NOSIGNAL | SendFlags::DONTWAIT,
-        )
-        .map_err(|_| Errno::EIO)
-    });
+    let sent = lent
+        .memfd()
+        .map_err(|e| e.errno())
+        .and_then(|memfd| send_descriptor(conn, loan, memfd.as_fd()));
     match sent {
         Ok(_) => {
             conn.loans.lock().insert(loan, lent);
@@ -626,6 +649,25 @@ fn lend_shadow(shared: &Shared, conn: &Conn, ino: u64, write: bool) -> Result<u6
             Err(e)
         }
     }
+}
+
+/// Sends descriptor `fd` on `conn`'s socket with `number` (which the client checks against
+/// the reply's, so that each thread takes its own).
+fn send_descriptor(conn: &Conn, number: u64, fd: std::os::fd::BorrowedFd<'_>) -> Result<(), Errno> {
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    let fds = [fd];
+    if !control.push(SendAncillaryMessage::ScmRights(&fds)) {
+        return Err(Errno::EIO);
+    }
+    rustix::net::sendmsg(
+        &conn.socket,
+        &[IoSlice::new(&number.to_le_bytes())],
+        &mut control,
+        SendFlags::NOSIGNAL | SendFlags::DONTWAIT,
+    )
+    .map(drop)
+    .map_err(|_| Errno::EIO)
 }
 
 /// The (first page, pages) runs of a SHADOW_TAKE or SHADOW_RETURN, at most [`MAX_RUNS`].

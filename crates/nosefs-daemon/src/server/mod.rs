@@ -123,6 +123,10 @@ pub struct Options {
     pub invalidate: Option<Box<dyn Invalidate>>,
     /// Count what is served ([`crate::stats`]; [`Server::stats_report`]).
     pub stats: bool,
+    /// Let clients the image's owner trusts read file data from their own read-only view of
+    /// the image ([`op::IMAGE_LEND`], `nosefs_core::file::direct`): clients whose user owns
+    /// the image file, or root, who could read the image itself anyway.
+    pub direct_reads: bool,
 }
 
 impl std::fmt::Debug for Options {
@@ -130,6 +134,7 @@ impl std::fmt::Debug for Options {
         f.debug_struct("Options")
             .field("allow_other", &self.allow_other)
             .field("stats", &self.stats)
+            .field("direct_reads", &self.direct_reads)
             .finish_non_exhaustive()
     }
 }
@@ -169,6 +174,9 @@ struct Shared {
     returns: Mutex<Vec<std::thread::JoinHandle<()>>>,
     /// Ended clients' areas, for the next client with the same credentials.
     reuse: Arc<reuse::Reuse>,
+    /// The user owning the image file, when clients may read from views of it
+    /// ([`Options::direct_reads`]).
+    image_owner: Option<u32>,
 }
 
 struct Conn {
@@ -240,7 +248,9 @@ impl Server {
         bind_when_free(&listener, &SocketAddrUnix::new_abstract_name(&name)?)?;
         rustix::net::listen(&listener, 128)?;
         let (wake_read, wake) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+        let image_owner = options.direct_reads.then(|| fs.image_owner()).flatten();
         let shared = Arc::new(Shared {
+            image_owner,
             fs,
             descriptions: Mutex::new(HashMap::new()),
             tokens: Tokens::new(),
@@ -578,6 +588,17 @@ impl ReplyData<'_> {
             .min(max);
         self.len = n;
         Ok(n)
+    }
+
+    /// Puts `bytes` after the data (READ_MAPPED's copy of the pieces); the caller left room.
+    fn append(&mut self, bytes: &[u8]) -> Result<(), Errno> {
+        if DATA_REPLY_HEAD_BYTES + self.len + bytes.len() > self.area.payload_bytes() {
+            return Err(Errno::EIO);
+        }
+        self.area
+            .put(self.slot, DATA_REPLY_HEAD_BYTES + self.len, bytes);
+        self.len += bytes.len();
+        Ok(())
     }
 }
 

@@ -424,7 +424,7 @@ impl Fs {
             return Ok(Arc::clone(shadow));
         }
         let file = self.file_of(inode)?;
-        let state = file.lock();
+        let mut state = file.lock();
         let size = state.size;
         let memfd = rustix::fs::memfd_create(
             format!("nosefs:{}", inode.ino),
@@ -468,6 +468,9 @@ impl Fs {
         });
         by_ino.insert(inode.ino, Arc::clone(&shadow));
         self.shadows.live.store(by_ino.len(), Ordering::Release);
+        // Reads of the file's bytes from the image would miss the stores into the shadow: a
+        // reader that copied them ([`crate::file::direct`]) asks again, and is refused.
+        state.changed();
         Ok(shadow)
     }
 
