@@ -1,5 +1,7 @@
-//! `fragment`: sequential 1 MiB reads of a large file (against memory bandwidth), and 1 MiB reads
-//! of a file before and after random 1 KiB overwrites have fragmented it (seed 001 Fig. 9).
+//! `fragment`: sequential 1 MiB reads of a large file (against memory bandwidth), then random
+//! page-aligned 4 KiB reads of it (a database's or a key-value store's point reads of a file
+//! written once), and 1 MiB reads of a file before and after random 1 KiB overwrites have
+//! fragmented it (seed 001 Fig. 9).
 
 use std::io;
 
@@ -9,6 +11,7 @@ use crate::stats::median;
 use crate::target::{cname, Target};
 
 const MIB: u64 = 1 << 20;
+const PAGE: u64 = 4096;
 
 /// Runs the three read phases (the fragmenting overwrites are untimed) with `threads` threads.
 pub fn run_once<T: Target>(target: &T, threads: usize, sizes: &Sizes) -> io::Result<Vec<Measured>> {
@@ -22,6 +25,10 @@ pub fn run_once<T: Target>(target: &T, threads: usize, sizes: &Sizes) -> io::Res
         let seq_reads = (seq_bytes / MIB) as usize;
         let read_seq = gate.timed(&counters, seq_reads, |k| {
             target.pread(&seq, k as u64 * MIB, &mut buf)
+        })?;
+        let points = offsets(seq_reads * 64, seq_bytes, PAGE, 0xdef ^ i as u64);
+        let read_random = gate.timed(&counters, points.len(), |k| {
+            target.pread(&seq, points[k], &mut buf[..PAGE as usize])
         })?;
         target.close(seq)?;
 
@@ -46,25 +53,31 @@ pub fn run_once<T: Target>(target: &T, threads: usize, sizes: &Sizes) -> io::Res
             target.pread(&frag, k as u64 * MIB, &mut buf)
         })?;
         target.close(frag)?;
-        Ok(vec![read_seq, fresh, fragmented])
+        Ok(vec![read_seq, read_random, fresh, fragmented])
     })?;
     let variants = [
-        ("read seq", format!("file={}MiB", sizes.seq_read_mib)),
-        ("read fresh", format!("file={}MiB", sizes.frag_mib)),
+        ("read seq", format!("file={}MiB", sizes.seq_read_mib), MIB),
+        (
+            "read random",
+            format!("file={}MiB", sizes.seq_read_mib),
+            PAGE,
+        ),
+        ("read fresh", format!("file={}MiB", sizes.frag_mib), MIB),
         (
             "read fragmented",
             format!(
                 "file={}MiB,overwrites={}",
                 sizes.frag_mib, sizes.frag_overwrites
             ),
+            MIB,
         ),
     ];
     Ok(variants
         .into_iter()
         .zip(combine_threads(per_thread))
-        .map(|((op, variant), sample)| Measured {
+        .map(|((op, variant, io_size), sample)| Measured {
             op: op.into(),
-            io_size: MIB,
+            io_size,
             variant,
             sample,
         })

@@ -33,7 +33,7 @@ use crate::pmem::Region;
 use super::{watch, FileState, MAX_FILE_BYTES};
 
 /// The most pieces a copy holds: a file of more is described around the read's offset only.
-pub const DIRECT_MAP_MAX_PIECES: usize = 64;
+pub const DIRECT_MAP_MAX_PIECES: usize = 128;
 
 /// A copy of the pieces of a file over file offsets `[start, end)`: every byte there is in one
 /// of `pieces` or a hole. See the module doc.
@@ -321,18 +321,18 @@ mod tests {
         crate::mkfs::mkfs(&path, &params).unwrap();
         let fs = Fs::mount(&path, &MountOptions::default()).unwrap();
         let ino = fs.create(ROOT_INO, b"f", 0o644, OWNER, true).unwrap().ino;
-        // Every other 100 bytes rewritten: ~800 pieces.
-        fs.write(ino, 0, &[7u8; 80_000]).unwrap();
+        // Every other 100 bytes rewritten: ~4,000 pieces.
+        fs.write(ino, 0, &[7u8; 400_000]).unwrap();
         fs.fsync(ino).unwrap();
-        for k in 0..400u64 {
+        for k in 0..2000u64 {
             fs.write(ino, k * 200, &[k as u8; 100]).unwrap();
         }
         let mut buf = vec![0u8; 100];
-        let (_, copy) = fs.read_mapped(ino, 40_000, &mut buf).unwrap();
+        let (_, copy) = fs.read_mapped(ino, 200_000, &mut buf).unwrap();
         let copy = copy.unwrap();
         assert_eq!(copy.pieces.len(), DIRECT_MAP_MAX_PIECES);
-        assert!(copy.start <= 40_000 && copy.end > 40_000 && copy.end < 80_000);
-        assert_eq!(buf, vec![200u8; 100]);
+        assert!(copy.start <= 200_000 && copy.end > 200_000 && copy.end < 400_000);
+        assert_eq!(buf, vec![1000u64 as u8; 100]);
         // A shadow (a mapping's memory) holds stores the image does not: no copy.
         let _mapping = fs.map(ino, 0, 4096, true).unwrap();
         let (n, copy) = fs.read_mapped(ino, 0, &mut buf).unwrap();

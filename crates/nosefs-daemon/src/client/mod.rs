@@ -55,7 +55,8 @@ pub struct Remote {
     /// The socket's device and inode at the handshake: a descriptor of another file at its
     /// number is no longer the connection's socket.
     socket_id: (u64, u64),
-    /// A read-only view of the daemon's image, asked for at the first read ([`op::IMAGE_LEND`]):
+    /// A read-only view of the daemon's image, asked for when a read first wants a copy of a
+    /// file's pieces ([`op::IMAGE_LEND`], `ReadCache`):
     /// `None` when the daemon does not lend it to this client.
     image: std::sync::OnceLock<Option<nosefs_core::file::direct::ImageView>>,
 }

@@ -20,19 +20,23 @@ fn path_request(opcode: u32, found: &Found) -> Enc {
     e
 }
 
+/// The largest read made from the client's view of the image; larger ones ask the daemon.
+pub const DIRECT_READ_MAX_BYTES: usize = 32 << 10;
+
 impl Remote {
-    /// Reads from this client's view of the image with the description's copy of the file's
-    /// pieces; `None` when the copy cannot answer.
+    /// Reads from this client's view of the image with copy `cached` of the file's pieces;
+    /// `None` when the copy cannot answer.
     fn read_directly(
         &self,
         view: &ImageView,
         offset: u64,
         buf: &mut [u8],
-        cache: &ReadCache,
+        cached: &CachedPieces,
     ) -> Option<usize> {
-        let cached = cache.get(self.id)?;
         let word = self.area.size_word(cached.index)?;
-        cached.map.read(view, word, offset, buf)
+        let n = cached.map.read(view, word, offset, buf)?;
+        cached.used.store(true, Ordering::Relaxed);
+        Some(n)
     }
 
     /// One READ_MAPPED: up to a chunk's bytes into `out`, and a new copy of the pieces into
@@ -47,7 +51,8 @@ impl Remote {
         let want = out.len().min(self.chunk_bytes() - DIRECT_MAP_BYTES);
         let mut e = Enc::new(op::READ_MAPPED);
         e.u64(handle).u64(offset).u32(want as u32);
-        let mut tail = [0u8; DIRECT_MAP_BYTES];
+        // On the heap: the shim runs on the program's threads, whose stacks may be small.
+        let mut tail = vec![0u8; DIRECT_MAP_BYTES];
         let (n, tail_len) = self.call_with(&e, &[], |area, slot, len| {
             let mut head = [0u8; 4];
             if len < 4 {
@@ -65,6 +70,7 @@ impl Remote {
                 conn: self.id,
                 index,
                 map: std::sync::Arc::new(map),
+                used: Default::default(),
             }),
             _ => None,
         };
@@ -219,20 +225,28 @@ impl Service for Remote {
         buf: &mut [u8],
         cache: &ReadCache,
     ) -> Result<usize, Errno> {
-        // A description read once (a short file copied, a header checked) is read as before:
-        // a copy of its pieces is taken from the second read on, so that a process reading
-        // each of many files once neither asks for the image nor fills its size board.
-        if cache.first_read() {
+        // A large read would map most of its pages into the view for the first time, which
+        // costs ~0.3 us a page here (a fault, or MADV_POPULATE_READ alike), more than the
+        // daemon's copy into the area and the client's copy out of it (docs/benchmarks.md).
+        if buf.len() > DIRECT_READ_MAX_BYTES {
             return self.read(handle, offset, buf);
         }
-        let Some(view) = self.image_view() else {
-            return self.read(handle, offset, buf);
-        };
         let mut done = 0;
         while done < buf.len() {
             let at = offset + done as u64;
-            if let Some(n) = self.read_directly(view, at, &mut buf[done..], cache) {
-                return Ok(done + n);
+            // When to ask for a copy: `ReadCache`'s doc.
+            let ask = match (cache.next_read(self.id), self.image.get()) {
+                (Ok(cached), Some(Some(view))) => {
+                    if let Some(n) = self.read_directly(view, at, &mut buf[done..], &cached) {
+                        return Ok(done + n);
+                    }
+                    cache.ask_for_copy()
+                }
+                (Ok(_), _) => cache.ask_for_copy(),
+                (Err(ask), _) => ask,
+            };
+            if !ask || self.image_view().is_none() {
+                return Ok(done + self.read(handle, at, &mut buf[done..])?);
             }
             let want = (buf.len() - done).min(self.chunk_bytes() - DIRECT_MAP_BYTES);
             let n = self.read_mapped(handle, at, &mut buf[done..done + want], cache)?;
