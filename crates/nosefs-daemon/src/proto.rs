@@ -80,7 +80,8 @@ pub mod op {
     pub const SHADOW_RETURN: u32 = 44;
     /// A read that also hands out a copy of the file's pieces around it, for reads the client
     /// makes itself from its view of the image (`nosefs_core::file::direct`): the data, then
-    /// the size board's word for the file and the copy ([`Enc::direct_map`]).
+    /// the watch (size and generation board word) for the file and the copy
+    /// ([`Enc::direct_map`]).
     pub const READ_MAPPED: u32 = 45;
     /// A read-only descriptor of the image, for a client the image's owner trusts (its user
     /// owns the image, or is root): sent on the socket first; the reply is where the data
@@ -229,13 +230,13 @@ impl Enc {
             .u32(e.file_type)
             .u64(e.cookie)
     }
-    /// Appends the tail of a READ_MAPPED reply: the file's word of the size board (`u32::MAX`:
+    /// Appends the tail of a READ_MAPPED reply: the file's word of the boards (`u32::MAX`:
     /// none), then whether a copy of its pieces follows, and the copy (at most
     /// [`DIRECT_MAP_BYTES`] in all).
     pub fn direct_map(&mut self, index: u32, map: Option<&DirectMap>) -> &mut Enc {
         self.u32(index).bool(map.is_some());
         if let Some(m) = map {
-            self.u64(m.word).u64(m.start).u64(m.end);
+            self.u64(m.generation).u64(m.start).u64(m.end);
             self.u32(m.pieces.len() as u32);
             for &(offset, addr, len) in &m.pieces {
                 self.u64(offset).u64(addr).u64(len);
@@ -400,7 +401,7 @@ impl<'a> Dec<'a> {
         if !self.bool()? {
             return Ok((index, None));
         }
-        let (word, start, end) = (self.u64()?, self.u64()?, self.u64()?);
+        let (generation, start, end) = (self.u64()?, self.u64()?, self.u64()?);
         let n = self.u32()? as usize;
         if n > nosefs_core::file::direct::DIRECT_MAP_MAX_PIECES {
             return Err(Malformed);
@@ -408,7 +409,7 @@ impl<'a> Dec<'a> {
         let pieces = (0..n)
             .map(|_| Ok((self.u64()?, self.u64()?, self.u64()?)))
             .collect::<Result<Vec<_>, Malformed>>()?;
-        let map = DirectMap::new(word, start, end, pieces).ok_or(Malformed)?;
+        let map = DirectMap::new(generation, start, end, pieces).ok_or(Malformed)?;
         Ok((index, Some(map)))
     }
 }

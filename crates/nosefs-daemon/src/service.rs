@@ -21,7 +21,7 @@ use std::sync::atomic::AtomicU64;
 pub type Handle = u64;
 
 /// What a description remembers for its reads ([`Service::read_cached`]): a daemon client's
-/// copy of the file's pieces (with the connection and the size board's word it goes with), and
+/// copy of the file's pieces (with the connection and the boards' word it goes with), and
 /// how often a copy paid off.
 ///
 /// A copy costs its read more than a plain request does (the daemon gathers the pieces, the
@@ -53,8 +53,8 @@ struct ReadState {
     plain_last: u32,
 }
 
-/// A copy of a file's pieces, good for reads made through connection `conn` while word
-/// `index` of its size board holds the copy's word.
+/// A copy of a file's pieces, good for reads made through connection `conn` while
+/// word `index` of its generation board holds the copy's generation.
 #[derive(Debug, Clone)]
 pub struct CachedPieces {
     pub conn: u32,

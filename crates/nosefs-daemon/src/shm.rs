@@ -6,7 +6,7 @@
 //! | offset | size | field |
 //! |---:|---:|---|
 //! | 0 | 8 | magic `NOSEFSRQ` |
-//! | 8 | 4 | version (1) |
+//! | 8 | 4 | version ([`VERSION`]) |
 //! | 12 | 4 | slot count |
 //! | 16 | 4 | bytes per slot (its 64-byte header and payload) |
 //! | 64 | 4 | `server_sleeping`: 1 while the connection's first server thread waits on `doorbell` |
@@ -14,6 +14,7 @@
 //! | 128 + i·64 | 64 | slot i's header: `owner` (see [`owner`]), `state`, `client_waiting`, `len`, then `helper` (1 once the slot's pair has a server thread of its own), `helper_sleeping` and `helper_doorbell` (that thread's sleep, as above; a pair's thread uses its even slot's words), `server_cpu` and `client_cpu` (the CPU each side last ran on, plus one: see `wait`) |
 //! | P + i·(slot − 64) | slot − 64 | slot i's payload: the request, then the reply; P is the first page boundary after the slot headers |
 //! | P + slots·(slot − 64) | 8 · [`SIZE_WORDS`] | the size board: word k holds the size of the file the client's watch k follows, stored by the daemon at every change of it (`nosefs_core::Fs::watch_size`) |
+//! | after it | 8 · [`SIZE_WORDS`] | the generation board: word k holds that file's generation (`nosefs_core::file::direct`), stored before its size |
 //!
 //! The slot headers share the first page(s), and the payloads follow: the server scans every
 //! slot's state, and with a header beside each payload that scan touched a page per slot, a page
@@ -41,7 +42,7 @@ use rustix::mm::{MapFlags, ProtFlags};
 /// The area's magic number.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"NOSEFSRQ");
 /// The layout's version.
-pub const VERSION: u32 = 4;
+pub const VERSION: u32 = 5;
 /// Bytes before the first slot.
 pub const HEADER_BYTES: usize = 128;
 /// Bytes of a slot's header.
@@ -90,7 +91,7 @@ fn payloads_offset(slots: usize) -> Option<usize> {
 fn area_bytes(slots: usize, slot_bytes: usize) -> usize {
     payloads_offset(slots).expect("a sane slot count")
         + slots * (slot_bytes - SLOT_HEADER_BYTES)
-        + SIZE_WORDS * 8
+        + SIZE_WORDS * 16
 }
 
 /// The page size the payloads are aligned to.
@@ -114,11 +115,13 @@ unsafe impl Send for Area {}
 // SAFETY: as for Send.
 unsafe impl Sync for Area {}
 
-/// The daemon stores a watched file's size and generation into the client's board.
+/// The daemon stores a watched file's generation, then its size, into the client's boards.
 impl nosefs_core::file::SizeSink for Area {
-    fn store(&self, index: u32, word_now: u64) {
-        if let Some(word) = self.size_word(index) {
-            word.store(word_now, std::sync::atomic::Ordering::Release);
+    fn store(&self, index: u32, size: u64, generation: u64) {
+        use std::sync::atomic::Ordering::Release;
+        if let (Some(s), Some(g)) = (self.size_word(index), self.generation_word(index)) {
+            g.store(generation, Release);
+            s.store(size, Release);
         }
     }
 }
@@ -188,7 +191,7 @@ impl Area {
         }
         let fits = slots
             .checked_mul(slot_bytes - SLOT_HEADER_BYTES)
-            .and_then(|b| b.checked_add(payloads_offset(slots)?.checked_add(SIZE_WORDS * 8)?))
+            .and_then(|b| b.checked_add(payloads_offset(slots)?.checked_add(SIZE_WORDS * 16)?))
             .is_some_and(|b| b <= bytes);
         if !fits {
             return None;
@@ -295,13 +298,23 @@ impl Area {
 
     /// Word `index` of the size board (`None` past its end).
     pub fn size_word(&self, index: u32) -> Option<&AtomicU64> {
+        self.board_word(index, 0)
+    }
+
+    /// Word `index` of the generation board (`None` past its end).
+    pub fn generation_word(&self, index: u32) -> Option<&AtomicU64> {
+        self.board_word(index, SIZE_WORDS)
+    }
+
+    /// Word `index` of the board starting `board` words after the size board's first.
+    fn board_word(&self, index: u32, board: usize) -> Option<&AtomicU64> {
         let index = index as usize;
         if index >= SIZE_WORDS {
             return None;
         }
         let offset = payloads_offset(self.slots).expect("checked")
             + self.slots * self.payload_bytes()
-            + index * 8;
+            + (board + index) * 8;
         assert!(
             offset + 8 <= self.bytes,
             "size word {index} out of the area"
@@ -469,8 +482,11 @@ mod tests {
             board - area.base.as_ptr() as usize,
             PAGE_BYTES + 16 * area.payload_bytes()
         );
-        // The last word of the board is the area's last.
-        let last = area.size_word(SIZE_WORDS as u32 - 1).unwrap() as *const AtomicU64 as usize;
+        // The generation board follows; its last word is the area's last.
+        let first = area.generation_word(0).unwrap() as *const AtomicU64 as usize;
+        assert_eq!(first - board, SIZE_WORDS * 8);
+        let last =
+            area.generation_word(SIZE_WORDS as u32 - 1).unwrap() as *const AtomicU64 as usize;
         assert_eq!(last + 8 - area.base.as_ptr() as usize, area.bytes);
     }
 

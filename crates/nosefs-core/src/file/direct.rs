@@ -3,21 +3,24 @@
 //! the file's pieces ([`DirectMap`]) that the daemon gave it with an earlier read
 //! ([`Fs::read_mapped`]), instead of asking the daemon for every read.
 //!
-//! A copy of the pieces is good while the file's *board word* (its size and generation,
-//! [`super::watch`], which the daemon keeps in the client's shared memory) is the one the copy
-//! was taken at. The reader loads the word, copies the bytes, and loads it again (a seqlock's
-//! reader); any difference, or a read outside what the copy describes, sends the read back to
-//! the daemon. Why bytes returned this way are the file's:
+//! A copy of the pieces is good while the file's *generation* ([`super::watch`], which the
+//! daemon keeps in the client's shared memory beside its size) is the one the copy was taken
+//! at. The reader loads the generation, then the size, copies the bytes, and loads the
+//! generation again (a seqlock's reader); any difference, or a read outside what the copy
+//! describes, sends the read back to the daemon. Why bytes returned this way are the file's:
 //! - every change to where the file's bytes are (a write, truncate, punch, collapse or insert,
 //!   a window rewrite, a mapping's shadow made, the file's space released) takes a new
 //!   generation under the file's lock *before* it frees a block (`FileState::changed`), and
-//!   the word is stored then; a block freed by it can be taken by another file only after, so a
-//!   copy that read such a block's new bytes loads the changed word after it;
+//!   it is stored then; a block freed by it can be taken by another file only after, so a copy
+//!   that read such a block's new bytes loads the new generation after it;
+//! - a size change takes a new generation too, stored no later than the size: a reader that
+//!   saw the new size sees the new generation at its second load;
+//! - generations are 64-bit counts: one is never seen again once passed;
 //! - bytes the pieces hold were stored before the daemon's lock on the file was released (the
 //!   unlock is a locked instruction, which waits for the data's non-temporal stores), and the
 //!   copy was handed out after that;
 //! - a mapped file's stores sit in its shadow, not in the image: no copy is given while it has
-//!   one, and making one changes the word.
+//!   one, and making one takes a new generation.
 //!
 //! Access times: the daemon's read that hands out a copy counts as the access; later reads
 //! skip it (relatime would update it only after the file changed, which takes a new copy).
@@ -30,7 +33,7 @@ use crate::fs::Fs;
 use crate::namespace::AtimeMode;
 use crate::pmem::Region;
 
-use super::{watch, FileState, MAX_FILE_BYTES};
+use super::{FileState, MAX_FILE_BYTES};
 
 /// The most pieces a copy holds: a file of more is described around the read's offset only.
 pub const DIRECT_MAP_MAX_PIECES: usize = 128;
@@ -39,8 +42,8 @@ pub const DIRECT_MAP_MAX_PIECES: usize = 128;
 /// of `pieces` or a hole. See the module doc.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DirectMap {
-    /// The file's board word when the pieces were taken.
-    pub word: u64,
+    /// The file's generation when the pieces were taken.
+    pub generation: u64,
     /// The file offsets the pieces describe.
     pub start: u64,
     pub end: u64,
@@ -79,7 +82,12 @@ impl ImageView {
 impl DirectMap {
     /// A copy as decoded from a daemon's reply: `None` unless `start <= end` and its pieces
     /// are nonempty, ascending and disjoint, with no range that overflows.
-    pub fn new(word: u64, start: u64, end: u64, pieces: Vec<(u64, u64, u64)>) -> Option<Self> {
+    pub fn new(
+        generation: u64,
+        start: u64,
+        end: u64,
+        pieces: Vec<(u64, u64, u64)>,
+    ) -> Option<Self> {
         let mut at = 0;
         for &(offset, addr, len) in &pieces {
             addr.checked_add(len)?;
@@ -89,7 +97,7 @@ impl DirectMap {
             at = offset.checked_add(len)?;
         }
         (start <= end).then_some(DirectMap {
-            word,
+            generation,
             start,
             end,
             pieces,
@@ -97,20 +105,21 @@ impl DirectMap {
     }
 
     /// Reads up to `buf.len()` bytes at `offset` as [`Fs::read`] would, from `view`, while
-    /// `word` (the file's board word) holds [`DirectMap::word`]; `None` when this copy cannot
-    /// answer (the word changed, or the range is outside what it describes): ask the daemon.
+    /// `generation` (the file's, as its watcher stores it) holds [`DirectMap::generation`],
+    /// with `size` the size stored beside it; `None` when this copy cannot answer (the file
+    /// changed, or the range is outside what it describes): ask the daemon.
     pub fn read(
         &self,
         view: &ImageView,
-        word: &AtomicU64,
+        (size, generation): (&AtomicU64, &AtomicU64),
         offset: u64,
         buf: &mut [u8],
     ) -> Option<usize> {
-        let before = word.load(Ordering::Acquire);
-        if before != self.word || offset > MAX_FILE_BYTES {
+        let before = generation.load(Ordering::Acquire);
+        if before != self.generation || offset > MAX_FILE_BYTES {
             return None;
         }
-        let size = watch::board_size(before);
+        let size = size.load(Ordering::Acquire);
         if offset >= size {
             return Some(0);
         }
@@ -137,13 +146,13 @@ impl DirectMap {
         }
         buf[(at - offset) as usize..(end - offset) as usize].fill(0);
         fence(Ordering::Acquire);
-        (word.load(Ordering::Acquire) == before).then_some((end - offset) as usize)
+        (generation.load(Ordering::Acquire) == before).then_some((end - offset) as usize)
     }
 }
 
 impl Fs {
     /// Reads as [`Fs::read`] does and, unless the file has a mapping's shadow or access times
-    /// are strict, hands out a copy of its pieces around `offset` with the board word they
+    /// are strict, hands out a copy of its pieces around `offset` with the generation they
     /// hold at (see the module doc). The caller (the daemon) has made sure the reader's board
     /// follows the file ([`Fs::watch_size`]) before asking.
     pub fn read_mapped(
@@ -192,7 +201,7 @@ impl Fs {
 /// The pieces of `state` around `offset`: all of them when there are few enough, else the
 /// first [`DIRECT_MAP_MAX_PIECES`] from the one holding `offset` (or the next) on.
 fn direct_map(state: &FileState, offset: u64) -> DirectMap {
-    let word = state.board_word();
+    let generation = state.generation;
     if state.map.len() <= DIRECT_MAP_MAX_PIECES {
         let pieces = state
             .map
@@ -200,7 +209,7 @@ fn direct_map(state: &FileState, offset: u64) -> DirectMap {
             .map(|(at, p)| (at, p.addr, p.len))
             .collect();
         return DirectMap {
-            word,
+            generation,
             start: 0,
             end: u64::MAX,
             pieces,
@@ -217,7 +226,7 @@ fn direct_map(state: &FileState, offset: u64) -> DirectMap {
         _ => u64::MAX, // every piece from `offset` on
     };
     DirectMap {
-        word,
+        generation,
         start: offset,
         end: end.max(offset),
         pieces,
@@ -233,12 +242,19 @@ mod tests {
     use crate::namespace::ROOT_INO;
     use std::sync::Arc;
 
-    /// A size board of one word, as a daemon client's.
-    struct Board(AtomicU64);
+    /// A size board of one watch, as a daemon client's: size and generation.
+    struct Board(AtomicU64, AtomicU64);
 
-    impl watch::SizeSink for Board {
-        fn store(&self, _index: u32, word: u64) {
-            self.0.store(word, Ordering::Release);
+    impl crate::file::SizeSink for Board {
+        fn store(&self, _index: u32, size: u64, generation: u64) {
+            self.1.store(generation, Ordering::Release);
+            self.0.store(size, Ordering::Release);
+        }
+    }
+
+    impl Board {
+        fn words(&self) -> (&AtomicU64, &AtomicU64) {
+            (&self.0, &self.1)
         }
     }
 
@@ -248,7 +264,7 @@ mod tests {
         let map = map.expect("a copy of the pieces");
         let mut all = vec![0xee; 1 << 20];
         let n = map
-            .read(view, &board.0, 0, &mut all)
+            .read(view, board.words(), 0, &mut all)
             .expect("the copy answers");
         all.truncate(n);
         all
@@ -265,7 +281,7 @@ mod tests {
         crate::mkfs::mkfs(&path, &params).unwrap();
         let fs = Fs::mount(&path, &MountOptions::default()).unwrap();
         let ino = fs.create(ROOT_INO, b"f", 0o644, OWNER, true).unwrap().ino;
-        let board = Arc::new(Board(AtomicU64::new(0)));
+        let board = Arc::new(Board(AtomicU64::new(0), AtomicU64::new(0)));
         fs.watch_size(ino, board.clone(), 0).unwrap();
         let (image, zone_offset, zone_bytes) = fs.image_for_reading().unwrap();
         let view = ImageView::new(image, zone_offset, zone_bytes).unwrap();
@@ -284,28 +300,28 @@ mod tests {
         let (_, stale) = fs.read_mapped(ino, 0, &mut probe).unwrap();
         let stale = stale.unwrap();
         let mut buf = [0u8; 100];
-        assert_eq!(stale.read(&view, &board.0, 5, &mut buf), Some(100));
+        assert_eq!(stale.read(&view, board.words(), 5, &mut buf), Some(100));
         fs.write(ino, 5, &[3u8; 10]).unwrap();
-        assert_eq!(stale.read(&view, &board.0, 5, &mut buf), None);
+        assert_eq!(stale.read(&view, board.words(), 5, &mut buf), None);
         expected[5..15].fill(3);
         assert_eq!(read_directly(&fs, ino, &board, &view), expected);
 
         let (_, stale) = fs.read_mapped(ino, 0, &mut probe).unwrap();
         fs.truncate(ino, 15_000).unwrap();
-        assert_eq!(stale.unwrap().read(&view, &board.0, 0, &mut buf), None);
+        assert_eq!(stale.unwrap().read(&view, board.words(), 0, &mut buf), None);
         expected.truncate(15_000);
         assert_eq!(read_directly(&fs, ino, &board, &view), expected);
 
         let (_, stale) = fs.read_mapped(ino, 0, &mut probe).unwrap();
         fs.punch_hole(ino, 4096, 4096).unwrap();
-        assert_eq!(stale.unwrap().read(&view, &board.0, 0, &mut buf), None);
+        assert_eq!(stale.unwrap().read(&view, board.words(), 0, &mut buf), None);
         expected[4096..8192].fill(0);
         assert_eq!(read_directly(&fs, ino, &board, &view), expected);
 
         // Past the end: nothing, as a read of the file gives.
         let (_, copy) = fs.read_mapped(ino, 0, &mut probe).unwrap();
         assert_eq!(
-            copy.unwrap().read(&view, &board.0, 15_000, &mut buf),
+            copy.unwrap().read(&view, board.words(), 15_000, &mut buf),
             Some(0)
         );
     }

@@ -56,7 +56,7 @@ mod place;
 mod ranges;
 mod watch;
 
-pub use watch::{board_size, board_word, SizeSink};
+pub use watch::SizeSink;
 pub(crate) mod reserve;
 #[cfg(test)]
 mod tests;
@@ -139,8 +139,9 @@ pub struct FileState {
     punched: bool,
     /// Who is told the size at every change ([`Fs::watch_size`]).
     watchers: watch::Watchers,
-    /// Changes to where the file's bytes are ([`FileState::changed`]), counted since mount.
-    generation: u32,
+    /// Changes to the file's size or to where its bytes are ([`FileState::changed`]), counted
+    /// since its state was made (64 bits: never reused).
+    generation: u64,
     /// The file's last commit, as [`crate::settle::Settler::cleared_lazily`] named it (0: none
     /// since mount): its log may still hold it, unsettled (`settle`, rule 1).
     last_commit: u64,

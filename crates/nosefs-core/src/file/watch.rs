@@ -3,10 +3,10 @@
 //! `lseek(SEEK_END)` and keeps each size in a word of the client's shared memory, so that the
 //! probe (PostgreSQL asks ten per transaction) reads memory instead of making a round trip.
 //!
-//! The word holds the file's *generation* beside its size ([`board_word`]): a count of the
-//! changes to which bytes the file holds where (writes, truncates, punches, collapses, window
-//! rewrites, a mapping's shadow made). A client reading the file's bytes itself from the image
-//! ([`super::direct`]) checks it before and after its copy.
+//! Beside the size a watcher is told the file's *generation*: a count, never reused, of the
+//! changes to its size or to which bytes it holds where (writes, truncates, punches, collapses,
+//! window rewrites, a mapping's shadow made, its space released). A client reading the file's
+//! bytes itself from the image ([`super::direct`]) checks it before and after its copy.
 
 use std::sync::Arc;
 
@@ -16,29 +16,13 @@ use super::FileState;
 use crate::fs::Fs;
 use crate::Result;
 
-/// Where a watched size goes: `store(index, word)` is called with the file's lock held, at every
-/// change and once when the watch starts, with the file's [`board_word`]. It must not block or
-/// take the file's locks.
+/// Where a watched size goes: `store(index, size, generation)` is called with the file's lock
+/// held, at every change and once when the watch starts. It must not block or take the file's
+/// locks, and must make the generation visible no later than the size (a reader that sees the
+/// new size then sees the new generation too).
 pub trait SizeSink: Send + Sync {
-    /// Board word `word` (size and generation) for the watch at `index`.
-    fn store(&self, index: u32, word: u64);
-}
-
-/// Bits of a board word that hold the size (files end at [`super::MAX_FILE_BYTES`], 2^46); the
-/// 17 above them hold the generation's low bits. A reader compares whole words: a generation
-/// that wrapped back to an old value while one copy ran would take 131,072 changes.
-pub const BOARD_SIZE_BITS: u32 = 47;
-const BOARD_SIZE_MASK: u64 = (1 << BOARD_SIZE_BITS) - 1;
-
-/// The board word of a file of `size` bytes at `generation`.
-pub fn board_word(size: u64, generation: u32) -> u64 {
-    debug_assert!(size <= BOARD_SIZE_MASK, "a file past the largest size");
-    (size & BOARD_SIZE_MASK) | u64::from(generation) << BOARD_SIZE_BITS
-}
-
-/// The size a board word holds.
-pub fn board_size(word: u64) -> u64 {
-    word & BOARD_SIZE_MASK
+    /// File size `size` at generation `generation` for the watch at `index`.
+    fn store(&self, index: u32, size: u64, generation: u64);
 }
 
 /// A file's watchers.
@@ -54,9 +38,9 @@ impl std::fmt::Debug for Watchers {
 }
 
 impl Watchers {
-    fn tell(&self, word: u64) {
+    fn tell(&self, size: u64, generation: u64) {
         for (sink, index) in &self.0 {
-            sink.store(*index, word);
+            sink.store(*index, size, generation);
         }
     }
 }
@@ -65,20 +49,16 @@ impl FileState {
     /// Sets the size the file has for reads and stat, and tells the watchers.
     pub(crate) fn set_size(&mut self, size: u64) {
         self.size = size;
-        self.watchers.tell(self.board_word());
+        self.generation += 1;
+        self.watchers.tell(size, self.generation);
     }
 
     /// The file's bytes are about to move, go or appear where a copy of its pieces would not
     /// find them: a new generation, told to the watchers now, before any block the change frees
     /// can be taken by another file (a reader's check after its copy then sees it).
     pub(crate) fn changed(&mut self) {
-        self.generation = self.generation.wrapping_add(1);
-        self.watchers.tell(self.board_word());
-    }
-
-    /// The file's size and generation as a board word.
-    pub(crate) fn board_word(&self) -> u64 {
-        board_word(self.size, self.generation)
+        self.generation += 1;
+        self.watchers.tell(self.size, self.generation);
     }
 }
 
@@ -89,7 +69,7 @@ impl Fs {
     pub fn watch_size(&self, ino: u64, sink: Arc<dyn SizeSink>, index: u32) -> Result<()> {
         let inode = self.inode(ino)?;
         let mut state = self.file_of(&inode)?.lock();
-        sink.store(index, state.board_word());
+        sink.store(index, state.size, state.generation);
         state.watchers.0.push((sink, index));
         Ok(())
     }

@@ -33,8 +33,9 @@ impl Remote {
         buf: &mut [u8],
         cached: &CachedPieces,
     ) -> Option<usize> {
-        let word = self.area.size_word(cached.index)?;
-        let n = cached.map.read(view, word, offset, buf)?;
+        let size = self.area.size_word(cached.index)?;
+        let generation = self.area.generation_word(cached.index)?;
+        let n = cached.map.read(view, (size, generation), offset, buf)?;
         cached.used.store(true, Ordering::Relaxed);
         Some(n)
     }
@@ -322,7 +323,7 @@ impl Service for Remote {
             index
         };
         match self.area.size_word(index) {
-            Some(word) => Ok(nosefs_core::file::board_size(word.load(Ordering::Acquire))),
+            Some(word) => Ok(word.load(Ordering::Acquire)),
             None => Ok(self.fstat(handle)?.size),
         }
     }
