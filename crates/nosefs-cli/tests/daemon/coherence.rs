@@ -342,3 +342,86 @@ print("ok")
     assert!(plain >= 300, "{table}");
     assert!(mapped < 40, "{table}");
 }
+
+/// Direct reads racing writes that free and reuse blocks: one client rewrites pages of file A
+/// (each rewrite frees the page's old block), another rewrites file B (which takes the freed
+/// blocks), while a third reads pages of A from its view of the image. Every page it reads
+/// must be one A held at some time: A's bytes are below 0x80 and B's above, and each page of A
+/// is written whole with one byte value that names its page, so a read that took a block after
+/// B reused it, or mixed two of A's pages, is caught; once the writers end, every page must read
+/// as last written.
+#[test]
+fn direct_reads_racing_rewrites_never_see_another_file_s_bytes() {
+    if !usable() {
+        return;
+    }
+    let m = mount_with(&[]);
+    let script = r#"
+import os, subprocess, sys, time
+d = os.environ["D"]
+PAGES = 256
+def page_byte(k, v):
+    return (k * 8 + v % 8) % 128   # page k's bytes at version v: below 0x80, naming k
+with open(d + "/a", "wb") as f:
+    for k in range(PAGES):
+        f.write(bytes([page_byte(k, 0)]) * 4096)
+with open(d + "/b", "wb") as f:
+    f.write(b"\xff" * (PAGES * 4096))
+writer_a = f"""
+import os, random
+fd = os.open({d!r} + '/a', os.O_WRONLY)
+r = random.Random(1)
+last = [(k * 8) % 128 for k in range({PAGES})]
+for n in range(1, 60000):
+    k = r.randrange({PAGES})
+    last[k] = (k * 8 + n % 8) % 128
+    os.pwrite(fd, bytes([last[k]]) * 4096, k * 4096)
+    if n % 64 == 0:
+        os.fsync(fd)
+print(repr(last))
+"""
+writer_b = f"""
+import os, random
+fd = os.open({d!r} + '/b', os.O_WRONLY)
+r = random.Random(2)
+for n in range(1, 60000):
+    k = r.randrange({PAGES})
+    os.pwrite(fd, bytes([0x80 + n % 128]) * 4096, k * 4096)
+    if n % 64 == 0:
+        os.fsync(fd)
+"""
+writers = [
+    subprocess.Popen([sys.executable, "-c", w], stdout=subprocess.PIPE)
+    for w in (writer_a, writer_b)
+]
+fd = os.open(d + "/a", os.O_RDONLY)
+reads = 0
+import random
+r = random.Random(3)
+while any(w.poll() is None for w in writers):
+    k = r.randrange(PAGES)
+    page = os.pread(fd, 4096, k * 4096)
+    reads += 1
+    if len(page) != 4096 or max(page) >= 0x80:
+        sys.exit(f"page {k}: another file's bytes after {reads} reads: {sorted(set(page))[:8]}")
+    wanted = {page_byte(k, v) for v in range(8)}
+    if not set(page) <= wanted:
+        sys.exit(f"page {k}: bytes of another page after {reads} reads: {sorted(set(page))[:8]}")
+last = eval(writers[0].communicate()[0])
+for w in writers:
+    assert w.wait() == 0
+# Once the writers are done, every page reads as last written.
+for k in range(PAGES):
+    page = os.pread(fd, 4096, k * 4096)
+    if page != bytes([last[k]]) * 4096:
+        sys.exit(f"page {k}: {sorted(set(page))[:8]} where {last[k]} was written last")
+print("ok", reads)
+"#;
+    let out = m.run(&format!("python3 -c '{}'", script.replace('\'', "'\\''")));
+    assert!(
+        out.status.success() && text(&out).contains("ok"),
+        "{}",
+        text(&out)
+    );
+    m.unmount_and_fsck();
+}
