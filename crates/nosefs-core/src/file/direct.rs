@@ -270,8 +270,9 @@ mod tests {
         all
     }
 
-    #[test]
-    fn reads_from_a_view_follow_the_file_and_stop_at_any_change() {
+    /// A file system on a 64 MiB image file (a view needs a file to map), in a directory kept
+    /// as long as the caller keeps it.
+    fn mounted() -> (tempfile::TempDir, Fs) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("image");
         let params = MkfsParams {
@@ -280,6 +281,12 @@ mod tests {
         };
         crate::mkfs::mkfs(&path, &params).unwrap();
         let fs = Fs::mount(&path, &MountOptions::default()).unwrap();
+        (dir, fs)
+    }
+
+    #[test]
+    fn reads_from_a_view_follow_the_file_and_stop_at_any_change() {
+        let (_dir, fs) = mounted();
         let ino = fs.create(ROOT_INO, b"f", 0o644, OWNER, true).unwrap().ino;
         let board = Arc::new(Board(AtomicU64::new(0), AtomicU64::new(0)));
         fs.watch_size(ino, board.clone(), 0).unwrap();
@@ -328,14 +335,7 @@ mod tests {
 
     #[test]
     fn a_fragmented_file_is_described_around_the_read_and_a_mapped_one_not_at_all() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("image");
-        let params = MkfsParams {
-            image_bytes: 64 << 20,
-            ..MkfsParams::default()
-        };
-        crate::mkfs::mkfs(&path, &params).unwrap();
-        let fs = Fs::mount(&path, &MountOptions::default()).unwrap();
+        let (_dir, fs) = mounted();
         let ino = fs.create(ROOT_INO, b"f", 0o644, OWNER, true).unwrap().ino;
         // Every other 100 bytes rewritten: ~4,000 pieces.
         fs.write(ino, 0, &[7u8; 400_000]).unwrap();

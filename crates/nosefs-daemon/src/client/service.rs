@@ -20,6 +20,26 @@ fn path_request(opcode: u32, found: &Found) -> Enc {
     e
 }
 
+/// The data of a READ or READ_MAPPED reply of `len` bytes in `slot` (its length, then the
+/// bytes), copied from the area straight into `out`, of which at most all is taken; how many.
+fn data_reply(
+    area: &crate::shm::Area,
+    slot: usize,
+    len: usize,
+    out: &mut [u8],
+) -> Result<usize, Errno> {
+    let mut head = [0u8; 4];
+    if len < 4 {
+        return Err(Errno::EIO);
+    }
+    area.get(slot, 4, &mut head);
+    let n = (u32::from_le_bytes(head) as usize)
+        .min(len - 4)
+        .min(out.len());
+    area.get(slot, 8, &mut out[..n]);
+    Ok(n)
+}
+
 /// The largest read made from the client's view of the image; larger ones ask the daemon.
 pub const DIRECT_READ_MAX_BYTES: usize = 32 << 10;
 
@@ -55,13 +75,7 @@ impl Remote {
         // On the heap: the shim runs on the program's threads, whose stacks may be small.
         let mut tail = vec![0u8; DIRECT_MAP_BYTES];
         let (n, tail_len) = self.call_with(&e, &[], |area, slot, len| {
-            let mut head = [0u8; 4];
-            if len < 4 {
-                return Err(Errno::EIO);
-            }
-            area.get(slot, 4, &mut head);
-            let n = (u32::from_le_bytes(head) as usize).min(len - 4).min(want);
-            area.get(slot, 8, &mut out[..n]);
+            let n = data_reply(area, slot, len, &mut out[..want])?;
             let tail_len = (len - 4 - n).min(DIRECT_MAP_BYTES);
             area.get(slot, 8 + n, &mut tail[..tail_len]);
             Ok((n, tail_len))
@@ -201,16 +215,7 @@ impl Service for Remote {
             let out = &mut buf[done..done + want];
             // The reply is the data's length, then the data: copied from the area straight
             // into the caller's buffer.
-            let n = self.call_with(&e, &[], |area, slot, len| {
-                let mut head = [0u8; 4];
-                if len < 4 {
-                    return Err(Errno::EIO);
-                }
-                area.get(slot, 4, &mut head);
-                let n = (u32::from_le_bytes(head) as usize).min(len - 4).min(want);
-                area.get(slot, 8, &mut out[..n]);
-                Ok(n)
-            })?;
+            let n = self.call_with(&e, &[], |area, slot, len| data_reply(area, slot, len, out))?;
             done += n;
             if n < want {
                 break;
