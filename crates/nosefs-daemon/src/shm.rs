@@ -117,10 +117,12 @@ unsafe impl Sync for Area {}
 
 /// The daemon stores a watched file's generation, then its size, into the client's boards.
 impl nosefs_core::file::SizeSink for Area {
-    fn store(&self, index: u32, size: u64, generation: u64) {
+    fn store(&self, index: u32, size: u64, generation: Option<u64>) {
         use std::sync::atomic::Ordering::Release;
         if let (Some(s), Some(g)) = (self.size_word(index), self.generation_word(index)) {
-            g.store(generation, Release);
+            if let Some(generation) = generation {
+                g.store(generation, Release);
+            }
             s.store(size, Release);
         }
     }

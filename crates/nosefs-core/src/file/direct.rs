@@ -246,8 +246,10 @@ mod tests {
     struct Board(AtomicU64, AtomicU64);
 
     impl crate::file::SizeSink for Board {
-        fn store(&self, _index: u32, size: u64, generation: u64) {
-            self.1.store(generation, Ordering::Release);
+        fn store(&self, _index: u32, size: u64, generation: Option<u64>) {
+            if let Some(generation) = generation {
+                self.1.store(generation, Ordering::Release);
+            }
             self.0.store(size, Ordering::Release);
         }
     }
@@ -289,7 +291,7 @@ mod tests {
         let (_dir, fs) = mounted();
         let ino = fs.create(ROOT_INO, b"f", 0o644, OWNER, true).unwrap().ino;
         let board = Arc::new(Board(AtomicU64::new(0), AtomicU64::new(0)));
-        fs.watch_size(ino, board.clone(), 0).unwrap();
+        fs.watch_size(ino, board.clone(), 0, true).unwrap();
         let (image, zone_offset, zone_bytes) = fs.image_for_reading().unwrap();
         let view = ImageView::new(image, zone_offset, zone_bytes).unwrap();
 

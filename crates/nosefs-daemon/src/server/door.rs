@@ -81,22 +81,30 @@ pub(super) fn door(shared: Arc<Shared>, listener: OwnedFd, wake: OwnedFd) {
 }
 
 /// A word of `conn`'s size board that follows file `ino`'s size (one per file and connection,
-/// kept until the connection ends), or `u32::MAX` when the board is full.
-pub(super) fn watch_size(shared: &Shared, conn: &Conn, ino: u64) -> Result<u32, Errno> {
+/// kept until the connection ends), or `u32::MAX` when the board is full; with `generations`,
+/// the same word of its generation board follows the file's generation from now on.
+pub(super) fn watch_size(
+    shared: &Shared,
+    conn: &Conn,
+    ino: u64,
+    generations: bool,
+) -> Result<u32, Errno> {
     let mut watched = conn.watched.lock();
-    if let Some(&index) = watched.get(&ino) {
-        return Ok(index);
+    if let Some(&(index, following)) = watched.get(&ino) {
+        if following || !generations {
+            return Ok(index);
+        }
     }
-    let index = watched.len() as u32;
+    let index = watched.get(&ino).map_or(watched.len() as u32, |w| w.0);
     if conn.area.size_word(index).is_none() {
         return Ok(u32::MAX);
     }
     let sink: Arc<dyn nosefs_core::file::SizeSink> = conn.area.clone();
     shared
         .fs
-        .watch_size(ino, sink, index)
+        .watch_size(ino, sink, index, generations)
         .map_err(|e| e.errno())?;
-    watched.insert(ino, index);
+    watched.insert(ino, (index, generations));
     Ok(index)
 }
 
@@ -130,7 +138,7 @@ impl Drop for ReleaseOnDrop<'_> {
 /// serves it any more: run by its server thread after it stopped serving.
 fn release_client(shared: &Shared, conn: &Conn) {
     let sink: Arc<dyn nosefs_core::file::SizeSink> = conn.area.clone();
-    for (ino, index) in conn.watched.lock().drain() {
+    for (ino, (index, _)) in conn.watched.lock().drain() {
         shared.fs.unwatch_size(ino, &sink, index);
     }
     // Loans the client never returned: the pages it stored and did not report are found by

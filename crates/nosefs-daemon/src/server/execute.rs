@@ -202,7 +202,7 @@ pub(super) fn execute(
             let offset = d.u64()?;
             let len = (d.u32()? as usize).min(data.room() - crate::proto::DIRECT_MAP_BYTES);
             // The board follows the file first: the copy's word is then the board's.
-            let index = watch_size(shared, conn, ino)?;
+            let index = watch_size(shared, conn, ino, true)?;
             let mut map = None;
             let n = data.fill(len, |buf| {
                 if index == u32::MAX {
@@ -297,7 +297,7 @@ pub(super) fn execute(
             if desc.kind != OpenKind::File {
                 return Err(Errno::EINVAL);
             }
-            let index = watch_size(shared, conn, desc.ino)?;
+            let index = watch_size(shared, conn, desc.ino, false)?;
             reply.u64(u64::from(index));
         }
         op::SHADOW_LEND => {

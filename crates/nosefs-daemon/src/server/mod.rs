@@ -192,8 +192,9 @@ struct Conn {
     /// Tokens this connection holds a reference on.
     held: Mutex<HashSet<u64>>,
     dead: AtomicBool,
-    /// The files whose sizes its board follows, by inode, with their words.
-    watched: Mutex<HashMap<u64, u32>>,
+    /// The files whose sizes its board follows, by inode, with their words and whether the
+    /// generation board follows them too.
+    watched: Mutex<HashMap<u64, (u32, bool)>>,
     /// The socket it connected by: after the handshake it carries only the memfds of loans
     /// ([`op::SHADOW_LEND`]), daemon to client.
     socket: OwnedFd,
