@@ -60,8 +60,8 @@ impl Remote {
         Some(n)
     }
 
-    /// One READ_MAPPED: up to a chunk's bytes into `out`, and a new copy of the pieces into
-    /// `cache`.
+    /// One READ_MAPPED: `out`'s bytes (the caller made sure they fit one request beside the
+    /// copy), and a new copy of the pieces into `cache`.
     fn read_mapped(
         &self,
         handle: Handle,
@@ -69,7 +69,7 @@ impl Remote {
         out: &mut [u8],
         cache: &ReadCache,
     ) -> Result<usize, Errno> {
-        let want = out.len().min(self.chunk_bytes() - DIRECT_MAP_BYTES);
+        let want = out.len();
         let mut e = Enc::new(op::READ_MAPPED);
         e.u64(handle).u64(offset).u32(want as u32);
         // On the heap: the shim runs on the program's threads, whose stacks may be small.
@@ -234,34 +234,24 @@ impl Service for Remote {
         // A large read would map most of its pages into the view for the first time, which
         // costs ~0.3 us a page here (a fault, or MADV_POPULATE_READ alike), more than the
         // daemon's copy into the area and the client's copy out of it (docs/benchmarks.md).
-        if buf.len() > DIRECT_READ_MAX_BYTES {
+        if buf.len() > DIRECT_READ_MAX_BYTES || buf.len() + DIRECT_MAP_BYTES > self.chunk_bytes() {
             return self.read(handle, offset, buf);
         }
-        let mut done = 0;
-        while done < buf.len() {
-            let at = offset + done as u64;
-            // When to ask for a copy: `ReadCache`'s doc.
-            let ask = match (cache.next_read(self.id), self.image.get()) {
-                (Ok(cached), Some(Some(view))) => {
-                    if let Some(n) = self.read_directly(view, at, &mut buf[done..], &cached) {
-                        return Ok(done + n);
-                    }
-                    cache.ask_for_copy()
+        // When to ask for a copy: `ReadCache`'s doc. (A copy is kept only once the view is.)
+        let ask = match cache.next_read(self.id) {
+            Ok(cached) => {
+                let view = self.image.get().and_then(Option::as_ref);
+                if let Some(n) = view.and_then(|v| self.read_directly(v, offset, buf, &cached)) {
+                    return Ok(n);
                 }
-                (Ok(_), _) => cache.ask_for_copy(),
-                (Err(ask), _) => ask,
-            };
-            if !ask || self.image_view().is_none() {
-                return Ok(done + self.read(handle, at, &mut buf[done..])?);
+                cache.ask_for_copy()
             }
-            let want = (buf.len() - done).min(self.chunk_bytes() - DIRECT_MAP_BYTES);
-            let n = self.read_mapped(handle, at, &mut buf[done..done + want], cache)?;
-            done += n;
-            if n < want {
-                break;
-            }
+            Err(ask) => ask,
+        };
+        if !ask || self.image_view().is_none() {
+            return self.read(handle, offset, buf);
         }
-        Ok(done)
+        self.read_mapped(handle, offset, buf, cache)
     }
 
     fn write(&self, handle: Handle, offset: u64, data: &[u8], append: bool) -> Result<u64, Errno> {
