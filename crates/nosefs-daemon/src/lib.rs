@@ -6,6 +6,7 @@
 //!   process (embedded mode; the daemon executing a request), [`client::Remote`] through a
 //!   daemon.
 //! - [`proto`]: the encoding of requests and replies.
+//! - [`read_cache`]: when a client reads from its own view of the image.
 //! - [`shm`]: the shared request area; with [`sys`] (two system calls rustix lacks) the
 //!   crate's only `unsafe`.
 //! - [`server`]: the daemon side; [`client`]: the shim side; [`wait`]: how either waits for
@@ -15,6 +16,7 @@
 
 pub mod client;
 pub mod proto;
+pub mod read_cache;
 pub mod server;
 pub mod service;
 #[allow(unsafe_code)]

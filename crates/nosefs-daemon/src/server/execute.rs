@@ -2,6 +2,7 @@
 //! credentials and descriptions, and run through the same [`Local`] service the embedded shim
 //! uses; the kernel's caches are told what changed before the reply.
 
+use super::loans::{lend_image, lend_shadow};
 use super::*;
 
 /// A description this client may use: adopted on first use from another connection of the
@@ -222,13 +223,7 @@ pub(super) fn execute(
             reply.u32(n as u32);
         }
         op::IMAGE_LEND => {
-            let trusted = |uid: u32| uid == 0 || Some(uid) == shared.image_owner;
-            if shared.image_owner.is_none() || !trusted(conn.cred.read().uid) {
-                return Err(Errno(libc::EPERM));
-            }
-            let (image, zone_offset, zone_bytes) =
-                shared.fs.image_for_reading().map_err(|e| e.errno())?;
-            send_descriptor(conn, zone_offset, image.as_fd())?;
+            let (zone_offset, zone_bytes) = lend_image(shared, conn)?;
             reply.u64(zone_offset).u64(zone_bytes);
         }
         op::WRITE => {
@@ -616,58 +611,6 @@ fn open(
     conn.held.lock().insert(token);
     reply.attr(&opened.attr).kind(opened.kind).u64(token);
     Ok(())
-}
-
-/// Most bytes of data a file may hold for its shadow to be lent ([`op::SHADOW_LEND`]).
-const MAX_LENT_DATA_BYTES: u64 = 1 << 30;
-
-/// Lends file `ino`'s shadow to the client: its memfd goes on the connection's socket with the
-/// loan's number, then the loan is the connection's.
-fn lend_shadow(shared: &Shared, conn: &Conn, ino: u64, write: bool) -> Result<u64, Errno> {
-    // A shadow holds the file's data in memory, copied at its making (~0.4-0.7 s per GiB
-    // here): a larger file maps through the FUSE mount, whose page cache fills lazily.
-    // (The file's data state loaded first, so that `blocks` counts its data, not its size:
-    // LMDB's writemap mode sizes a sparse file to its whole map.)
-    shared.fs.file_pieces(ino).map_err(|e| e.errno())?;
-    let data_bytes = shared.fs.getattr(ino).map_err(|e| e.errno())?.blocks * 512;
-    if data_bytes > MAX_LENT_DATA_BYTES {
-        return Err(Errno(libc::EOPNOTSUPP));
-    }
-    let lent = shared.fs.lend_shadow(ino, write).map_err(|e| e.errno())?;
-    let loan = conn.next_loan.fetch_add(1, Ordering::Relaxed);
-    let sent = lent
-        .memfd()
-        .map_err(|e| e.errno())
-        .and_then(|memfd| send_descriptor(conn, loan, memfd.as_fd()));
-    match sent {
-        Ok(_) => {
-            conn.loans.lock().insert(loan, lent);
-            Ok(loan)
-        }
-        Err(e) => {
-            let _ = shared.fs.return_shadow(lent, true);
-            Err(e)
-        }
-    }
-}
-
-/// Sends descriptor `fd` on `conn`'s socket with `number` (which the client checks against
-/// the reply's, so that each thread takes its own).
-fn send_descriptor(conn: &Conn, number: u64, fd: std::os::fd::BorrowedFd<'_>) -> Result<(), Errno> {
-    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
-    let mut control = SendAncillaryBuffer::new(&mut space);
-    let fds = [fd];
-    if !control.push(SendAncillaryMessage::ScmRights(&fds)) {
-        return Err(Errno::EIO);
-    }
-    rustix::net::sendmsg(
-        &conn.socket,
-        &[IoSlice::new(&number.to_le_bytes())],
-        &mut control,
-        SendFlags::NOSIGNAL | SendFlags::DONTWAIT,
-    )
-    .map(drop)
-    .map_err(|_| Errno::EIO)
 }
 
 /// The (first page, pages) runs of a SHADOW_TAKE or SHADOW_RETURN, at most [`MAX_RUNS`].

@@ -49,6 +49,7 @@ use crate::workers::Workers;
 
 mod door;
 mod execute;
+mod loans;
 mod mounts;
 mod reuse;
 
