@@ -401,6 +401,18 @@ fn spawned_children_get_the_descriptors_and_directory_handed_to_them() {
     setup.fsck_clean();
 }
 
+/// Embedded mode serves one process, but flock and OFD locks belong to open file descriptions:
+/// two of them in the process conflict, and a fork or exec shares one with its locks.
+#[test]
+fn locks_of_descriptions_conflict_and_are_shared_as_on_the_kernel() {
+    let setup = setup();
+    let out = same_as_kernel(&setup, common::DESCRIPTION_LOCKS_SCRIPT);
+    assert_eq!(out, common::DESCRIPTION_LOCKS_OUTPUT);
+    let out = same_as_kernel(&setup, common::SHARED_FLOCK_SCRIPT);
+    assert_eq!(out, common::SHARED_FLOCK_OUTPUT);
+    setup.fsck_clean();
+}
+
 #[test]
 fn extended_attributes_and_acls_behave_as_on_the_kernel() {
     let setup = setup();

@@ -142,40 +142,24 @@ fn flock_through_a_shared_description_stays_with_it_as_on_the_kernel() {
         return;
     }
     let m = mount_with(&[]);
-    let out = same_as_kernel(&m, SHARED_FLOCK_SCRIPT);
-    assert_eq!(
-        out,
-        "locked through 9\nheld by the shell's description\nfree after close\n\
-         a forked child locked the shared description\nfree after the last close\n"
-    );
+    let out = same_as_kernel(&m, common::SHARED_FLOCK_SCRIPT);
+    assert_eq!(out, common::SHARED_FLOCK_OUTPUT);
     m.unmount_and_fsck();
 }
 
-const SHARED_FLOCK_SCRIPT: &str = r#"cd "$D"
-exec 9> lockfile
-flock 9 && echo "locked through 9"
-flock -n lockfile -c 'echo "got it (wrong)"' || echo "held by the shell's description"
-exec 9>&-
-flock -n lockfile -c 'echo "free after close"'
-python3 -c '
-import fcntl, os
-fd = os.open("lockfile2", os.O_WRONLY | os.O_CREAT, 0o644)
-pid = os.fork()
-if pid == 0:
-    fcntl.flock(fd, fcntl.LOCK_EX)
-    os._exit(0)
-os.waitpid(pid, 0)
-other = os.open("lockfile2", os.O_WRONLY)
-try:
-    fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    print("got it (wrong)")
-except BlockingIOError:
-    print("a forked child locked the shared description")
-os.close(fd)
-fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
-print("free after the last close")
-'
-"#;
+/// flock and OFD locks through two descriptions of one file in one process conflict; through
+/// duplicates of one they do not; ranges from the end, a read-only description's write lock and
+/// F_OFD_GETLK answer as on the kernel.
+#[test]
+fn locks_of_two_descriptions_in_one_process_conflict_as_on_the_kernel() {
+    if !usable() {
+        return;
+    }
+    let m = mount_with(&[]);
+    let out = same_as_kernel(&m, common::DESCRIPTION_LOCKS_SCRIPT);
+    assert_eq!(out, common::DESCRIPTION_LOCKS_OUTPUT);
+    m.unmount_and_fsck();
+}
 
 /// A file renamed since it was opened is still locked and mapped shared through its
 /// descriptor, not through whatever its old name names now: the shim finds it through the FUSE

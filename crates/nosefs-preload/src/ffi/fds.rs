@@ -101,15 +101,20 @@ pub unsafe extern "C" fn nosefs_hook_fcntl(fd: c_int, cmd: c_int, arg: *mut c_vo
             // SAFETY: as above.
             let lock = unsafe { &mut *arg.cast::<libc::flock>() };
             match serve(|| ops::lock_fd(fd)) {
-                // Embedded mode serves one process: granted, and no conflicting lock found.
-                Ok(None) => {
-                    if cmd == libc::F_OFD_GETLK {
-                        lock.l_type = libc::F_UNLCK as i16;
+                // On the description's kernel descriptor: through the FUSE mount in daemon mode,
+                // of the memfd standing for the file in embedded mode, whose size is not the
+                // file's: a range from the end is made absolute first.
+                Ok((file, kernel_fd)) => {
+                    if lock.l_whence == libc::SEEK_END as i16 && !crate::state::daemon_mode() {
+                        match serve(|| ops::fstat(fd)) {
+                            Ok(attr) => {
+                                let size = i64::try_from(attr.size).unwrap_or(i64::MAX);
+                                lock.l_start = lock.l_start.saturating_add(size);
+                                lock.l_whence = libc::SEEK_SET as i16;
+                            }
+                            Err(e) => return fail(e),
+                        }
                     }
-                    0
-                }
-                // Daemon mode: on the description's kernel descriptor through the FUSE mount.
-                Ok(Some((file, kernel_fd))) => {
                     let offset = *file.offset.lock();
                     unsafe { kernel_lock(kernel_fd, cmd, lock, offset) }
                 }

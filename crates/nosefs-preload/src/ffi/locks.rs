@@ -14,9 +14,7 @@ pub unsafe extern "C" fn flock(fd: c_int, op: c_int) -> c_int {
     let real_flock = real!(flock: fn(c_int, c_int) -> c_int);
     if fdtable::is_ours(fd) && !in_shim() {
         return match serve(|| ops::lock_fd(fd)) {
-            // As record locks: one process, granted (see nosefs_hook_fcntl).
-            Ok(None) => 0,
-            Ok(Some((_file, kernel_fd))) => unsafe { real_flock(kernel_fd, op) },
+            Ok((_file, kernel_fd)) => unsafe { real_flock(kernel_fd, op) },
             Err(e) => fail(e),
         };
     }

@@ -75,10 +75,21 @@ pub unsafe extern "C" fn prlimit64(
 /// In daemon mode the child shares this process's open descriptions: they are handed to it in
 /// a ticket made before the fork (so none is released before the child claims it at its first
 /// call), which the parent then ties to the child's pid (the child's end releases what it did
-/// not claim).
+/// not claim). In both modes every description gets its kernel lock descriptor first, so the
+/// flock and OFD locks of a description parent and child share are one kernel description's.
 #[no_mangle]
 pub unsafe extern "C" fn fork() -> pid_t {
-    if in_shim() || !state::daemon_mode() {
+    if in_shim() {
+        return unsafe { real!(fork: fn() -> pid_t)() };
+    }
+    if !state::daemon_mode() {
+        if fdtable::count() > 0 {
+            let _guard = Guard::enter();
+            // Outside `for_each`'s read lock: making a lock descriptor looks at the table.
+            for (_, file) in fdtable::all() {
+                ops::share_locks(&file);
+            }
+        }
         return unsafe { real!(fork: fn() -> pid_t)() };
     }
     let ticket = {
