@@ -111,9 +111,22 @@ impl DirectMap {
     pub fn read(
         &self,
         view: &ImageView,
+        words: (&AtomicU64, &AtomicU64),
+        offset: u64,
+        buf: &mut [u8],
+    ) -> Option<usize> {
+        self.read_then(view, words, offset, buf, || ())
+    }
+
+    /// [`DirectMap::read`], running `after_copy` between the copy and the generation's second
+    /// load: the window a change must not slip through, which the tests land a change in.
+    fn read_then(
+        &self,
+        view: &ImageView,
         (size, generation): (&AtomicU64, &AtomicU64),
         offset: u64,
         buf: &mut [u8],
+        after_copy: impl FnOnce(),
     ) -> Option<usize> {
         let before = generation.load(Ordering::Acquire);
         if before != self.generation || offset > MAX_FILE_BYTES {
@@ -145,6 +158,7 @@ impl DirectMap {
             at = to;
         }
         buf[(at - offset) as usize..(end - offset) as usize].fill(0);
+        after_copy();
         fence(Ordering::Acquire);
         (generation.load(Ordering::Acquire) == before).then_some((end - offset) as usize)
     }
@@ -333,6 +347,39 @@ mod tests {
             copy.unwrap().read(&view, board.words(), 15_000, &mut buf),
             Some(0)
         );
+    }
+
+    /// The reader's second look at the generation: a change made while the bytes are being
+    /// copied (here a rewrite whose old block another file then takes) makes the read ask
+    /// again, even though the copy's first look found the generation unchanged.
+    #[test]
+    fn a_change_while_the_bytes_are_copied_makes_the_read_ask_again() {
+        let (_dir, fs) = mounted();
+        let ino = fs.create(ROOT_INO, b"f", 0o644, OWNER, true).unwrap().ino;
+        let other = fs.create(ROOT_INO, b"g", 0o644, OWNER, true).unwrap().ino;
+        let board = Arc::new(Board(AtomicU64::new(0), AtomicU64::new(0)));
+        fs.watch_size(ino, board.clone(), 0, true).unwrap();
+        let (image, zone_offset, zone_bytes) = fs.image_for_reading().unwrap();
+        let view = ImageView::new(image, zone_offset, zone_bytes).unwrap();
+        fs.write(ino, 0, &[1u8; 4096]).unwrap();
+        fs.fsync(ino).unwrap();
+        let mut probe = [0u8; 1];
+        let (_, copy) = fs.read_mapped(ino, 0, &mut probe).unwrap();
+        let copy = copy.unwrap();
+        let mut buf = [0u8; 4096];
+        let answered = copy.read_then(&view, board.words(), 0, &mut buf, || {
+            fs.write(ino, 0, &[2u8; 4096]).unwrap();
+            fs.fsync(ino).unwrap();
+            fs.write(other, 0, &[9u8; 4096]).unwrap();
+            fs.fsync(other).unwrap();
+        });
+        assert_eq!(answered, None, "a copy made stale mid-read answered");
+        // Unchanged files keep answering through the same path.
+        let (_, copy) = fs.read_mapped(ino, 0, &mut probe).unwrap();
+        let answered = copy
+            .unwrap()
+            .read_then(&view, board.words(), 0, &mut buf, || ());
+        assert_eq!((answered, buf), (Some(4096), [2u8; 4096]));
     }
 
     #[test]
