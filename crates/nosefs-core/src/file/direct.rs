@@ -300,14 +300,21 @@ mod tests {
         (dir, fs)
     }
 
-    #[test]
-    fn reads_from_a_view_follow_the_file_and_stop_at_any_change() {
-        let (_dir, fs) = mounted();
+    /// File `f`, its size and generation followed on a board as a daemon client's are, and a
+    /// view of the image.
+    fn watched_file(fs: &Fs) -> (u64, Arc<Board>, ImageView) {
         let ino = fs.create(ROOT_INO, b"f", 0o644, OWNER, true).unwrap().ino;
         let board = Arc::new(Board(AtomicU64::new(0), AtomicU64::new(0)));
         fs.watch_size(ino, board.clone(), 0, true).unwrap();
         let (image, zone_offset, zone_bytes) = fs.image_for_reading().unwrap();
         let view = ImageView::new(image, zone_offset, zone_bytes).unwrap();
+        (ino, board, view)
+    }
+
+    #[test]
+    fn reads_from_a_view_follow_the_file_and_stop_at_any_change() {
+        let (_dir, fs) = mounted();
+        let (ino, board, view) = watched_file(&fs);
 
         // Committed and pending pieces, and a hole between them.
         fs.write(ino, 0, &[1u8; 10_000]).unwrap();
@@ -355,12 +362,8 @@ mod tests {
     #[test]
     fn a_change_while_the_bytes_are_copied_makes_the_read_ask_again() {
         let (_dir, fs) = mounted();
-        let ino = fs.create(ROOT_INO, b"f", 0o644, OWNER, true).unwrap().ino;
+        let (ino, board, view) = watched_file(&fs);
         let other = fs.create(ROOT_INO, b"g", 0o644, OWNER, true).unwrap().ino;
-        let board = Arc::new(Board(AtomicU64::new(0), AtomicU64::new(0)));
-        fs.watch_size(ino, board.clone(), 0, true).unwrap();
-        let (image, zone_offset, zone_bytes) = fs.image_for_reading().unwrap();
-        let view = ImageView::new(image, zone_offset, zone_bytes).unwrap();
         fs.write(ino, 0, &[1u8; 4096]).unwrap();
         fs.fsync(ino).unwrap();
         let mut probe = [0u8; 1];
