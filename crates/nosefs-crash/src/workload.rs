@@ -526,6 +526,21 @@ pub fn file_sequences() -> Vec<Vec<Op>> {
             .chain(frame(1, 121))
             .chain(frame(0, 122))
             .collect(),
+        // A crowded window rewritten into the run it holds (issue 41): a 64 KiB piece cut by 15
+        // committed overwrites, then two pending ones that crowd it at their fsync: the
+        // committed overwrites' bytes are copied into the run's dead ranges, the pending ones
+        // stay (the run still holds the bytes they replace for the media).
+        std::iter::once(Op::Write("/d/c", 0, 65_536, 130))
+            .chain(std::iter::once(Op::Fsync("/d/c")))
+            .chain((0..15).map(|i| Op::Write("/d/c", 700 + i * 1900, 100, 131 + i as u8)))
+            .chain([
+                Op::Fsync("/d/c"),
+                Op::Write("/d/c", 1500, 100, 150),
+                Op::Write("/d/c", 40_000, 300, 151),
+                Op::Fsync("/d/c"),
+                Op::Truncate("/d/c", 30_000),
+            ])
+            .collect(),
         // A directory's default ACL, inherited by what is made in it.
         vec![
             Op::SetAcl("/d", true),

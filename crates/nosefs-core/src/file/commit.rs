@@ -440,12 +440,16 @@ impl Fs {
         }
     }
 
-    /// Rewrites one window's pieces into fresh contiguous space as one pending piece; false when
-    /// space is short (nothing changed).
+    /// Rewrites one window's pieces as one pending piece: into the run most of it lies in when
+    /// that may take it (`inplace`), else into fresh contiguous space; false when space is short
+    /// (nothing changed).
     pub(super) fn defragment_window(&self, state: &mut FileState, window: u64) -> bool {
         let Some((from, to)) = window_span(state, window) else {
             return true; // nothing to rewrite
         };
+        if self.rewrite_window_in_place(state, from, to) {
+            return true;
+        }
         thread_local! {
             /// The window's bytes on their way to the new blocks. Kept: a fresh zeroed 64 KiB
             /// vector costs a memset per rewrite, and `read_locked` writes every byte anyway

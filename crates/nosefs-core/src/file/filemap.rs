@@ -84,6 +84,11 @@ impl BlockRefs {
         }
     }
 
+    /// How many counted ranges touch part of `block`.
+    pub fn count(&self, block: u64) -> usize {
+        self.counts.get(&block).map_or(0, |&n| n as usize)
+    }
+
     /// Whether some counted range touches part of `block`.
     pub fn touched(&self, block: u64) -> bool {
         self.counts.contains_key(&block)

@@ -48,6 +48,7 @@ pub mod compact;
 pub mod direct;
 pub(crate) mod filemap;
 pub mod holes;
+mod inplace;
 pub mod journal;
 pub mod lent;
 pub mod mmap;
