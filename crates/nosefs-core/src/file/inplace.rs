@@ -240,12 +240,14 @@ fn base_delta(pieces: &[(u64, Piece)], from: u64, to: u64) -> Option<i64> {
 }
 
 /// Whether the blocks of data-zone bytes `[first, last)` belong to the window alone: each is
-/// touched by a committed range (a committed piece of the window, or an extent the pending
-/// commit retires: so it is allocated to this file, and no fresh piece's drop frees it), and
-/// the pieces touching part of it are exactly the window's (so no other piece of the file holds
-/// a byte there; every committed extent is a piece or retired by the pending commit, which
-/// [`plan`] keeps clear of). A block a window piece covers whole has no other range in it, and
-/// costs no lookup in the file's block counts.
+/// touched by a piece of the window and by a committed range (a committed piece of the window,
+/// or an extent the pending commit retires: so it is allocated to this file, and no fresh
+/// piece's drop frees it), and the pieces touching part of it are exactly the window's (so no
+/// other piece of the file holds a byte there; every committed extent is a piece or retired by
+/// the pending commit, which [`plan`] keeps clear of). A block a window piece covers whole has
+/// no other range in it, and costs no lookup in the file's block counts. (A block of the run
+/// that only a retired extent touches was freed and taken again, by another window's bytes:
+/// the counts would not be looked up there, so it is refused.)
 fn base_blocks_are_the_window_s(
     state: &FileState,
     pieces: &[(u64, Piece)],
@@ -254,10 +256,11 @@ fn base_blocks_are_the_window_s(
 ) -> bool {
     let first_block = first / BLOCK_SIZE;
     let blocks = (last.div_ceil(BLOCK_SIZE) - first_block) as usize;
-    // Per block of the base: touched by a committed range, and window pieces touching part.
-    let mut committed = [false; (super::WINDOW_BYTES / BLOCK_SIZE) as usize + 1];
-    let mut partly = [0usize; (super::WINDOW_BYTES / BLOCK_SIZE) as usize + 1];
-    if blocks > committed.len() {
+    // Per block of the base: touched by a window piece, by a committed range, and how many
+    // window pieces touch part of it.
+    const MOST: usize = (super::WINDOW_BYTES / BLOCK_SIZE) as usize + 1;
+    let (mut window, mut committed, mut partly) = ([false; MOST], [false; MOST], [0usize; MOST]);
+    if blocks > MOST {
         return false;
     }
     let mut visit = |addr: u64, len: u64, is_committed: bool, is_piece: bool| {
@@ -266,6 +269,7 @@ fn base_blocks_are_the_window_s(
         let to = end.div_ceil(BLOCK_SIZE).min(first_block + blocks as u64);
         for block in from..to {
             let i = (block - first_block) as usize;
+            window[i] |= is_piece;
             committed[i] |= is_committed;
             let whole = addr <= block * BLOCK_SIZE && (block + 1) * BLOCK_SIZE <= end;
             partly[i] += usize::from(is_piece && !whole);
@@ -278,7 +282,8 @@ fn base_blocks_are_the_window_s(
         visit(addr, len, true, false);
     }
     (0..blocks).all(|i| {
-        committed[i]
+        window[i]
+            && committed[i]
             && (partly[i] == 0 || state.map.refs().count(first_block + i as u64) == partly[i])
     })
 }
