@@ -90,7 +90,7 @@ pub mod op {
 }
 
 /// Bytes a READ_MAPPED reply keeps for its copy of the pieces behind the data.
-pub const DIRECT_MAP_BYTES: usize = 40 + 24 * nosefs_core::file::direct::DIRECT_MAP_MAX_PIECES;
+pub const DIRECT_MAP_BYTES: usize = 48 + 24 * nosefs_core::file::direct::DIRECT_MAP_MAX_PIECES;
 
 /// Most (first page, pages) runs one SHADOW_TAKE or SHADOW_RETURN carries.
 pub const MAX_RUNS: usize = 2048;
@@ -237,6 +237,7 @@ impl Enc {
         self.u32(index).bool(map.is_some());
         if let Some(m) = map {
             self.u64(m.generation).u64(m.start).u64(m.end);
+            self.u64(m.access_holds_ns);
             self.u32(m.pieces.len() as u32);
             for &(offset, addr, len) in &m.pieces {
                 self.u64(offset).u64(addr).u64(len);
@@ -402,6 +403,7 @@ impl<'a> Dec<'a> {
             return Ok((index, None));
         }
         let (generation, start, end) = (self.u64()?, self.u64()?, self.u64()?);
+        let access_holds_ns = self.u64()?;
         let n = self.u32()? as usize;
         if n > nosefs_core::file::direct::DIRECT_MAP_MAX_PIECES {
             return Err(Malformed);
@@ -409,7 +411,8 @@ impl<'a> Dec<'a> {
         let pieces = (0..n)
             .map(|_| Ok((self.u64()?, self.u64()?, self.u64()?)))
             .collect::<Result<Vec<_>, Malformed>>()?;
-        let map = DirectMap::new(generation, start, end, pieces).ok_or(Malformed)?;
+        let map =
+            DirectMap::new(generation, (start, end), pieces, access_holds_ns).ok_or(Malformed)?;
         Ok((index, Some(map)))
     }
 }
@@ -423,9 +426,9 @@ mod tests {
         let max = nosefs_core::file::direct::DIRECT_MAP_MAX_PIECES as u64;
         let map = DirectMap::new(
             7 << 47 | 12_345,
-            0,
-            u64::MAX,
+            (0, u64::MAX),
             (0..max).map(|k| (k * 8192, k * 4096 + 17, 4096)).collect(),
+            86_400_000_000_000,
         )
         .unwrap();
         let mut e = Enc::default();
@@ -437,7 +440,7 @@ mod tests {
         assert_eq!(Dec::new(&none.buf).direct_map(), Ok((u32::MAX, None)));
         // Overlapping pieces, or more than a copy holds, do not decode.
         let mut bad = Enc::default();
-        bad.u32(0).bool(true).u64(0).u64(0).u64(100).u32(2);
+        bad.u32(0).bool(true).u64(0).u64(0).u64(100).u64(0).u32(2);
         bad.u64(0).u64(0).u64(50).u64(40).u64(4096).u64(10);
         assert_eq!(Dec::new(&bad.buf).direct_map(), Err(Malformed));
         let mut many = Enc::default();
@@ -446,6 +449,7 @@ mod tests {
             .u64(0)
             .u64(0)
             .u64(100)
+            .u64(0)
             .u32(max as u32 + 1);
         assert_eq!(Dec::new(&many.buf).direct_map(), Err(Malformed));
     }

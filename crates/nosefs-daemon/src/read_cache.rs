@@ -46,6 +46,23 @@ pub struct CachedPieces {
     pub map: std::sync::Arc<DirectMap>,
     /// Whether a read was answered from it.
     pub used: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// When (this process's coarse monotonic clock, ns) reads from it must be noted again as
+    /// accesses (`DirectMap::access_holds_ns` after the handout); `u64::MAX`: never.
+    pub access_due_ns: u64,
+}
+
+impl CachedPieces {
+    /// Whether reads may still come from the copy at coarse monotonic time `now_ns`, as far
+    /// as access times go: after the due time the read asks the daemon, whose read notes it.
+    pub fn access_holds(&self, now_ns: u64) -> bool {
+        now_ns < self.access_due_ns
+    }
+}
+
+/// This process's coarse monotonic clock (a few ms fine, no system call), in ns.
+pub fn coarse_now_ns() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::MonotonicCoarse);
+    (t.tv_sec as u64).saturating_mul(1_000_000_000) + t.tv_nsec as u64
 }
 
 impl ReadCache {
@@ -104,8 +121,9 @@ mod tests {
         CachedPieces {
             conn: 1,
             index: 0,
-            map: std::sync::Arc::new(DirectMap::new(0, 0, u64::MAX, Vec::new()).unwrap()),
+            map: std::sync::Arc::new(DirectMap::new(0, (0, u64::MAX), Vec::new(), 0).unwrap()),
             used: Default::default(),
+            access_due_ns: u64::MAX,
         }
     }
 
@@ -143,5 +161,16 @@ mod tests {
         // One that answers (after the wait left) resets the waits.
         assert!(asked(&settled, MAX_PLAIN_READS as usize + 1, true) >= 1);
         assert_eq!(asked(&settled, 50, true), 50);
+    }
+
+    #[test]
+    fn a_copy_answers_until_its_access_is_due() {
+        let mut c = copy();
+        assert!(c.access_holds(u64::MAX - 1), "no access time to keep");
+        let now = coarse_now_ns();
+        c.access_due_ns = now + 1_000;
+        assert!(c.access_holds(now));
+        assert!(!c.access_holds(now + 1_000));
+        assert!(coarse_now_ns() >= now, "the clock runs forward");
     }
 }

@@ -42,7 +42,7 @@ use rustix::mm::{MapFlags, ProtFlags};
 /// The area's magic number.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"NOSEFSRQ");
 /// The layout's version.
-pub const VERSION: u32 = 5;
+pub const VERSION: u32 = 6;
 /// Bytes before the first slot.
 pub const HEADER_BYTES: usize = 128;
 /// Bytes of a slot's header.

@@ -22,9 +22,13 @@
 //! - a mapped file's stores sit in its shadow, not in the image: no copy is given while it has
 //!   one, and making one takes a new generation.
 //!
-//! Access times: the daemon's read that hands out a copy counts as the access; later reads
-//! skip it (relatime would update it only after the file changed, which takes a new copy).
-//! Under `strictatime` no copy is handed out.
+//! Access times: the daemon's read that hands out a copy counts as the access, and the copy
+//! says for how long later reads from it may go unnoted ([`DirectMap::access_holds_ns`]):
+//! under relatime, until the access time is a day old (the rule's other trigger, a change of
+//! the file's data, takes a new copy anyway); the client then asks the daemon again, whose
+//! read notes the access. Under `strictatime` no copy is handed out. (A change of the inode's
+//! attributes alone, which moves its change time, does not end a copy: under relatime the
+//! kernel would note the next read after it; a reader from a copy notes it at the day's end.)
 
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 
@@ -49,6 +53,9 @@ pub struct DirectMap {
     pub end: u64,
     /// (file offset, data-zone address, length), ascending and disjoint.
     pub pieces: Vec<(u64, u64, u64)>,
+    /// For how long from its handout reads from the copy may go without noting the access
+    /// (`u64::MAX`: always), by the mount's access-time rule.
+    pub access_holds_ns: u64,
 }
 
 /// A read-only view of the image a daemon serves, with where its data zone lies.
@@ -84,9 +91,9 @@ impl DirectMap {
     /// are nonempty, ascending and disjoint, with no range that overflows.
     pub fn new(
         generation: u64,
-        start: u64,
-        end: u64,
+        (start, end): (u64, u64),
         pieces: Vec<(u64, u64, u64)>,
+        access_holds_ns: u64,
     ) -> Option<Self> {
         let mut at = 0;
         for &(offset, addr, len) in &pieces {
@@ -101,6 +108,7 @@ impl DirectMap {
             start,
             end,
             pieces,
+            access_holds_ns,
         })
     }
 
@@ -185,9 +193,10 @@ impl Fs {
             return Ok((self.read(ino, offset, buf)?, None));
         }
         let n = self.read_locked(&state, offset, buf);
-        let map = direct_map(&state, offset);
+        let mut map = direct_map(&state, offset);
         drop(state);
         self.note_access(&inode);
+        map.access_holds_ns = self.access_holds_ns(&inode);
         Ok((n, Some(map)))
     }
 
@@ -227,6 +236,7 @@ fn direct_map(state: &FileState, offset: u64) -> DirectMap {
             start: 0,
             end: u64::MAX,
             pieces,
+            access_holds_ns: 0,
         };
     }
     let pieces: Vec<(u64, u64, u64)> = state
@@ -244,6 +254,7 @@ fn direct_map(state: &FileState, offset: u64) -> DirectMap {
         start: offset,
         end: end.max(offset),
         pieces,
+        access_holds_ns: 0,
     }
 }
 
@@ -405,5 +416,63 @@ mod tests {
         let _mapping = fs.map(ino, 0, 4096, true).unwrap();
         let (n, copy) = fs.read_mapped(ino, 0, &mut buf).unwrap();
         assert_eq!((n, copy), (100, None));
+    }
+
+    #[test]
+    fn a_copy_stands_for_the_access_until_relatime_would_note_the_next_read() {
+        const DAY_NS: u64 = 86_400_000_000_000;
+        let (dir, fs) = mounted();
+        let ino = fs.create(ROOT_INO, b"f", 0o644, OWNER, true).unwrap().ino;
+        fs.write(ino, 0, b"bytes").unwrap();
+        let mut buf = [0u8; 5];
+        // Written after its access time: the read notes the access, and a copy holds a day.
+        let (_, copy) = fs.read_mapped(ino, 0, &mut buf).unwrap();
+        let holds = copy.unwrap().access_holds_ns;
+        assert!(
+            holds <= DAY_NS && holds > DAY_NS - 60_000_000_000,
+            "{holds}"
+        );
+        // An access time set an hour ahead (after the change time, so not due): a day from it.
+        let now = crate::mkfs::now_ns();
+        let hour_ns = 3_600_000_000_000i64;
+        let ahead = crate::namespace::SetAttr {
+            atime_ns: Some(now + hour_ns),
+            ..Default::default()
+        };
+        fs.setattr(ino, &ahead).unwrap();
+        let (_, copy) = fs.read_mapped(ino, 0, &mut buf).unwrap();
+        let holds = copy.unwrap().access_holds_ns;
+        assert!(
+            holds > DAY_NS && holds <= DAY_NS + hour_ns as u64,
+            "{holds}"
+        );
+        // Times 23 hours old, the access the last (as a clock 23 hours behind would have left
+        // them): the copy holds the hour left; a change time after the access, none.
+        let inode = fs.inode(ino).unwrap();
+        let pinode = fs
+            .image()
+            .geometry()
+            .pinode_offset(u64::from(inode.primary_slot()));
+        let store = |field: u64, ns: i64| fs.image().region().store_u64(pinode + field, ns as u64);
+        let (atime, mtime, ctime) = (40, 48, 56); // docs/format.md, Pinode
+        store(mtime, now - 24 * hour_ns);
+        store(ctime, now - 24 * hour_ns);
+        store(atime, now - 23 * hour_ns);
+        let holds = fs.access_holds_ns(&inode);
+        assert!(
+            holds <= hour_ns as u64 && holds > hour_ns as u64 - 60_000_000_000,
+            "{holds}"
+        );
+        store(ctime, now - 22 * hour_ns);
+        assert_eq!(fs.access_holds_ns(&inode), 0);
+        // Without access times a copy holds for ever.
+        drop((inode, fs));
+        let quiet = MountOptions {
+            atime: AtimeMode::Noatime,
+            ..MountOptions::default()
+        };
+        let fs = Fs::mount(&dir.path().join("image"), &quiet).unwrap();
+        let (_, copy) = fs.read_mapped(ino, 0, &mut buf).unwrap();
+        assert_eq!(copy.unwrap().access_holds_ns, u64::MAX);
     }
 }

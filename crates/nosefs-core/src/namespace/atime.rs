@@ -27,6 +27,27 @@ const ATIME_OFFSET: u64 = 40;
 const DAY_NS: i64 = 86_400 * 1_000_000_000;
 
 impl Fs {
+    /// For how long from now reads of `inode` need not be noted, by the mount's rule, while its
+    /// data and times stay as they are: under relatime until its access time is a day old (then
+    /// the next read moves it); always without access times; never under strictatime. What a
+    /// copy of a file's pieces handed to a daemon client for its own reads is good for
+    /// (`file::direct`): reads from it are not noted.
+    pub(crate) fn access_holds_ns(&self, inode: &Inode) -> u64 {
+        match self.atime {
+            AtimeMode::Noatime => u64::MAX,
+            _ if self.is_read_only() => u64::MAX,
+            AtimeMode::Strictatime => 0,
+            AtimeMode::Relatime => {
+                let p = self.image.pinode(u64::from(inode.primary_slot()));
+                let (atime, mtime, ctime) = (p.atime_ns.get(), p.mtime_ns.get(), p.ctime_ns.get());
+                if atime <= mtime || atime <= ctime {
+                    return 0; // the next read is noted
+                }
+                atime.saturating_add(DAY_NS).saturating_sub(now_ns()).max(0) as u64
+            }
+        }
+    }
+
     /// Notes a read of `inode`'s data or a listing of it: its access time becomes now when the
     /// mount's rule says so. The caller holds no lock of the inode.
     pub(crate) fn note_access(&self, inode: &Inode) {

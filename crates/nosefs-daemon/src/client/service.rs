@@ -9,6 +9,7 @@ use nosefs_core::Errno;
 
 use super::{decode, Remote};
 use crate::proto::{op, Dec, Enc, DIRECT_MAP_BYTES};
+use crate::read_cache::coarse_now_ns;
 use crate::service::{
     CachedPieces, Handle, NameIn, Opened, OpenedPath, ReadCache, Service, Statfs, XattrTarget,
 };
@@ -53,6 +54,9 @@ impl Remote {
         buf: &mut [u8],
         cached: &CachedPieces,
     ) -> Option<usize> {
+        if cached.access_due_ns != u64::MAX && !cached.access_holds(coarse_now_ns()) {
+            return None; // relatime's day is over: the daemon's read notes the access
+        }
         let size = self.area.size_word(cached.index)?;
         let generation = self.area.generation_word(cached.index)?;
         let n = cached.map.read(view, (size, generation), offset, buf)?;
@@ -84,6 +88,10 @@ impl Remote {
             Ok((index, Some(map))) if index != u32::MAX => Some(CachedPieces {
                 conn: self.id,
                 index,
+                access_due_ns: match map.access_holds_ns {
+                    u64::MAX => u64::MAX,
+                    holds => coarse_now_ns().saturating_add(holds),
+                },
                 map: std::sync::Arc::new(map),
                 used: Default::default(),
             }),
