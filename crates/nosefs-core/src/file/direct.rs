@@ -24,11 +24,11 @@
 //!
 //! Access times: the daemon's read that hands out a copy counts as the access, and the copy
 //! says for how long later reads from it may go unnoted ([`DirectMap::access_holds_ns`]):
-//! under relatime, until the access time is a day old (the rule's other trigger, a change of
-//! the file's data, takes a new copy anyway); the client then asks the daemon again, whose
-//! read notes the access. Under `strictatime` no copy is handed out. (A change of the inode's
-//! attributes alone, which moves its change time, does not end a copy: under relatime the
-//! kernel would note the next read after it; a reader from a copy notes it at the day's end.)
+//! under relatime, until the access time is a day old; the client then asks the daemon again,
+//! whose read notes the access. The rule's other trigger, a change time or modification time
+//! after the access, ends every copy: a change of the data takes a new generation anyway, and
+//! a change of attributes alone (chmod, chown, times, links, names, extended attributes) takes
+//! one too (`Fs::change_time_moved`). Under `strictatime` no copy is handed out.
 
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 
@@ -474,5 +474,48 @@ mod tests {
         let fs = Fs::mount(&dir.path().join("image"), &quiet).unwrap();
         let (_, copy) = fs.read_mapped(ino, 0, &mut buf).unwrap();
         assert_eq!(copy.unwrap().access_holds_ns, u64::MAX);
+    }
+
+    #[test]
+    fn a_change_of_attributes_alone_ends_a_copy_as_relatime_notes_the_next_read() {
+        let (_dir, fs) = mounted();
+        let (ino, board, view) = watched_file(&fs);
+        fs.write(ino, 0, b"bytes").unwrap();
+        let mut buf = [0u8; 5];
+        type Change = fn(&Fs, u64);
+        let changes: [(&str, Change); 5] = [
+            ("chmod", |fs, ino| {
+                let mode = crate::namespace::SetAttr {
+                    mode: Some(0o600),
+                    ..Default::default()
+                };
+                fs.setattr(ino, &mode).unwrap();
+            }),
+            ("a link", |fs, ino| {
+                fs.link(ino, ROOT_INO, b"g").unwrap();
+            }),
+            ("the link's unlink", |fs, _| {
+                fs.unlink(ROOT_INO, b"g").unwrap()
+            }),
+            ("a rename", |fs, _| {
+                let flags = crate::namespace::RenameFlags::default();
+                fs.rename(ROOT_INO, b"f", ROOT_INO, b"h", flags).unwrap();
+            }),
+            ("an extended attribute", |fs, ino| {
+                let mode = crate::namespace::XattrMode::default();
+                fs.setxattr(ino, b"user.x", b"1", mode).unwrap();
+            }),
+        ];
+        for (what, change) in changes {
+            let (_, copy) = fs.read_mapped(ino, 0, &mut buf).unwrap();
+            let copy = copy.unwrap();
+            assert_eq!(copy.read(&view, board.words(), 0, &mut buf), Some(5));
+            change(&fs, ino);
+            assert_eq!(
+                copy.read(&view, board.words(), 0, &mut buf),
+                None,
+                "after {what}"
+            );
+        }
     }
 }

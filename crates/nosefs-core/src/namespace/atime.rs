@@ -48,6 +48,17 @@ impl Fs {
         }
     }
 
+    /// `inode`'s change time moved without its data (chmod, chown, times, links, names,
+    /// extended attributes): relatime notes the next read after that, so the copies of a
+    /// regular file's pieces handed to daemon clients for reads of their own (`file::direct`)
+    /// end here, and their next read asks the daemon, which notes it. The caller may hold the
+    /// inode's lock (a file's lock is taken after it), not the file's.
+    pub(crate) fn change_time_moved(&self, inode: &Inode) {
+        if let Some(file) = inode.file_state() {
+            file.lock().changed();
+        }
+    }
+
     /// Notes a read of `inode`'s data or a listing of it: its access time becomes now when the
     /// mount's rule says so. The caller holds no lock of the inode.
     pub(crate) fn note_access(&self, inode: &Inode) {

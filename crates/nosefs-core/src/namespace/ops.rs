@@ -498,6 +498,7 @@ impl Fs {
         self.commit(&[new.bucket], &mut txn);
         self.list_name(&dir, &mut new, slot);
         held_mut(&mut locked, ino).add_name(slot);
+        self.change_time_moved(&target);
         self.getattr(ino)
     }
 
@@ -552,6 +553,7 @@ impl Fs {
         if let (Some(file), Some(mtime_ns)) = (inode.file_state(), change.mtime_ns) {
             file.lock().set_mtime(mtime_ns);
         }
+        self.change_time_moved(&inode);
         drop(locked);
         self.getattr(ino)
     }
@@ -715,6 +717,7 @@ impl Fs {
         plan: &DropPlan,
         guards: &mut [(u64, super::mirror::BucketGuard<'_>)],
     ) {
+        self.change_time_moved(target);
         let long = plan.long_name;
         self.guard_of(guards, self.bucket_index(entry.hash))
             .remove(entry.slot);

@@ -479,6 +479,7 @@ impl Fs {
         data.repoint_name(old.slot, new_slot);
         if inode.primary_slot() == old.slot {
             inode.primary.store(new_slot, Ordering::Release);
+            self.change_time_moved(inode);
         }
     }
 }

@@ -146,6 +146,7 @@ impl Fs {
         self.commit(&[new.bucket], &mut txn);
         target.primary.store(slot, Ordering::Release);
         target.orphaned.store(false, Ordering::Release);
+        self.change_time_moved(target);
         self.forget_tmpfile(target.ino);
         self.list_name(dir, &mut new, slot);
         held_mut(locked, target.ino).add_name(slot);

@@ -334,10 +334,12 @@ impl Fs {
         if txn.removes.is_empty() && txn.inserts.is_empty() {
             // Nothing stored before or after (an ACL the mode says all of, on an orphan).
             self.store_in_place_now(&txn);
+            self.change_time_moved(inode);
             return Ok(());
         }
         let mut guards = self.lock_buckets(&buckets);
         self.commit(&buckets, &mut txn);
+        self.change_time_moved(inode);
         if let Some(slot) = primary_version {
             let bucket = *buckets.last().expect("the primary's bucket");
             let seq = self
