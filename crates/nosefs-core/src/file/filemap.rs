@@ -60,6 +60,10 @@ impl Piece {
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct BlockRefs {
     counts: HashMap<u64, u32, BuildHasherDefault<BlockHasher>>,
+    /// Bytes the counted ranges hold inside the blocks they share: with the number of those
+    /// blocks, how much of them nothing uses ([`BlockRefs::unused_bytes`]), kept as ranges come
+    /// and go so that the fragmentation policy reads it for free.
+    shared_bytes: u64,
 }
 
 impl BlockRefs {
@@ -67,6 +71,7 @@ impl BlockRefs {
     pub fn add(&mut self, addr: u64, len: u64) {
         for block in partial_blocks(addr, len) {
             *self.counts.entry(block).or_insert(0) += 1;
+            self.shared_bytes += bytes_in_block(addr, len, block);
         }
     }
 
@@ -77,6 +82,7 @@ impl BlockRefs {
                 .counts
                 .get_mut(&block)
                 .unwrap_or_else(|| panic!("block {block} was not counted"));
+            self.shared_bytes -= bytes_in_block(addr, len, block);
             *count -= 1;
             if *count == 0 {
                 self.counts.remove(&block);
@@ -93,6 +99,18 @@ impl BlockRefs {
     pub fn touched(&self, block: u64) -> bool {
         self.counts.contains_key(&block)
     }
+
+    /// Bytes of the blocks the ranges touch that no range holds: what they pin beyond their
+    /// own bytes (ranges are zone-disjoint, and a block covered whole has nothing unused).
+    pub fn unused_bytes(&self) -> u64 {
+        self.counts.len() as u64 * BLOCK_SIZE - self.shared_bytes
+    }
+}
+
+/// Bytes of `[addr, addr + len)` inside `block`.
+fn bytes_in_block(addr: u64, len: u64, block: u64) -> u64 {
+    let (start, end) = (block * BLOCK_SIZE, (block + 1) * BLOCK_SIZE);
+    (addr + len).min(end) - addr.max(start)
 }
 
 /// The blocks (at most two: the first and the last) that `[addr, addr + len)` touches without
@@ -754,6 +772,25 @@ mod tests {
         assert!(refs.touched(0), "the second range still touches block 0");
         refs.remove(2000, 3000);
         assert!(!refs.touched(0) && !refs.touched(1));
+        refs.remove(2 * BLOCK_SIZE, BLOCK_SIZE);
+        assert_eq!(refs, BlockRefs::default());
+    }
+
+    #[test]
+    fn block_refs_know_the_bytes_of_shared_blocks_nothing_uses() {
+        let mut refs = BlockRefs::default();
+        refs.add(100, 10); // block 0: 10 of 4,096 used
+        assert_eq!(refs.unused_bytes(), BLOCK_SIZE - 10);
+        refs.add(2000, 3000); // 2,096 more of block 0, 904 of block 1
+        assert_eq!(refs.unused_bytes(), 2 * BLOCK_SIZE - 10 - 3000);
+        refs.add(2 * BLOCK_SIZE, BLOCK_SIZE); // whole: nothing unused
+        refs.add(3 * BLOCK_SIZE + 1, 2 * BLOCK_SIZE); // blocks 3 and 5 shared, 4 whole
+        assert_eq!(refs.unused_bytes(), 4 * BLOCK_SIZE - 10 - 3000 - BLOCK_SIZE);
+        refs.remove(2000, 3000);
+        assert_eq!(refs.unused_bytes(), 3 * BLOCK_SIZE - 10 - BLOCK_SIZE);
+        refs.remove(100, 10);
+        refs.remove(3 * BLOCK_SIZE + 1, 2 * BLOCK_SIZE);
+        assert_eq!(refs.unused_bytes(), 0);
         refs.remove(2 * BLOCK_SIZE, BLOCK_SIZE);
         assert_eq!(refs, BlockRefs::default());
     }
