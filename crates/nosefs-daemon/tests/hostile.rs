@@ -11,7 +11,7 @@ use nosefs_core::vfs::Walked;
 use nosefs_core::Errno;
 use nosefs_daemon::client::Remote;
 use nosefs_daemon::proto::{op, Enc};
-use nosefs_daemon::server::{Options, Server};
+use nosefs_daemon::server::{Options, Server, MAX_LOANS_PER_CONNECTION};
 use nosefs_daemon::service::Service;
 
 /// The socket is named from the view's device, which every directory in /dev/shm shares: one
@@ -299,6 +299,44 @@ fn the_threads_of_one_client_are_served_at_once_and_right() {
         assert!(all.iter().all(|&b| b == t));
         client.close(opened.handle);
     }
+    drop(client);
+    daemon.stop_and_fsck();
+}
+
+#[test]
+fn a_client_asking_loan_after_loan_is_refused_past_the_limit_and_served_on() {
+    let daemon = Daemon::start();
+    let client = daemon.client();
+    let f = found(&client, daemon.path("mapped"));
+    let opened = client
+        .open(&f, libc::O_CREAT | libc::O_RDWR, 0o644, 0o022)
+        .unwrap();
+    client.write(opened.handle, 0, &[7; 4096], false).unwrap();
+    // The shim asks one loan per file and access; this client asks for the same one again and
+    // again and closes each shadow's descriptor at once.
+    let mut loans = Vec::new();
+    for _ in 0..MAX_LOANS_PER_CONNECTION {
+        let (loan, memfd) = client.lend_shadow(opened.handle, true).unwrap();
+        drop(memfd);
+        loans.push(loan);
+    }
+    assert_eq!(
+        client.lend_shadow(opened.handle, false).map(|_| ()),
+        Err(Errno::EOPNOTSUPP),
+        "past the limit"
+    );
+    // Served on: a loan given back makes room for one more, and the file is as written.
+    client
+        .take_lent(loans.pop().unwrap(), &[], false, true)
+        .unwrap();
+    let (loan, _memfd) = client.lend_shadow(opened.handle, false).unwrap();
+    client.take_lent(loan, &[], false, true).unwrap();
+    let mut read = Enc::new(op::READ);
+    read.u64(opened.handle).u64(0).u32(4096);
+    let reply = client.call(&read).unwrap();
+    assert_eq!(&reply[4..], &[7; 4096][..]);
+    client.close(opened.handle);
+    // The connection's end gives back the loans it never returned.
     drop(client);
     daemon.stop_and_fsck();
 }

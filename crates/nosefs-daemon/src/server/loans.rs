@@ -20,6 +20,15 @@ pub(super) fn lend_image(shared: &Shared, conn: &Conn) -> Result<(u64, u64), Err
 /// Most bytes of data a file may hold for its shadow to be lent ([`op::SHADOW_LEND`]).
 const MAX_LENT_DATA_BYTES: u64 = 1 << 30;
 
+/// Most loans one connection may hold. The shim asks one per file and access a process maps
+/// (`nosefs_preload::borrowed`), so an honest process reaches it only with thousands of files
+/// mapped at once; a client asking again and again would otherwise grow the daemon's table
+/// (and keep every shadow it names) without bound. Past it: EOPNOTSUPP, on which the shim maps
+/// through the FUSE mount. Checked before lending, not held across it (a shadow's making may
+/// copy a GiB): one connection's threads lending at once may pass it by as many loans as they
+/// are, which the shim's own lending, one at a time, never does.
+pub const MAX_LOANS_PER_CONNECTION: usize = 4096;
+
 /// Lends file `ino`'s shadow to the client: its memfd goes on the connection's socket with the
 /// loan's number, then the loan is the connection's.
 pub(super) fn lend_shadow(
@@ -28,6 +37,9 @@ pub(super) fn lend_shadow(
     ino: u64,
     write: bool,
 ) -> Result<u64, Errno> {
+    if conn.loans.lock().len() >= MAX_LOANS_PER_CONNECTION {
+        return Err(Errno(libc::EOPNOTSUPP));
+    }
     // A shadow holds the file's data in memory, copied at its making (~0.4-0.7 s per GiB
     // here): a larger file maps through the FUSE mount, whose page cache fills lazily.
     // (The file's data state loaded first, so that `blocks` counts its data, not its size:

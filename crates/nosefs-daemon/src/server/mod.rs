@@ -56,6 +56,7 @@ mod reuse;
 pub use door::proc_cred;
 use door::{door, recred, release, release_ticket, watch_size};
 use execute::execute;
+pub use loans::MAX_LOANS_PER_CONNECTION;
 use mounts::{is_mount_point, unescape};
 
 /// How long a server thread keeps polling after its last request before it sleeps, once its
