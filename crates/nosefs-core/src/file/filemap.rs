@@ -102,8 +102,9 @@ impl BlockRefs {
 
     /// Bytes of the blocks the ranges touch that no range holds: what they pin beyond their
     /// own bytes (ranges are zone-disjoint, and a block covered whole has nothing unused).
+    /// Saturating: ranges read from a damaged image may overlap, and a stat must not panic.
     pub fn unused_bytes(&self) -> u64 {
-        self.counts.len() as u64 * BLOCK_SIZE - self.shared_bytes
+        (self.counts.len() as u64 * BLOCK_SIZE).saturating_sub(self.shared_bytes)
     }
 }
 

@@ -214,12 +214,12 @@ impl FileState {
             && self.tail_block() != Some(block)
     }
 
-    /// Blocks `st_blocks` counts (in 4 KiB units): those the data holds, or, for a file with
-    /// ranges fallocate reserved, every block the ranges touch (as ext4 and tmpfs count a
-    /// preallocation, written or not) plus what the data holds outside them, whichever is more.
-    /// O(pieces inside the ranges); O(1) for a file without.
+    /// Blocks `st_blocks` counts (in 4 KiB units): those the data pins ([`FileState::pinned_blocks`]),
+    /// or, for a file with ranges fallocate reserved, every block the ranges touch (as ext4 and
+    /// tmpfs count a preallocation, written or not) plus what the data holds outside them,
+    /// whichever is more. O(pieces inside the ranges); O(1) for a file without.
     pub fn allocated_blocks(&self) -> u64 {
-        let data = self.data_bytes().div_ceil(BLOCK_SIZE);
+        let data = self.pinned_blocks();
         if self.reserved.is_empty() {
             return data;
         }
@@ -244,6 +244,20 @@ impl FileState {
     /// Bytes the file's pieces hold (its data, holes excluded).
     pub fn data_bytes(&self) -> u64 {
         self.map.bytes()
+    }
+
+    /// Blocks the file's pieces touch: those they cover whole, and those they share with bytes
+    /// nothing uses (an overwrite that starts or ends inside a block keeps the old block for
+    /// the bytes around it), as a block file system counts every block it allocated. Exact in
+    /// O(1): the pieces' bytes plus the shared blocks' unused bytes are whole blocks.
+    pub fn pinned_blocks(&self) -> u64 {
+        let bytes = self.data_bytes() + self.map.refs().unused_bytes();
+        debug_assert_eq!(
+            bytes % BLOCK_SIZE,
+            0,
+            "pieces and unused bytes fill whole blocks"
+        );
+        bytes / BLOCK_SIZE
     }
 
     /// Size and modification time as stat reports them (pending writes included).
@@ -325,16 +339,24 @@ impl Fs {
                 let p = self.primary_pinode(inode)?;
                 let (size, count) = (p.size.get(), self.image.geometry().extent_count());
                 let (mut eno, mut bytes) = (u64::from(p.extent_head.get()), 0u64);
+                let mut shared = BlockRefs::default();
                 let mut walked = 0;
                 while eno != 0 && eno < count && walked < UNLOADED_WALK_MAX_EXTENTS {
                     let e = self.image.extent(eno);
                     let (start, len) = (e.file_offset.get(), u64::from(e.length.get()));
-                    bytes += start.saturating_add(len).min(size).saturating_sub(start);
+                    let held = start.saturating_add(len).min(size).saturating_sub(start);
+                    if held > 0 {
+                        let addr = u64::from(e.start_block.get()) * BLOCK_SIZE
+                            + u64::from(e.block_offset.get());
+                        shared.add(addr, held);
+                    }
+                    bytes += held;
                     eno = u64::from(e.next.get());
                     walked += 1;
                 }
                 if eno == 0 || eno >= count {
-                    let blocks = bytes.div_ceil(BLOCK_SIZE);
+                    // As `FileState::pinned_blocks` counts them once the state is made.
+                    let blocks = (bytes + shared.unused_bytes()).div_ceil(BLOCK_SIZE);
                     locked.set_counted_blocks(blocks);
                     return Ok(blocks);
                 }

@@ -259,11 +259,24 @@ fn random_page_sized_overwrites_pin_at_most_half_again_the_file() {
         u64::from(tail.is_some_and(|b| !state.map.refs().touched(b)))
     };
     let free = h.fs().free_data_blocks();
+    // st_blocks counts what the file pins, as a block file system counts what it allocated.
+    let used = free_before - free - kept_tail;
+    let sectors = BLOCK_SIZE / 512;
+    assert_eq!(
+        h.fs().getattr(f).unwrap().blocks,
+        used * sectors,
+        "st_blocks"
+    );
     h.remount(true);
     assert_eq!(
         h.fs().free_data_blocks(),
         free + kept_tail,
         "free blocks after a remount"
+    );
+    assert_eq!(
+        h.fs().getattr(f).unwrap().blocks,
+        used * sectors,
+        "st_blocks of the file not yet loaded, from its extents"
     );
     assert_contents(h.fs(), f, &want, "after a remount");
 }
