@@ -16,7 +16,7 @@ use crate::settle::{Journal, Limbo};
 
 use super::filemap::Piece;
 use super::journal::{self, FileCommit};
-use super::{compact, fits_one_extent, FileState, CHECKSUM_DATA_MAX_BYTES, WINDOW_BYTES};
+use super::{crowding, fits_one_extent, FileState, CHECKSUM_DATA_MAX_BYTES, WINDOW_BYTES};
 
 impl Fs {
     /// Commits the file's pending state (the caller holds its inode lock and file lock).
@@ -434,7 +434,7 @@ impl Fs {
             .collect();
         windows.dedup();
         for window in windows {
-            if compact::crowded(state, window) && !self.defragment_window(state, window) {
+            if crowding::crowded(state, window) && !self.defragment_window(state, window) {
                 return;
             }
         }

@@ -42,9 +42,11 @@
 //! write's bytes go, `commit` is the DRAM side of a commit around [`journal::commit`].
 
 pub(crate) mod apply;
+mod blockrefs;
 pub(crate) mod chunkmap;
 mod commit;
 pub mod compact;
+mod crowding;
 pub mod direct;
 pub(crate) mod filemap;
 pub mod holes;
@@ -73,7 +75,8 @@ use crate::format::BLOCK_SIZE;
 use crate::fs::Fs;
 use crate::inode::Inode;
 use crate::mkfs::now_ns;
-use filemap::{BlockRefs, FileMap, Piece, Punched};
+use blockrefs::BlockRefs;
+use filemap::{FileMap, Piece, Punched};
 use place::runs_of;
 
 /// Largest file size (64 TiB); offsets past it are EFBIG for writes and EINVAL for reads.

@@ -218,7 +218,7 @@ fn random_small_overwrites_truncates_and_punches_keep_data_and_space_exact() {
 
 /// Page-sized overwrites at byte offsets leave each old block they start or end in partly in
 /// use; with the piece limit alone a file settled at 1.7x its size. The space bound
-/// (`compact::pins_too_much`) keeps it under the 1.5x the file system promises.
+/// (`crowding::pins_too_much`) keeps it under the 1.5x the file system promises.
 #[test]
 fn random_page_sized_overwrites_pin_at_most_half_again_the_file() {
     let mut h = fresh(None);
