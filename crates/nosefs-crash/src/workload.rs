@@ -526,6 +526,13 @@ pub fn file_sequences() -> Vec<Vec<Op>> {
             .chain(frame(1, 121))
             .chain(frame(0, 122))
             .collect(),
+        // The same frames with another file's append between each header and its page, which
+        // takes the block after the log's tail block: the page cannot follow its header there,
+        // so the header is placed again with it (`Fs::rejoin_placement`), one piece per frame.
+        (0..3u64)
+            .flat_map(|k| frame_apart(k, 123))
+            .chain(frame_apart(0, 124))
+            .collect(),
         // A crowded window rewritten into the run it holds (issue 41): a 64 KiB piece cut by 15
         // committed overwrites, then two pending ones that crowd it at their fsync: the
         // committed overwrites' bytes are copied into the run's dead ranges, the pending ones
@@ -574,6 +581,18 @@ fn frame(k: u64, fill: u8) -> [Op; 3] {
         Op::Write("/d/c", at, 24, fill),
         Op::Write("/d/c", at + 24, 4096, fill),
         Op::Fsync("/d/c"),
+    ]
+}
+
+/// [`frame`] with an append of a page to `/a` between the header and the page.
+fn frame_apart(k: u64, fill: u8) -> [Op; 5] {
+    let [header, page, fsync] = frame(k, fill);
+    [
+        header,
+        Op::Append("/a", 4096, fill),
+        page,
+        fsync,
+        Op::Fsync("/a"),
     ]
 }
 

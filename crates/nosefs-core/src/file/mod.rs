@@ -78,6 +78,7 @@ use crate::mkfs::now_ns;
 use blockrefs::BlockRefs;
 use filemap::{FileMap, Piece, Punched};
 use place::runs_of;
+use place::Rejoined;
 
 /// Largest file size (64 TiB); offsets past it are EFBIG for writes and EINVAL for reads.
 pub const MAX_FILE_BYTES: u64 = 1 << 46;
@@ -489,9 +490,30 @@ impl Fs {
         } else {
             None
         };
-        let placement = self.place(&mut state, offset, len, promise_cap, overwrite, align)?;
-        self.store_data(&placement, data);
-        self.put_pieces(&mut state, offset, &placement);
+        match self.rejoin_placement(&mut state, offset, len, promise_cap, overwrite)? {
+            Some(Rejoined { from, placement }) if from < offset => {
+                // The earlier write's bytes go again before this one's: one run, one piece.
+                let mut bytes = vec![0u8; (offset - from) as usize];
+                let earlier = state.map.before(offset).expect("the piece to rejoin").1;
+                let base = self.image.geometry().block_offset(0);
+                self.image
+                    .region()
+                    .read_bytes(base + earlier.addr, &mut bytes);
+                bytes.extend_from_slice(data);
+                self.store_data(&placement, &bytes);
+                self.put_pieces(&mut state, from, &placement);
+            }
+            Some(Rejoined { placement, .. }) => {
+                self.store_data(&placement, data);
+                self.put_pieces(&mut state, offset, &placement);
+            }
+            None => {
+                let placement =
+                    self.place(&mut state, offset, len, promise_cap, overwrite, align)?;
+                self.store_data(&placement, data);
+                self.put_pieces(&mut state, offset, &placement);
+            }
+        }
         if offset + len > state.size {
             state.set_size(offset + len);
         }

@@ -192,6 +192,62 @@ impl Fs {
         Ok(placement)
     }
 
+    /// Space for a write that continues a small write just placed at the end of the tail block
+    /// (SQLite's log: a frame's 24-byte header, then its page), when the blocks after the tail
+    /// block are taken, so that [`Fs::continue_tail`] cannot put the two in one run: then the
+    /// earlier write's bytes are placed again, with this one's after them, at the earlier
+    /// write's offset in its block (kept for [`Fs::find_moves`]: a frame rewritten where it was
+    /// commits as a move). Apart, each frame was two pieces and a 64 KiB window of frames passed
+    /// the rewrite threshold every 16 frames (a window copy; docs/benchmarks.md). `None`: place
+    /// the write as usual ([`Fs::place`]); `Some` with `continue_tail`'s run when that worked.
+    /// The caller copies the earlier bytes (at most [`REJOIN_MAX_BYTES`]) to the placement's
+    /// start and puts the pieces from [`Rejoined::from`].
+    pub(super) fn rejoin_placement(
+        &self,
+        state: &mut FileState,
+        offset: u64,
+        len: u64,
+        promise_cap: u64,
+        overwrite: bool,
+    ) -> Result<Option<Rejoined>> {
+        let Some((next, end)) = state.tail else {
+            return Ok(None);
+        };
+        if len <= end - next
+            || state.tail_continues_at != Some(offset)
+            || (promise_cap > 0 && state.promised > 0)
+        {
+            return Ok(None);
+        }
+        let Some((from, earlier)) = state.map.before(offset) else {
+            return Ok(None);
+        };
+        if !earlier.fresh
+            || earlier.eno != 0
+            || from + earlier.len != offset
+            || earlier.addr + earlier.len != next
+            || earlier.len > REJOIN_MAX_BYTES
+        {
+            return Ok(None);
+        }
+        if let Some(placement) = self.continue_tail(state, offset, len, promise_cap, overwrite) {
+            return Ok(Some(Rejoined {
+                from: offset,
+                placement,
+            }));
+        }
+        let align = Some(earlier.addr % BLOCK_SIZE);
+        let placement = self.place(
+            state,
+            from,
+            earlier.len + len,
+            promise_cap,
+            overwrite,
+            align,
+        )?;
+        Ok(Some(Rejoined { from, placement }))
+    }
+
     /// Space for a write that continues the file's previous one but does not fit in the tail
     /// block (SQLite's log: each frame is a 24-byte header, then its page): the tail's free bytes
     /// and the blocks right after the tail block, so that the two writes are one run of the data
@@ -284,6 +340,20 @@ impl Fs {
             .into_iter()
             .for_each(|(start, n)| self.blocks.free(start, n));
     }
+}
+
+/// Most bytes of an earlier write [`Fs::rejoin_placement`] places again: a log record's header,
+/// not data worth copying twice.
+pub(super) const REJOIN_MAX_BYTES: u64 = 512;
+
+/// A write placed together with the earlier write it continues ([`Fs::rejoin_placement`]).
+#[derive(Debug)]
+pub(super) struct Rejoined {
+    /// The file offset the placement starts at: the earlier write's, or the write's own when
+    /// it simply continued the tail.
+    pub from: u64,
+    /// Space for the bytes from `from` to the write's end.
+    pub placement: Placement,
 }
 
 /// Blocks (in any order, possibly repeated) as sorted runs (start, count).

@@ -172,6 +172,71 @@ fn a_write_continuing_the_last_one_continues_its_run_of_the_data_zone() {
     }
 }
 
+/// The same log, with the block after the tail block taken whenever a frame's page comes (as
+/// another file's write or an old frame's block not yet free takes it): the page cannot follow
+/// its header there, so the header is placed again with the page. Each frame stays one piece
+/// (apart, the two pieces of each of 16 frames crowded a 64 KiB window past the rewrite
+/// threshold); the bytes are the frames'.
+#[test]
+fn a_page_that_cannot_follow_its_header_takes_the_header_along() {
+    const FRAME: u64 = 24 + 4096;
+    const FRAMES: u64 = 40;
+    let mut h = fresh(None);
+    let f = new_file(&h, b"wal");
+    let frame = |lap: u8, k: u64| -> (Vec<u8>, Vec<u8>) {
+        let tag = lap.wrapping_mul(31).wrapping_add(k as u8);
+        (vec![tag; 24], vec![tag ^ 0x5a; 4096])
+    };
+    let free = h.fs().free_data_blocks();
+    for lap in 0..3u8 {
+        for k in 0..FRAMES {
+            let (header, page) = frame(lap, k);
+            let fs = h.fs();
+            fs.write(f, 32 + k * FRAME, &header).unwrap();
+            let inode = fs.inodes.get(f).unwrap();
+            let file = fs.file_of(&inode).unwrap();
+            let (_, end) = file.lock().tail.expect("the header went to the tail block");
+            let after = end / BLOCK_SIZE;
+            let taken = fs.blocks.alloc_exact(after, 1);
+            fs.write(f, 32 + k * FRAME + 24, &page).unwrap();
+            let at = 32 + k * FRAME;
+            let piece = file
+                .lock()
+                .map
+                .get(at)
+                .expect("a piece starts at the header");
+            assert_eq!(
+                piece.len, FRAME,
+                "lap {lap}, frame {k}: header and page one piece"
+            );
+            fs.fsync(f).unwrap();
+            if taken {
+                fs.blocks.free(after, 1);
+            }
+        }
+        let pieces = h.fs().file_pieces(f).unwrap() as u64;
+        assert!(pieces <= FRAMES + 1, "lap {lap}: {pieces} pieces");
+    }
+    let used = free - h.fs().free_data_blocks();
+    assert!(
+        used <= 2 * (32 + FRAMES * FRAME).div_ceil(4096) + 2,
+        "{used} blocks for a log of {} bytes",
+        32 + FRAMES * FRAME
+    );
+    h.remount(false);
+    let data = read_all(h.fs(), f);
+    for k in 0..FRAMES {
+        let (header, page) = frame(2, k);
+        let at = (32 + k * FRAME) as usize;
+        assert_eq!(&data[at..at + 24], &header[..], "frame {k}'s header");
+        assert_eq!(
+            &data[at + 24..at + FRAME as usize],
+            &page[..],
+            "frame {k}'s page"
+        );
+    }
+}
+
 #[test]
 fn holes_truncate_and_append_behave_as_posix_says() {
     let mut h = fresh(None);
