@@ -24,6 +24,8 @@ impl Fs {
         if !state.is_dirty() {
             return Ok(());
         }
+        // Window rewrites may put new bytes where the last write's were.
+        state.recent_write = None;
         // Pages rewritten in place (`FileMap::replace`) add no piece: no window can have become
         // crowded since the last commit, which dealt with the ones that were.
         let pieces_added = state.map.inserted();

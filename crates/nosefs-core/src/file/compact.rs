@@ -525,6 +525,7 @@ impl Fs {
         }
         // The bitmap follows the committed extents only: a block a pending piece shares with a
         // replaced extent is not on the media's books until that piece commits (and sets it).
+        state.recent_write = None;
         let mark = self.commit_through_log(state.last_commit, &overflow, &c, &|b| {
             state.committed_refs.touched(b)
         });

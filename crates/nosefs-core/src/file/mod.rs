@@ -78,7 +78,6 @@ use crate::mkfs::now_ns;
 use blockrefs::BlockRefs;
 use filemap::{FileMap, Piece, Punched};
 use place::runs_of;
-use place::Rejoined;
 
 /// Largest file size (64 TiB); offsets past it are EFBIG for writes and EINVAL for reads.
 pub const MAX_FILE_BYTES: u64 = 1 << 46;
@@ -97,6 +96,36 @@ const PREFETCH_PIECE_BYTES: u64 = 256;
 /// read back cheaply for the commit's checksum. Measured on 4 KiB append + fsync: 2.7 µs with
 /// non-temporal stores and 4 fences against 3.3 µs with `clwb` and 3 fences.
 const NT_COPY_MIN_BYTES: usize = 4 << 10;
+/// Longest write whose bytes a file keeps in DRAM until its next write
+/// ([`FileState::recent_write`]): a log record's header.
+const RECENT_WRITE_MAX_BYTES: usize = 64;
+
+/// A short write's bytes and where they went: while a piece starts at `offset`, at `addr`,
+/// `len` bytes long, these are its bytes (a piece's bytes never change in place).
+#[derive(Debug, Clone, Copy)]
+struct RecentWrite {
+    offset: u64,
+    addr: u64,
+    len: usize,
+    bytes: [u8; RECENT_WRITE_MAX_BYTES],
+}
+
+impl RecentWrite {
+    /// The write of `data` at `offset` placed at `placement`, if short and in one range.
+    fn of(offset: u64, placement: &Placement, data: &[u8]) -> Option<RecentWrite> {
+        let (&[(addr, _)], true) = (&placement[..], data.len() <= RECENT_WRITE_MAX_BYTES) else {
+            return None;
+        };
+        let mut bytes = [0u8; RECENT_WRITE_MAX_BYTES];
+        bytes[..data.len()].copy_from_slice(data);
+        Some(RecentWrite {
+            offset,
+            addr,
+            len: data.len(),
+            bytes,
+        })
+    }
+}
 /// Up to this much new data a commit checksums its data (written through the cache, so the
 /// checksum reads it from there); above it the data is fenced instead. Below the non-temporal
 /// threshold, so non-temporal data is always fenced.
@@ -123,6 +152,10 @@ pub struct FileState {
     /// The file offset right after the bytes placed just before the tail: a write starting
     /// there continues them, in the file and (placed from the tail on) in the data zone.
     tail_continues_at: Option<u64>,
+    /// The last write, when it was at most [`RECENT_WRITE_MAX_BYTES`] long and placed in one
+    /// range, kept so that [`Fs::rejoin_placement`]'s copy of its bytes does not read back a
+    /// line whose write-back is still in flight (that stalls as a fence would).
+    recent_write: Option<RecentWrite>,
     /// Bytes written (or rewritten) since the last commit.
     dirty_bytes: u64,
     /// The block after the file's last allocation, tried first for the next one.
@@ -166,6 +199,7 @@ impl FileState {
             committed_mtime_ns: now,
             tail: None,
             tail_continues_at: None,
+            recent_write: None,
             dirty_bytes: 0,
             goal: None,
             released: false,
@@ -485,35 +519,7 @@ impl Fs {
             reserve::cap_blocks(&state.reserved, &state.map, offset, offset + len)
         };
         let overwrite = offset + len <= state.size;
-        let align = if overwrite {
-            Fs::move_alignment(&state, offset, len)
-        } else {
-            None
-        };
-        match self.rejoin_placement(&mut state, offset, len, promise_cap, overwrite)? {
-            Some(Rejoined { from, placement }) if from < offset => {
-                // The earlier write's bytes go again before this one's: one run, one piece.
-                let mut bytes = vec![0u8; (offset - from) as usize];
-                let earlier = state.map.before(offset).expect("the piece to rejoin").1;
-                let base = self.image.geometry().block_offset(0);
-                self.image
-                    .region()
-                    .read_bytes(base + earlier.addr, &mut bytes);
-                bytes.extend_from_slice(data);
-                self.store_data(&placement, &bytes);
-                self.put_pieces(&mut state, from, &placement);
-            }
-            Some(Rejoined { placement, .. }) => {
-                self.store_data(&placement, data);
-                self.put_pieces(&mut state, offset, &placement);
-            }
-            None => {
-                let placement =
-                    self.place(&mut state, offset, len, promise_cap, overwrite, align)?;
-                self.store_data(&placement, data);
-                self.put_pieces(&mut state, offset, &placement);
-            }
-        }
+        self.place_and_store(&mut state, offset, data, promise_cap, overwrite)?;
         if offset + len > state.size {
             state.set_size(offset + len);
         }

@@ -13,9 +13,64 @@ use crate::journal::fault;
 use crate::settle::Limbo;
 
 use super::filemap::{Piece, Punched};
-use super::{fits_one_extent, FileState, Placement, NT_COPY_MIN_BYTES};
+use super::{fits_one_extent, FileState, Placement, RecentWrite, NT_COPY_MIN_BYTES};
 
 impl Fs {
+    /// A write's bytes placed ([`Fs::rejoin_placement`], else [`Fs::place`]), stored, and put
+    /// in the map; a short one's also kept in DRAM ([`FileState::recent_write`]).
+    pub(super) fn place_and_store(
+        &self,
+        state: &mut FileState,
+        offset: u64,
+        data: &[u8],
+        promise_cap: u64,
+        overwrite: bool,
+    ) -> Result<()> {
+        let len = data.len() as u64;
+        match self.rejoin_placement(state, offset, len, promise_cap, overwrite)? {
+            Some(Rejoined { from, placement }) if from < offset => {
+                // The earlier write's bytes go again before this one's: one run, one piece.
+                let mut earlier = [0u8; REJOIN_MAX_BYTES as usize];
+                let earlier = &mut earlier[..(offset - from) as usize];
+                self.earlier_bytes(state, from, offset, earlier);
+                self.store_data_joined(&placement, earlier, data);
+                self.put_pieces(state, from, &placement);
+            }
+            Some(Rejoined { placement, .. }) => {
+                self.store_data(&placement, data);
+                self.put_pieces(state, offset, &placement);
+            }
+            None => {
+                let align = overwrite
+                    .then(|| Fs::move_alignment(state, offset, len))
+                    .flatten();
+                let placement = self.place(state, offset, len, promise_cap, overwrite, align)?;
+                self.store_data(&placement, data);
+                self.put_pieces(state, offset, &placement);
+                state.recent_write = RecentWrite::of(offset, &placement, data);
+                return Ok(());
+            }
+        }
+        state.recent_write = None;
+        Ok(())
+    }
+
+    /// The bytes of the piece `[from, to)` (pending, at most [`REJOIN_MAX_BYTES`]): from DRAM
+    /// when they are the last write's, else read back from the data zone.
+    fn earlier_bytes(&self, state: &FileState, from: u64, to: u64, out: &mut [u8]) {
+        let piece = state.map.get(from).expect("the piece to rejoin");
+        debug_assert_eq!(piece.len, to - from);
+        match state.recent_write {
+            Some(r) if (r.offset, r.addr, r.len) == (from, piece.addr, out.len()) => {
+                out.copy_from_slice(&r.bytes[..r.len]);
+            }
+            _ => {
+                let base = self.image.geometry().block_offset(0);
+                self.image.region().read_bytes(base + piece.addr, out);
+            }
+        }
+    }
+
     /// Copies `data` to the ranges of `placement`, flushed (or non-temporal).
     pub(super) fn store_data(&self, placement: &Placement, data: &[u8]) {
         let region = self.image.region();
@@ -31,6 +86,47 @@ impl Fs {
             }
             done += len as usize;
         }
+    }
+
+    /// [`Fs::store_data`] of `prefix` followed by `data`, without joining them in a buffer
+    /// first: each range of `placement` takes its bytes from the one or both it spans.
+    pub(super) fn store_data_joined(&self, placement: &Placement, prefix: &[u8], data: &[u8]) {
+        let nt = prefix.len() + data.len() >= NT_COPY_MIN_BYTES;
+        let region = self.image.region();
+        let base = self.image.geometry().block_offset(0);
+        let mut done = 0usize;
+        for &(addr, len) in placement {
+            let (start, end) = (done, done + len as usize);
+            let parts = [
+                (
+                    start.min(prefix.len()),
+                    end.min(prefix.len()),
+                    prefix,
+                    0usize,
+                ),
+                (
+                    start.max(prefix.len()),
+                    end.max(prefix.len()),
+                    data,
+                    prefix.len(),
+                ),
+            ];
+            for (from, to, source, source_start) in parts {
+                if from == to {
+                    continue;
+                }
+                let chunk = &source[from - source_start..to - source_start];
+                let at = base + addr + (from - start) as u64;
+                if nt {
+                    region.copy_nt(at, chunk);
+                } else {
+                    region.write_bytes(at, chunk);
+                    region.flush(at, chunk.len() as u64);
+                }
+            }
+            done = end;
+        }
+        debug_assert_eq!(done, prefix.len() + data.len());
     }
 
     /// Replaces file bytes `[offset, ...)` by the pieces of `placement`, and frees what no piece

@@ -237,6 +237,40 @@ fn a_page_that_cannot_follow_its_header_takes_the_header_along() {
     }
 }
 
+/// A rejoined write's bytes (the earlier write's, then its own) land in order across the
+/// ranges of a placement, whichever range the boundary between them falls in, with and without
+/// non-temporal stores.
+#[test]
+fn joined_bytes_are_stored_in_order_across_ranges() {
+    let h = fresh(None);
+    let fs = h.fs();
+    let first = fs.blocks.alloc(4).expect("space");
+    let base = fs.image().geometry().block_offset(0);
+    for (prefix_len, data_len) in [(24usize, 4096usize), (24, 40), (300, 5000), (7, 1)] {
+        let prefix: Vec<u8> = (0..prefix_len).map(|i| i as u8 | 0x80).collect();
+        let data: Vec<u8> = (0..data_len).map(|i| (i % 127) as u8).collect();
+        let total = (prefix_len + data_len) as u64;
+        // Three ranges: a short one inside the prefix (or past it), then two apart.
+        let cut = (prefix_len as u64 / 2).max(1).min(total - 1);
+        let rest = total - cut;
+        let placement: Placement = smallvec::smallvec![
+            (first * BLOCK_SIZE + 100, cut),
+            (first * BLOCK_SIZE + 8192 + 3, rest / 2),
+            (first * BLOCK_SIZE + 12_288 + 50, rest - rest / 2),
+        ];
+        fs.store_data_joined(&placement, &prefix, &data);
+        let mut got = Vec::new();
+        for &(addr, len) in &placement {
+            let mut bytes = vec![0u8; len as usize];
+            fs.image().region().read_bytes(base + addr, &mut bytes);
+            got.extend_from_slice(&bytes);
+        }
+        let want: Vec<u8> = prefix.iter().chain(&data).copied().collect();
+        assert_eq!(got, want, "prefix {prefix_len}, data {data_len}");
+    }
+    fs.blocks.free(first, 4);
+}
+
 #[test]
 fn holes_truncate_and_append_behave_as_posix_says() {
     let mut h = fresh(None);
