@@ -123,21 +123,40 @@ fn small_writes_pack_into_blocks_and_merge_into_one_extent() {
     assert_eq!(usage.space_amplification(), Some(1.0));
 }
 
+/// A SQLite log frame's length: a 24-byte header, then its 4 KiB page.
+const FRAME: u64 = 24 + 4096;
+
+/// The header and page of frame `k` in lap `lap` of a test's log (bytes that tell them apart).
+fn frame_bytes(lap: u8, k: u64) -> (Vec<u8>, Vec<u8>) {
+    let tag = lap.wrapping_mul(31).wrapping_add(k as u8);
+    (vec![tag; 24], vec![tag ^ 0x5a; 4096])
+}
+
+/// Asserts that log `f` holds lap `lap`'s first `frames` frames from byte 32 on.
+fn assert_frames(fs: &Fs, f: u64, lap: u8, frames: u64) {
+    let data = read_all(fs, f);
+    for k in 0..frames {
+        let (header, page) = frame_bytes(lap, k);
+        let at = (32 + k * FRAME) as usize;
+        assert_eq!(&data[at..at + 24], &header[..], "frame {k}'s header");
+        assert_eq!(
+            &data[at + 24..at + FRAME as usize],
+            &page[..],
+            "frame {k}'s page"
+        );
+    }
+}
+
 #[test]
 fn a_write_continuing_the_last_one_continues_its_run_of_the_data_zone() {
     // SQLite's log: each frame a 24-byte header, then the 4 KiB page right after it, each frame
     // synced; a second lap overwrites the first from its start.
-    const FRAME: u64 = 24 + 4096;
     let mut h = fresh(None);
     let f = new_file(&h, b"wal");
-    let frame = |lap: u8, k: u64| -> (Vec<u8>, Vec<u8>) {
-        let tag = lap.wrapping_mul(31).wrapping_add(k as u8);
-        (vec![tag; 24], vec![tag ^ 0x5a; 4096])
-    };
     let free = h.fs().free_data_blocks();
     for lap in 0..2u8 {
         for k in 0..40 {
-            let (header, page) = frame(lap, k);
+            let (header, page) = frame_bytes(lap, k);
             h.fs().write(f, 32 + k * FRAME, &header).unwrap();
             h.fs().write(f, 32 + k * FRAME + 24, &page).unwrap();
             h.fs().fsync(f).unwrap();
@@ -159,17 +178,7 @@ fn a_write_continuing_the_last_one_continues_its_run_of_the_data_zone() {
         32 + 40 * FRAME
     );
     h.remount(false);
-    let data = read_all(h.fs(), f);
-    for k in 0..40 {
-        let (header, page) = frame(1, k);
-        let at = (32 + k * FRAME) as usize;
-        assert_eq!(&data[at..at + 24], &header[..], "frame {k}'s header");
-        assert_eq!(
-            &data[at + 24..at + FRAME as usize],
-            &page[..],
-            "frame {k}'s page"
-        );
-    }
+    assert_frames(h.fs(), f, 1, 40);
 }
 
 /// The same log, with the block after the tail block taken whenever a frame's page comes (as
@@ -179,18 +188,13 @@ fn a_write_continuing_the_last_one_continues_its_run_of_the_data_zone() {
 /// threshold); the bytes are the frames'.
 #[test]
 fn a_page_that_cannot_follow_its_header_takes_the_header_along() {
-    const FRAME: u64 = 24 + 4096;
     const FRAMES: u64 = 40;
     let mut h = fresh(None);
     let f = new_file(&h, b"wal");
-    let frame = |lap: u8, k: u64| -> (Vec<u8>, Vec<u8>) {
-        let tag = lap.wrapping_mul(31).wrapping_add(k as u8);
-        (vec![tag; 24], vec![tag ^ 0x5a; 4096])
-    };
     let free = h.fs().free_data_blocks();
     for lap in 0..3u8 {
         for k in 0..FRAMES {
-            let (header, page) = frame(lap, k);
+            let (header, page) = frame_bytes(lap, k);
             let fs = h.fs();
             fs.write(f, 32 + k * FRAME, &header).unwrap();
             let inode = fs.inodes.get(f).unwrap();
@@ -224,17 +228,7 @@ fn a_page_that_cannot_follow_its_header_takes_the_header_along() {
         32 + FRAMES * FRAME
     );
     h.remount(false);
-    let data = read_all(h.fs(), f);
-    for k in 0..FRAMES {
-        let (header, page) = frame(2, k);
-        let at = (32 + k * FRAME) as usize;
-        assert_eq!(&data[at..at + 24], &header[..], "frame {k}'s header");
-        assert_eq!(
-            &data[at + 24..at + FRAME as usize],
-            &page[..],
-            "frame {k}'s page"
-        );
-    }
+    assert_frames(h.fs(), f, 2, FRAMES);
 }
 
 /// A rejoined write's bytes (the earlier write's, then its own) land in order across the
