@@ -27,31 +27,31 @@ impl Fs {
         overwrite: bool,
     ) -> Result<()> {
         let len = data.len() as u64;
-        match self.rejoin_placement(state, offset, len, promise_cap, overwrite)? {
-            Some(Rejoined { from, placement }) if from < offset => {
-                // The earlier write's bytes go again before this one's: one run, one piece.
-                let mut earlier = [0u8; REJOIN_MAX_BYTES as usize];
-                let earlier = &mut earlier[..(offset - from) as usize];
-                self.earlier_bytes(state, from, offset, earlier);
-                self.store_data_joined(&placement, earlier, data);
-                self.put_pieces(state, from, &placement);
-            }
-            Some(Rejoined { placement, .. }) => {
-                self.store_data(&placement, data);
-                self.put_pieces(state, offset, &placement);
-            }
+        let rejoined = self.rejoin_placement(state, offset, len, promise_cap, overwrite)?;
+        let placed_alone = rejoined.is_none();
+        let (from, placement) = match rejoined {
+            Some(Rejoined { from, placement }) => (from, placement),
             None => {
                 let align = overwrite
                     .then(|| Fs::move_alignment(state, offset, len))
                     .flatten();
                 let placement = self.place(state, offset, len, promise_cap, overwrite, align)?;
-                self.store_data(&placement, data);
-                self.put_pieces(state, offset, &placement);
-                state.recent_write = RecentWrite::of(offset, &placement, data);
-                return Ok(());
+                (offset, placement)
             }
+        };
+        // A rejoined write's earlier bytes go again before its own: one run, one piece.
+        let mut earlier = [0u8; REJOIN_MAX_BYTES as usize];
+        let earlier = &mut earlier[..(offset - from) as usize];
+        if !earlier.is_empty() {
+            self.earlier_bytes(state, from, offset, earlier);
         }
-        state.recent_write = None;
+        self.store_data_joined(&placement, earlier, data);
+        self.put_pieces(state, from, &placement);
+        state.recent_write = if placed_alone {
+            RecentWrite::of(offset, &placement, data)
+        } else {
+            None
+        };
         Ok(())
     }
 
@@ -73,23 +73,12 @@ impl Fs {
 
     /// Copies `data` to the ranges of `placement`, flushed (or non-temporal).
     pub(super) fn store_data(&self, placement: &Placement, data: &[u8]) {
-        let region = self.image.region();
-        let base = self.image.geometry().block_offset(0);
-        let mut done = 0usize;
-        for &(addr, len) in placement {
-            let chunk = &data[done..done + len as usize];
-            if data.len() >= NT_COPY_MIN_BYTES {
-                region.copy_nt(base + addr, chunk);
-            } else {
-                region.write_bytes(base + addr, chunk);
-                region.flush(base + addr, len);
-            }
-            done += len as usize;
-        }
+        self.store_data_joined(placement, &[], data);
     }
 
-    /// [`Fs::store_data`] of `prefix` followed by `data`, without joining them in a buffer
-    /// first: each range of `placement` takes its bytes from the one or both it spans.
+    /// Copies `prefix` followed by `data` to the ranges of `placement`, flushed (or
+    /// non-temporal, for at least [`NT_COPY_MIN_BYTES`] in all), without joining them in a
+    /// buffer first: each range takes its bytes from the one or both it spans.
     pub(super) fn store_data_joined(&self, placement: &Placement, prefix: &[u8], data: &[u8]) {
         let nt = prefix.len() + data.len() >= NT_COPY_MIN_BYTES;
         let region = self.image.region();
