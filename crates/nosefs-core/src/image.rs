@@ -158,6 +158,11 @@ impl Image {
         self.region.read(self.geometry.extent_offset(eno))
     }
 
+    /// Starts loading extent `eno`'s record into the cache, for a read of it soon after.
+    pub fn prefetch_extent(&self, eno: u64) {
+        self.region.prefetch(self.geometry.extent_offset(eno));
+    }
+
     /// Long-name record `index`.
     pub fn long_name(&self, index: u64) -> LongName {
         self.region.read(self.geometry.long_name_offset(index))

@@ -139,6 +139,10 @@ impl Fs {
             state.map.insert(at, piece);
             at += piece_len;
         }
+        // As in `replace_piece`: the commit reads these records (a page write's few).
+        for &(eno, ..) in punched.removed.iter().take(4) {
+            self.image.prefetch_extent(u64::from(eno));
+        }
         state.removed.extend(punched.removed);
         self.free_dropped(state, &punched.dropped);
     }
@@ -165,6 +169,9 @@ impl Fs {
         };
         if old.eno != 0 {
             state.removed.push((old.eno, old.addr, old.len));
+            // The commit reads the record to find the move (`Fs::find_moves`); a page rewritten
+            // at random has it far from the cache, and the miss would sit inside the fsync.
+            self.image.prefetch_extent(u64::from(old.eno));
         }
         self.free_dropped(state, &[(old.addr, old.len, old.fresh)]);
         true
