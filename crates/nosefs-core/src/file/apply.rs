@@ -252,37 +252,53 @@ impl BitmapChanges {
 /// [`BitmapChanges`].)
 pub fn apply_links(image: &Image, header: &FileLog, entries: &[FileEntry], fresh: Fresh<'_>) {
     let g = image.geometry();
+    // A link field of a new extent whose record is in hand already holds what it says: no
+    // read-back of a line this commit just wrote back (that waits for memory where a write-back
+    // evicts). At recovery (`fresh` None) every field is read.
+    let written = |eno: u64| -> Option<Extent> {
+        fresh?;
+        let i = entries.iter().position(|e| u64::from(e.new) == eno)?;
+        Some(new_record(image, entries, i, fresh))
+    };
+    let link = |eno: u64, field: u64, value: u32| {
+        debug_assert!(field == EXTENT_NEXT_OFFSET || field == EXTENT_PREV_OFFSET);
+        let in_hand = written(eno).map(|r| {
+            if field == EXTENT_NEXT_OFFSET {
+                r.next.get()
+            } else {
+                r.prev.get()
+            }
+        });
+        if in_hand != Some(value) {
+            store_u32_if(image, g.extent_offset(eno) + field, value);
+        }
+    };
     for (i, e) in entries.iter().enumerate().filter(|(_, e)| e.new != 0) {
         let eno = u64::from(e.new);
         let record = new_record(image, entries, i, fresh);
-        let base = g.extent_offset(eno);
-        store_u32_if(
-            image,
-            base + EXTENT_FLAGS_OFFSET,
-            record.flags.get() | EXTENT_VALID,
-        );
+        let flags_at = g.extent_offset(eno) + EXTENT_FLAGS_OFFSET;
+        let flags = record.flags.get() | EXTENT_VALID;
+        if fresh.is_some() {
+            // Written without the valid bit by this commit (its step 1): set it unread.
+            image.region().write(flags_at, &U32::new(flags));
+            image.region().flush(flags_at, 4);
+        } else {
+            store_u32_if(image, flags_at, flags);
+        }
         let (prev, next) = (u64::from(record.prev.get()), u64::from(record.next.get()));
         if prev != 0 {
-            store_u32_if(image, g.extent_offset(prev) + EXTENT_NEXT_OFFSET, e.new);
+            link(prev, EXTENT_NEXT_OFFSET, e.new);
         }
         if next != 0 {
-            store_u32_if(image, g.extent_offset(next) + EXTENT_PREV_OFFSET, e.new);
+            link(next, EXTENT_PREV_OFFSET, e.new);
         }
     }
     let (head, last) = (header.head.get(), header.last.get());
     if head != 0 {
-        store_u32_if(
-            image,
-            g.extent_offset(u64::from(head)) + EXTENT_PREV_OFFSET,
-            0,
-        );
+        link(u64::from(head), EXTENT_PREV_OFFSET, 0);
     }
     if last != 0 {
-        store_u32_if(
-            image,
-            g.extent_offset(u64::from(last)) + EXTENT_NEXT_OFFSET,
-            0,
-        );
+        link(u64::from(last), EXTENT_NEXT_OFFSET, 0);
     }
     let p = g.pinode_offset(u64::from(header.slot.get()));
     store_u32_if(image, p + PINODE_EXTENT_HEAD_OFFSET, head);
@@ -296,8 +312,8 @@ pub fn apply_links(image: &Image, header: &FileLog, entries: &[FileEntry], fresh
     region.flush(p + PINODE_SIZE_OFFSET, 32);
 }
 
-/// The apply step's moves: points each moved extent at its new run. Idempotent; flushes; the
-/// caller fences. (Their blocks' bits: [`BitmapChanges`].)
+/// The apply step's moves: points each moved extent at its new run. Idempotent; unflushed
+/// ([`flush_moves`]); the caller fences. (Their blocks' bits: [`BitmapChanges`].)
 pub fn apply_moves(image: &Image, moves: &[FileMove]) {
     let g = image.geometry();
     let region = image.region();
@@ -315,7 +331,15 @@ pub fn apply_moves(image: &Image, moves: &[FileMove]) {
         }
         region.write(base + EXTENT_START_BLOCK_OFFSET, &U32::new(m.new_start));
         region.store_u64(base + EXTENT_LENGTH_OFFSET, u64::from_le_bytes(sized));
-        region.flush(base + EXTENT_START_BLOCK_OFFSET, 12);
+    }
+}
+
+/// Flushes what [`apply_moves`] stored (every move's, applied before a crash or now).
+pub fn flush_moves(image: &Image, moves: &[FileMove]) {
+    let g = image.geometry();
+    for m in moves {
+        let base = g.extent_offset(u64::from(m.eno));
+        image.region().flush(base + EXTENT_START_BLOCK_OFFSET, 12);
     }
 }
 

@@ -22,7 +22,9 @@ use crate::image::Image;
 
 use crate::journal::{fault, TAIL_COUNT_MASK};
 
-use super::apply::{apply_links, apply_moves, apply_retire, moved_ranges, subtract, BitmapChanges};
+use super::apply::{
+    apply_links, apply_moves, apply_retire, flush_moves, moved_ranges, subtract, BitmapChanges,
+};
 
 /// Offset of the entries in a file log.
 const ENTRIES_OFFSET: u64 = 56;
@@ -194,9 +196,13 @@ pub fn commit(
     //    The bitmap's atomic updates first, while nothing is in flight since the commit fence
     //    (each would otherwise wait for the write-backs before it: a fence's cost apiece).
     bits.update(image);
+    //    The moves' records are written back after the links: a link check reading such a
+    //    line (an append grown in place is also the file's last extent) would otherwise wait
+    //    for its write-back.
     apply_moves(image, c.moves);
     apply_links(image, &header, &entries, Some(c.new));
     apply_retire(image, &entries);
+    flush_moves(image, c.moves);
     bits.flush(image);
     if !fault::active(fault::Fault::SkipApplyFence) {
         region.fence();
@@ -514,6 +520,7 @@ pub fn replay(image: &Image) -> FileReplayReport {
             let (entries, moves) = read_entries(image, log, count).expect("validated");
             apply_moves(image, &moves);
             apply_links(image, &header, &entries, None);
+            flush_moves(image, &moves);
             let mut kept = list_blocks(image, header.head.get());
             kept.sort_unstable();
             let mut bits = BitmapChanges::default();
