@@ -78,6 +78,7 @@ use crate::mkfs::now_ns;
 use blockrefs::BlockRefs;
 use filemap::{FileMap, Piece, Punched};
 use place::runs_of;
+use place::RecentWrite;
 
 /// Largest file size (64 TiB); offsets past it are EFBIG for writes and EINVAL for reads.
 pub const MAX_FILE_BYTES: u64 = 1 << 46;
@@ -96,36 +97,6 @@ const PREFETCH_PIECE_BYTES: u64 = 256;
 /// read back cheaply for the commit's checksum. Measured on 4 KiB append + fsync: 2.7 µs with
 /// non-temporal stores and 4 fences against 3.3 µs with `clwb` and 3 fences.
 const NT_COPY_MIN_BYTES: usize = 4 << 10;
-/// Longest write whose bytes a file keeps in DRAM until its next write
-/// ([`FileState::recent_write`]): a log record's header.
-const RECENT_WRITE_MAX_BYTES: usize = 64;
-
-/// A short write's bytes and where they went: while a piece starts at `offset`, at `addr`,
-/// `len` bytes long, these are its bytes (a piece's bytes never change in place).
-#[derive(Debug, Clone, Copy)]
-struct RecentWrite {
-    offset: u64,
-    addr: u64,
-    len: usize,
-    bytes: [u8; RECENT_WRITE_MAX_BYTES],
-}
-
-impl RecentWrite {
-    /// The write of `data` at `offset` placed at `placement`, if short and in one range.
-    fn of(offset: u64, placement: &Placement, data: &[u8]) -> Option<RecentWrite> {
-        let (&[(addr, _)], true) = (&placement[..], data.len() <= RECENT_WRITE_MAX_BYTES) else {
-            return None;
-        };
-        let mut bytes = [0u8; RECENT_WRITE_MAX_BYTES];
-        bytes[..data.len()].copy_from_slice(data);
-        Some(RecentWrite {
-            offset,
-            addr,
-            len: data.len(),
-            bytes,
-        })
-    }
-}
 /// Up to this much new data a commit checksums its data (written through the cache, so the
 /// checksum reads it from there); above it the data is fenced instead. Below the non-temporal
 /// threshold, so non-temporal data is always fenced.

@@ -13,7 +13,7 @@ use crate::journal::fault;
 use crate::settle::Limbo;
 
 use super::filemap::{Piece, Punched};
-use super::{fits_one_extent, FileState, Placement, RecentWrite, NT_COPY_MIN_BYTES};
+use super::{fits_one_extent, FileState, Placement, NT_COPY_MIN_BYTES};
 
 impl Fs {
     /// A write's bytes placed ([`Fs::rejoin_placement`], else [`Fs::place`]), stored, and put
@@ -464,4 +464,35 @@ pub(super) fn runs_of(mut blocks: SmallVec<[u64; 8]>) -> SmallVec<[(u64, u64); 4
         i += n;
     }
     runs
+}
+
+/// Longest write whose bytes a file keeps in DRAM until its next write
+/// ([`FileState::recent_write`]): a log record's header.
+const RECENT_WRITE_MAX_BYTES: usize = 64;
+
+/// A short write's bytes and where they went: while a piece starts at `offset`, at `addr`,
+/// `len` bytes long, these are its bytes (a piece's bytes never change in place).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct RecentWrite {
+    offset: u64,
+    addr: u64,
+    len: usize,
+    bytes: [u8; RECENT_WRITE_MAX_BYTES],
+}
+
+impl RecentWrite {
+    /// The write of `data` at `offset` placed at `placement`, if short and in one range.
+    fn of(offset: u64, placement: &Placement, data: &[u8]) -> Option<RecentWrite> {
+        let (&[(addr, _)], true) = (&placement[..], data.len() <= RECENT_WRITE_MAX_BYTES) else {
+            return None;
+        };
+        let mut bytes = [0u8; RECENT_WRITE_MAX_BYTES];
+        bytes[..data.len()].copy_from_slice(data);
+        Some(RecentWrite {
+            offset,
+            addr,
+            len: data.len(),
+            bytes,
+        })
+    }
 }
