@@ -944,3 +944,76 @@ fn unix_datagrams_reach_sockets_bound_on_nosefs_by_path() {
         "received b'hello'\nreceived b'direct'\ngetsockname: named\ngetpeername: stream\n"
     );
 }
+
+/// Unmounts the tmpfs at its path when dropped.
+struct Unmount(PathBuf);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn a_full_file_system_under_the_image_answers_enospc_and_keeps_what_was_written() {
+    // An image larger than the tmpfs it lies in: it is sparse, and the tmpfs fills before the
+    // image does. A store into a page the tmpfs cannot give would be SIGBUS; the block
+    // allocator reserves pages before it hands blocks out, so the writer gets ENOSPC.
+    let is_root = std::fs::metadata("/proc/self")
+        .map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
+        .unwrap_or(false);
+    if !is_root {
+        eprintln!("skipped: mounting a tmpfs needs root");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let small = dir.path().join("small");
+    std::fs::create_dir(&small).unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=24m", "none"])
+        .arg(&small)
+        .status()
+        .unwrap();
+    assert!(mounted.success());
+    let _unmount = Unmount(small.clone());
+    let image = small.join("image");
+    let out = Command::new(nosefs())
+        .args(["mkfs", image.to_str().unwrap(), "--size", "96M"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "mkfs: {out:?}");
+    let at = dir.path().join("nose");
+    let run = |script: &str| {
+        shim();
+        let out = Command::new(nosefs())
+            .args(["run", "--image"])
+            .arg(&image)
+            .arg("--at")
+            .arg(&at)
+            .args(["--", "sh", "-c", script])
+            .env("D", &at)
+            .env("LC_ALL", "C")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{script}: {}", text(&out));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let written = run("dd if=/dev/zero of=$D/f bs=1M count=64 2>&1; echo \"dd: $?\"");
+    assert!(
+        written.contains("No space left on device") && written.contains("dd: 1"),
+        "{written}"
+    );
+    // The next mount finds what dd wrote, and names still come and go.
+    let after = run(
+        "n=$(wc -c < $D/f); cmp -n $n $D/f /dev/zero && echo \"same $n\"; \
+                     touch $D/g && rm $D/f $D/g && ls -A $D | wc -l",
+    );
+    let mut lines = after.lines();
+    let same = lines.next().unwrap_or_default();
+    let bytes: u64 = same
+        .strip_prefix("same ")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{after}"));
+    assert!(bytes > 8 << 20 && bytes < 24 << 20, "{after}");
+    assert_eq!(lines.next(), Some("0"), "{after}");
+}

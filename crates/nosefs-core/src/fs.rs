@@ -199,9 +199,21 @@ impl Fs {
     pub fn mount_image(image: Image, options: &MountOptions) -> Result<Fs> {
         let fs = crate::recovery::mount(image, options)?;
         if !options.populate && !options.read_only {
+            fs.reserve_backing();
             fs.populate_ahead();
         }
         Ok(fs)
+    }
+
+    /// Hands out data blocks only on pages the image's file holds (`alloc::Backing`), where the
+    /// image is a sparse file mapped without being populated: a full file system then answers
+    /// ENOSPC instead of SIGBUS.
+    fn reserve_backing(&self) {
+        let g = self.image.geometry();
+        if let Some(file) = self.image.region().backing_file() {
+            let backing = crate::alloc::Backing::new(file, g.block_offset(0), g.data_block_count());
+            self.blocks.reserve_backing(backing);
+        }
     }
 
     /// Has the pages just ahead of where blocks are handed out made ready in the background

@@ -26,8 +26,10 @@ use parking_lot::Mutex;
 use crate::format::bitmap;
 use crate::pmem::Populator;
 
+mod backing;
 mod bits;
 mod runs;
+pub(crate) use backing::Backing;
 use runs::FreeRuns;
 
 /// Blocks made ready ahead of a region's frontier: 4 MiB.
@@ -55,6 +57,9 @@ pub struct BlockAllocator {
     available: AtomicU64,
     /// Pages made ready ahead of each region's frontier (set at mount where it pays).
     ahead: OnceLock<Ahead>,
+    /// The image file's pages reserved under blocks before they are handed out (set at mount
+    /// for a sparse image file).
+    backing: OnceLock<std::sync::Arc<Backing>>,
 }
 
 /// What [`BlockAllocator::populate_ahead`] set up.
@@ -99,6 +104,7 @@ impl BlockAllocator {
             blocks_per_region: per,
             available: AtomicU64::new(0),
             ahead: OnceLock::new(),
+            backing: OnceLock::new(),
         };
         let free = allocator.free_blocks();
         *allocator.available.get_mut() = free;
@@ -202,17 +208,31 @@ impl BlockAllocator {
         if self.claim(count, count) == 0 {
             return None;
         }
-        let got = self.take(count);
-        match got {
-            Some(start) => self.handed_out(start, count),
-            None => self.unclaim(count),
+        match self.take(count) {
+            Some(start) if self.handed_out(start, count) => Some(start),
+            Some(start) => {
+                self.put_back(start, count, count);
+                None
+            }
+            None => {
+                self.unclaim(count);
+                None
+            }
         }
-        got
     }
 
     /// From now on, asks `populator` for the pages just ahead of where each region hands out
     /// blocks; data block `b` lies at byte `data_offset + b * BLOCK_SIZE` of the image.
     pub(crate) fn populate_ahead(&self, populator: Populator, data_offset: u64) {
+        if let Some(backing) = self.backing.get() {
+            // Pages are populated only where they were reserved (reserving them first).
+            let backing = std::sync::Arc::clone(backing);
+            let block = crate::format::BLOCK_SIZE;
+            populator.gate(Box::new(move |offset, len| {
+                let start = offset.saturating_sub(data_offset) / block;
+                backing.hold(start, len.div_ceil(block))
+            }));
+        }
         let asked = self
             .regions
             .iter()
@@ -239,9 +259,35 @@ impl BlockAllocator {
             .map_or(0, |a| a.populator.populated_bytes())
     }
 
-    /// Blocks `[start, start + count)` were handed out: when that comes near what was asked for
-    /// in its region, ask for the next [`AHEAD_BLOCKS`]; the region's high-water mark follows it.
-    fn handed_out(&self, start: u64, count: u64) {
+    /// From now on, hands out only blocks whose pages `backing` reserved ([`Backing`]).
+    pub(crate) fn reserve_backing(&self, backing: Backing) {
+        let _ = self.backing.set(std::sync::Arc::new(backing));
+    }
+
+    /// Blocks taken from the runs but not handed out (their pages could not be reserved): back
+    /// into the runs, and `claimed` back into `available`.
+    fn put_back(&self, start: u64, count: u64, claimed: u64) {
+        self.return_runs(start, count);
+        self.unclaim(claimed);
+    }
+
+    /// Blocks `[start, start + count)` are about to be handed out: false, and nothing done, when
+    /// their pages cannot be reserved ([`Backing`]). Otherwise, when that comes near what was
+    /// asked for in its region, ask for the next [`AHEAD_BLOCKS`]; the region's high-water mark
+    /// follows it.
+    #[must_use]
+    fn handed_out(&self, start: u64, count: u64) -> bool {
+        if let Some(backing) = self.backing.get() {
+            if !backing.hold(start, count) {
+                return false;
+            }
+        }
+        self.ask_ahead(start, count);
+        true
+    }
+
+    /// [`BlockAllocator::handed_out`]'s requests ahead and high-water mark.
+    fn ask_ahead(&self, start: u64, count: u64) {
         let index = (start / self.blocks_per_region) as usize;
         if let Some(region) = self.regions.get(index) {
             region
@@ -298,8 +344,11 @@ impl BlockAllocator {
             return None;
         }
         match self.take_upto(goal, own + claimed) {
+            Some((start, got)) if !self.handed_out(start, got) => {
+                self.put_back(start, got, claimed); // the promise stays whole
+                None
+            }
             Some((start, got)) => {
-                self.handed_out(start, got);
                 // Its own promise first; what the take did not need goes back to `available`.
                 let from_promise = got.min(own);
                 *promised -= from_promise;
@@ -321,10 +370,11 @@ impl BlockAllocator {
             return false;
         }
         match self.take_at(start, count) {
-            Some((_, got)) if got == count => {
-                self.handed_out(start, count);
-                true
+            Some((_, got)) if got == count && !self.handed_out(start, count) => {
+                self.put_back(start, count, count);
+                false
             }
+            Some((_, got)) if got == count => true,
             Some((_, got)) => {
                 // The free run ends before `count` (or at its region's end): put it back.
                 self.free(start, got);
@@ -348,8 +398,11 @@ impl BlockAllocator {
             return None;
         }
         match self.take_upto(goal, claimed) {
+            Some((start, got)) if !self.handed_out(start, got) => {
+                self.put_back(start, got, claimed);
+                None
+            }
             Some((start, got)) => {
-                self.handed_out(start, got);
                 self.unclaim(claimed - got);
                 Some((start, got))
             }
@@ -384,6 +437,11 @@ impl BlockAllocator {
     /// Returns `count` blocks from `start`, merging with free neighbours.
     pub fn free(&self, start: u64, count: u64) {
         self.unclaim(count);
+        self.return_runs(start, count);
+    }
+
+    /// `count` blocks from `start` back into their regions' runs (`available` untouched).
+    fn return_runs(&self, start: u64, count: u64) {
         let mut start = start;
         let end = start + count;
         while start < end {
@@ -457,6 +515,108 @@ mod tests {
         assert!(!a.is_fresh(7), "freed space stays used space");
         // First fit takes the lowest free run: space used before, ahead of the fresh end.
         assert_eq!(a.alloc_upto(None, 2), Some((3, 2)));
+    }
+
+    /// A file system with room for the first `room` chunks of the data zone (at byte 4096),
+    /// holes everywhere; it records the chunks it reserves.
+    struct FakeFile {
+        room: u64,
+        reserved: parking_lot::Mutex<Vec<u64>>,
+        refuse: Option<i32>,
+    }
+
+    const CHUNK_BYTES: u64 = backing::CHUNK_BLOCKS * crate::format::BLOCK_SIZE;
+
+    impl crate::pmem::BackingFile for std::sync::Arc<FakeFile> {
+        fn reserve(&self, offset: u64, len: u64) -> std::io::Result<()> {
+            if let Some(errno) = self.refuse {
+                return Err(std::io::Error::from_raw_os_error(errno));
+            }
+            assert_eq!(
+                (offset - 4096) % CHUNK_BYTES,
+                0,
+                "whole chunks after the data offset"
+            );
+            assert_eq!(len, CHUNK_BYTES);
+            self.reserved.lock().push((offset - 4096) / CHUNK_BYTES);
+            Ok(())
+        }
+
+        fn free_bytes(&self) -> std::io::Result<u64> {
+            Ok((self.room - self.reserved.lock().len() as u64) * CHUNK_BYTES)
+        }
+
+        fn hole_bytes(&self, offset: u64, len: u64) -> std::io::Result<u64> {
+            if offset < 4096 {
+                return Ok(0); // the metadata's pages are all there
+            }
+            let chunk = (offset - 4096) / CHUNK_BYTES;
+            Ok(if self.reserved.lock().contains(&chunk) {
+                0
+            } else {
+                len
+            })
+        }
+    }
+
+    fn backed_by(
+        blocks: u64,
+        room: u64,
+        refuse: Option<i32>,
+    ) -> (BlockAllocator, std::sync::Arc<FakeFile>) {
+        let a = BlockAllocator::from_bitmap(&vec![0u8; blocks.div_ceil(8) as usize], blocks, 1);
+        let file = std::sync::Arc::new(FakeFile {
+            room,
+            reserved: parking_lot::Mutex::new(Vec::new()),
+            refuse,
+        });
+        a.reserve_backing(Backing::new(
+            Box::new(std::sync::Arc::clone(&file)),
+            4096,
+            blocks,
+        ));
+        (a, file)
+    }
+
+    #[test]
+    fn blocks_whose_pages_cannot_be_reserved_are_not_handed_out() {
+        let chunk = backing::CHUNK_BLOCKS;
+        let (a, file) = backed_by(4 * chunk, 2, None);
+        let asked = &file.reserved;
+        // The first chunk is reserved once, however many allocations use it.
+        assert_eq!(a.alloc(10), Some(0));
+        assert_eq!(a.alloc_upto(Some(10), chunk - 10), Some((10, chunk - 10)));
+        assert_eq!(*asked.lock(), vec![0]);
+        // A run across chunks 1 and 2: chunk 2 has no room, so nothing is handed out...
+        assert!(!a.alloc_exact(chunk, chunk + 1));
+        assert_eq!(a.alloc_upto(Some(2 * chunk), 5), None);
+        // ...and nothing is lost: every block not handed out is free and available again.
+        assert_eq!(a.free_blocks(), 3 * chunk);
+        assert_eq!(a.available_blocks(), 3 * chunk);
+        // Chunk 1 alone has room.
+        assert_eq!(a.alloc_upto(Some(chunk), chunk), Some((chunk, chunk)));
+        // A promise stays whole when its blocks cannot be reserved.
+        assert!(a.promise(8));
+        let mut promised = 8;
+        assert_eq!(
+            a.alloc_upto_promised(Some(2 * chunk), 8, &mut promised),
+            None
+        );
+        assert_eq!(promised, 8);
+        assert_eq!(a.available_blocks(), 2 * chunk - 8);
+        // Freed blocks of reserved chunks are handed out again without asking.
+        a.free(0, 10);
+        let calls = asked.lock().len();
+        assert_eq!(a.alloc(10), Some(0));
+        assert_eq!(asked.lock().len(), calls);
+    }
+
+    #[test]
+    fn a_file_system_without_fallocate_reserves_nothing() {
+        let (a, file) = backed_by(512, 100, Some(libc::EOPNOTSUPP));
+        assert_eq!(a.alloc(300), Some(0));
+        assert_eq!(a.alloc(100), Some(300));
+        assert!(file.reserved.lock().is_empty());
     }
 
     #[test]

@@ -256,6 +256,61 @@ impl Mapping {
     }
 }
 
+impl Mapping {
+    /// `fallocate` over `[offset, offset + len)` of the image's file: its file system holds those
+    /// pages from now on, or says it cannot (ENOSPC), where a store into a hole it cannot fill
+    /// would kill the process with SIGBUS. `Ok` when the mapping has no file of its own.
+    pub(super) fn reserve(&self, offset: u64, len: u64) -> std::io::Result<()> {
+        let Some(file) = self._file.as_ref() else {
+            return Ok(());
+        };
+        let end = (offset + len).min(self.len);
+        if offset >= end {
+            return Ok(());
+        }
+        rustix::fs::fallocate(
+            file,
+            rustix::fs::FallocateFlags::empty(),
+            offset,
+            end - offset,
+        )
+        .map_err(std::io::Error::from)
+    }
+
+    /// Bytes the image file's file system can still give it (`fstatvfs`).
+    pub(super) fn backing_free_bytes(&self) -> std::io::Result<u64> {
+        let Some(file) = self._file.as_ref() else {
+            return Ok(u64::MAX);
+        };
+        let stat = rustix::fs::fstatvfs(file)?;
+        Ok(stat.f_bavail.saturating_mul(stat.f_frsize))
+    }
+
+    /// Bytes of `[offset, offset + len)` that are holes in the image file (`SEEK_DATA`,
+    /// `SEEK_HOLE`): pages its file system has yet to give.
+    pub(super) fn hole_bytes(&self, offset: u64, len: u64) -> std::io::Result<u64> {
+        use rustix::fs::SeekFrom;
+        let Some(file) = self._file.as_ref() else {
+            return Ok(0);
+        };
+        let end = (offset + len).min(self.len);
+        let (mut at, mut holes) = (offset, 0);
+        while at < end {
+            let data = match rustix::fs::seek(file, SeekFrom::Data(at)) {
+                Ok(data) => data,
+                Err(rustix::io::Errno::NXIO) => end, // holes to the end of the file
+                Err(e) => return Err(e.into()),
+            };
+            holes += data.min(end) - at;
+            if data >= end {
+                break;
+            }
+            at = rustix::fs::seek(file, SeekFrom::Hole(data))?;
+        }
+        Ok(holes)
+    }
+}
+
 // SAFETY: a mapping is memory shared by every thread of the process; its base pointer is only
 // dereferenced through bounds-checked methods, and it is unmapped once, when the last owner
 // (a `Region`, or a `Populator` thread that the region's owner joins first) drops it.

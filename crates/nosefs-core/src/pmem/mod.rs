@@ -129,6 +129,34 @@ fn count(flushes: u64, fences: u64) {
     });
 }
 
+/// The image's file under a mapping, as the block allocator reserves its pages
+/// (`alloc::Backing`).
+pub trait BackingFile: Send + Sync {
+    /// Has the file system give the file `[offset, offset + len)` now (`fallocate`).
+    fn reserve(&self, offset: u64, len: u64) -> std::io::Result<()>;
+    /// Bytes the file system can still give.
+    fn free_bytes(&self) -> std::io::Result<u64>;
+    /// Bytes of `[offset, offset + len)` the file system has yet to give (holes).
+    fn hole_bytes(&self, offset: u64, len: u64) -> std::io::Result<u64>;
+}
+
+/// [`BackingFile`] of a mapped image file.
+struct ImageFile(std::sync::Arc<Mapping>);
+
+impl BackingFile for ImageFile {
+    fn reserve(&self, offset: u64, len: u64) -> std::io::Result<()> {
+        self.0.reserve(offset, len)
+    }
+
+    fn free_bytes(&self) -> std::io::Result<u64> {
+        self.0.backing_free_bytes()
+    }
+
+    fn hole_bytes(&self, offset: u64, len: u64) -> std::io::Result<u64> {
+        self.0.hole_bytes(offset, len)
+    }
+}
+
 /// A persistent-memory region: the whole image, mapped, with typed access and persistence
 /// primitives. `Send + Sync`; callers keep concurrent writers to disjoint bytes (the file system's
 /// locks do that), exactly as with any shared memory mapping.
@@ -201,6 +229,20 @@ impl Region {
     /// What was mapped and how.
     pub fn info(&self) -> &MapInfo {
         self.mapping.info()
+    }
+
+    /// The image's file, for reserving its pages ahead of stores ([`BackingFile`]): for a
+    /// writable shared mapping of a regular file, whose holes its file system fills at the first
+    /// store (or cannot: SIGBUS); `None` for other regions.
+    pub fn backing_file(&self) -> Option<Box<dyn BackingFile>> {
+        let info = self.info();
+        if self.recorder.is_some()
+            || info.access != Access::ReadWrite
+            || info.kind != MappingKind::File
+        {
+            return None;
+        }
+        Some(Box::new(ImageFile(std::sync::Arc::clone(&self.mapping))))
     }
 
     /// The descriptor that holds the image open (and its lock), if any.

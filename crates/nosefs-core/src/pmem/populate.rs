@@ -39,7 +39,20 @@ struct Shared {
     /// Set when the kernel refused (no `MADV_POPULATE_WRITE`, before Linux 5.14): requests are
     /// dropped from then on.
     refused: AtomicBool,
+    /// Asked before each chunk is populated: whether its pages may be taken ([`Populator::gate`]).
+    gate: std::sync::OnceLock<GateFn>,
 }
+
+struct GateFn(Gate);
+
+impl std::fmt::Debug for GateFn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Gate")
+    }
+}
+
+/// What [`Populator::gate`] takes: whether `[offset, offset + len)` may be populated.
+pub type Gate = Box<dyn Fn(u64, u64) -> bool + Send + Sync>;
 
 #[derive(Debug, Default)]
 struct Queue {
@@ -64,6 +77,7 @@ impl Populator {
             wake: Condvar::new(),
             populated_bytes: AtomicU64::new(0),
             refused: AtomicBool::new(false),
+            gate: std::sync::OnceLock::new(),
         });
         let theirs = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
@@ -91,6 +105,13 @@ impl Populator {
         queue.ranges.push_back((offset, len));
         drop(queue);
         self.shared.wake.notify_one();
+    }
+
+    /// From now on, populates a chunk only where `gate` allows it (the block allocator's page
+    /// reservations, which populating must not run ahead of: it would take the pages the file
+    /// system keeps for the image's metadata). A request stops at its first chunk refused.
+    pub fn gate(&self, gate: Gate) {
+        let _ = self.shared.gate.set(GateFn(gate));
     }
 
     /// Bytes populated so far.
@@ -136,6 +157,9 @@ fn run(shared: &Shared) {
                 return;
             }
             let n = CHUNK_BYTES.min(end - at);
+            if shared.gate.get().is_some_and(|gate| !(gate.0)(at, n)) {
+                break;
+            }
             if shared.mapping.populate_write(at, n).is_err() {
                 shared.refused.store(true, Ordering::Relaxed);
                 return;
