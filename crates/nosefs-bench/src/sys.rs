@@ -66,6 +66,15 @@ pub fn size_at(dir: BorrowedFd<'_>, name: &CStr) -> io::Result<u64> {
     Ok(st.st_size as u64)
 }
 
+/// The size of open file `fd` (`fstat`, as C programs ask; std's `metadata` uses statx).
+pub fn size_of(fd: BorrowedFd<'_>) -> io::Result<u64> {
+    // SAFETY: struct stat is plain data; all zeroes is a valid value.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is writable and sized for fstat.
+    check(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) })?;
+    Ok(st.st_size as u64)
+}
+
 /// `lseek(fd, 0, SEEK_CUR)`: the cheapest call on an open file, for the cost of a call itself.
 pub fn seek_current(fd: BorrowedFd<'_>) -> io::Result<u64> {
     // SAFETY: lseek reads no memory.

@@ -180,6 +180,14 @@ pub trait Target: Sync {
             "no descriptors: the call cost is measured on descriptor-based targets",
         ))
     }
+    /// The size of an open file (fstat). Targets without descriptors answer through their
+    /// handle.
+    fn fstat(&self, _file: &Self::File) -> io::Result<u64> {
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "this target does not answer fstat",
+        ))
+    }
     /// Creates file `name` of `len` bytes and maps `map_len` bytes of it shared (`map_len` at
     /// least `len`: a mapping larger than its file, as LMDB maps its whole map size).
     fn map(&self, dir: &Self::Dir, name: &CStr, len: u64, map_len: u64) -> io::Result<Self::Map>;
@@ -389,6 +397,9 @@ impl Target for Native {
     fn stat(&self, dir: &u64, name: &CStr) -> io::Result<u64> {
         Ok(self.fs().lookup(*dir, name.to_bytes()).map_err(errno)?.size)
     }
+    fn fstat(&self, file: &u64) -> io::Result<u64> {
+        Ok(self.fs().getattr(*file).map_err(errno)?.size)
+    }
     fn open(&self, dir: &u64, name: &CStr, create: bool) -> io::Result<u64> {
         let fs = self.fs();
         let ino = if create {
@@ -521,6 +532,9 @@ impl Target for Syscalls {
     }
     fn seek_current(&self, file: &File) -> io::Result<u64> {
         sys::seek_current(file.as_fd())
+    }
+    fn fstat(&self, file: &File) -> io::Result<u64> {
+        sys::size_of(file.as_fd())
     }
     fn pwrite(&self, file: &File, offset: u64, data: &[u8]) -> io::Result<()> {
         file.write_all_at(data, offset)

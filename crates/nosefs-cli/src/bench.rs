@@ -24,7 +24,7 @@ pub struct BenchArgs {
     targets: Vec<String>,
     /// A workload; repeat for several: dirops, fileops, mmap, fragment (micro), fileserver,
     /// fileserver-1k, varmail, varmail-1k, webserver, webproxy (Filebench equivalents),
-    /// webproxy-depths (webproxy at directory depths 0.7, 2.1 and 3.4), calls (lseek(SEEK_CUR) on the target's file and on a kernel file: the cost of a call itself), sqlite, redis, kv, rocksdb, oltp and tools (the real programs: SQLite with synchronous=FULL in rollback-journal and WAL mode, Redis with appendfsync always, YCSB A-F on LMDB and LevelDB, RocksDB's db_bench with every write synced, TPC-B and a TPC-C-like mix on PostgreSQL 15, sysbench oltp_read_write on MariaDB, the TPC-C-like mix on SQLite, tar/git/make/rsync on a source tree; their data checked after each run; not on the native library). Default: dirops,
+    /// webproxy-depths (webproxy at directory depths 0.7, 2.1 and 3.4), calls (lseek(SEEK_CUR) on the target's file and on a kernel file: the cost of a call itself; then fstat, stat and open+close of a file: what a metadata call adds), sqlite, redis, kv, rocksdb, oltp and tools (the real programs: SQLite with synchronous=FULL in rollback-journal and WAL mode, Redis with appendfsync always, YCSB A-F on LMDB and LevelDB, RocksDB's db_bench with every write synced, TPC-B and a TPC-C-like mix on PostgreSQL 15, sysbench oltp_read_write on MariaDB, the TPC-C-like mix on SQLite, tar/git/make/rsync on a source tree; their data checked after each run; not on the native library). Default: dirops,
     /// fileops, mmap.
     #[arg(long = "workload", value_name = "WORKLOAD")]
     workloads: Vec<String>,

@@ -735,6 +735,9 @@ fn the_bench_target_runs_workloads_under_the_shim_and_cleans_up() {
         "| nosefs-preload | append+fsync |",
         "| nosefs-preload | lseek | - | 1 |",
         "| nosefs-preload | lseek-kernel | - | 1 |",
+        "| nosefs-preload | fstat | - | 1 |",
+        "| nosefs-preload | stat | - | 1 |",
+        "| nosefs-preload | open-close | - | 1 |",
     ] {
         assert!(stdout.contains(row), "no row {row}:\n{}", text(&out));
     }
