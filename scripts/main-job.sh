@@ -4,8 +4,8 @@
 # 1 MiB reads of a file fresh and after random 1 KiB overwrites fragmented it), then the
 # application workloads (SQLite, Redis, YCSB on LMDB and LevelDB, RocksDB db_bench, pgbench on
 # PostgreSQL, sysbench on MariaDB, tar/git/make/rsync:
-# the programs themselves) on tmpfs, the ext4 ramdisk and noseFS through the shim (daemon clients and
-# embedded), and write the reports (table, JSON, plots) under results/. Needs root for the
+# the programs themselves), with what one call costs (`calls`: fstat, stat, open+close), on tmpfs,
+# the ext4 ramdisk and noseFS through the shim (daemon clients and embedded), and write the reports (table, JSON, plots) under results/. Needs root for the
 # scratch mounts.
 #
 #   NOSEFS_BENCH_ARGS="--quick"   extra arguments for `nosefs bench` (e.g. --quick, --target ...)
@@ -35,7 +35,7 @@ mkdir -p "$out/apps"
 # shellcheck disable=SC2086
 target/release/nosefs bench ${NOSEFS_BENCH_ARGS:-} --threads 1 \
   --target tmpfs --target ramdisk:ext4 --target nosefs-client --target nosefs-preload \
-  --workload sqlite --workload redis --workload kv --workload rocksdb --workload oltp --workload tools \
+  --workload calls --workload sqlite --workload redis --workload kv --workload rocksdb --workload oltp --workload tools \
   --json "$out/apps/results.json" --out "$out/apps" | tee "$out/apps/table.md"
 if [ "${NOSEFS_STANDING:-1}" != 0 ]; then
   python3 scripts/standing.py "$out" --doc docs/benchmarks.md

@@ -127,9 +127,10 @@ def section(results):
         lines.append("")
         lines += tables(micro, "###")
     if apps:
-        lines.append("The programs themselves (`--workload sqlite redis kv rocksdb oltp tools`, one")
-        lines.append("thread; `nosefs-client`: daemon clients of `nosefs mount`, `nosefs-preload`:")
-        lines.append("embedded):")
+        lines.append("What one call costs (`--workload calls`: a call that does nothing, then fstat, stat")
+        lines.append("and open+close of a file), then the programs themselves (`--workload sqlite redis kv")
+        lines.append("rocksdb oltp tools`); one thread; `nosefs-client`: daemon clients of `nosefs mount`,")
+        lines.append("`nosefs-preload`: embedded:")
         lines.append("")
         lines += tables(apps, "###")
     if not micro and not apps:
