@@ -6,10 +6,11 @@ pub(super) fn check_bitmap(
     image: &Image,
     computed: &[u8],
     pending: &Pending,
+    present: &Present,
     report: &mut FsckReport,
 ) {
     let g = image.geometry();
-    let on_media = image.bitmap();
+    let on_media = present.bitmap(image);
     let mut wrong = Vec::new();
     for block in 0..g.bitmap_bytes() * 8 {
         if bitmap::is_set(&on_media, block) != bitmap::is_set(computed, block)
@@ -40,10 +41,13 @@ pub(super) fn check_bitmap(
 }
 
 /// The blocks covered by valid extents that lie inside the data zone.
-pub(super) fn referenced_blocks(image: &Image) -> Vec<u8> {
+pub(super) fn referenced_blocks(image: &Image, present: &Present) -> Vec<u8> {
     let g = image.geometry();
     let mut computed = vec![0u8; g.bitmap_bytes() as usize];
-    for eno in 1..g.extent_count() {
+    for eno in present
+        .records(image, Zone::ExtentTable)
+        .filter(|&e| e != 0)
+    {
         let e = image.extent(eno);
         if e.is_valid() {
             let start = u64::from(e.start_block.get());
@@ -56,7 +60,7 @@ pub(super) fn referenced_blocks(image: &Image) -> Vec<u8> {
 
 /// Rewrites the bitmap from the blocks the valid extents hold.
 pub(super) fn repair_bitmap(image: &Image) {
-    let computed = referenced_blocks(image);
+    let computed = referenced_blocks(image, &Present::of(image));
     let span = image.geometry().span(Zone::Bitmap);
     image.region().write_bytes(span.offset, &computed);
     image.region().persist(span.offset, span.count);

@@ -6,7 +6,7 @@ impl Checker<'_> {
     pub(super) fn check_chains(&mut self) {
         let g = self.geometry;
         let mut in_chain: HashSet<u64> = HashSet::default();
-        for bucket in 0..g.bucket_count() {
+        for bucket in self.present.records(self.image, Zone::HashTable) {
             let b = self.image.bucket(bucket);
             if b.reserved.get() != 0 {
                 self.push(format!("bucket[{bucket}]"), "reserved", "not zero");

@@ -16,7 +16,8 @@ impl Checker<'_> {
                 self.walk_extent_list(*slot, p, &mut reached);
             }
         }
-        for eno in 1..g.extent_count() {
+        let on_data_pages = self.present.records(self.image, Zone::ExtentTable);
+        for eno in on_data_pages.filter(|&eno| eno != 0) {
             let e = self.image.extent(eno);
             if e.is_valid() && !reached.contains(&eno) && !self.pending.file_extents.contains(&eno)
             {
@@ -42,9 +43,9 @@ impl Checker<'_> {
     /// Extents a pending commit replaces or adds are in between until replay, so they are left
     /// out.
     pub(super) fn check_data_disjoint(&mut self) {
-        let g = self.geometry;
-        let mut ranges: Vec<(u64, u64, u64)> = (1..g.extent_count())
-            .filter(|eno| !self.pending.file_extents.contains(eno))
+        let mut ranges: Vec<(u64, u64, u64)> = (self.present)
+            .records(self.image, Zone::ExtentTable)
+            .filter(|&eno| eno != 0 && !self.pending.file_extents.contains(&eno))
             .filter_map(|eno| {
                 let e = self.image.extent(eno);
                 let addr =
@@ -206,7 +207,6 @@ impl Claimed {
 /// answer (`prev`, `block_count`, unknown flags, an owner number no file has), extends a size the
 /// list passes, and frees every extent no list reaches.
 pub(super) fn repair_lists(s: &mut Salvage, image: &Image) {
-    let g = image.geometry();
     let owners: HashSet<u64> = s
         .pinodes
         .values()
@@ -266,7 +266,7 @@ pub(super) fn repair_lists(s: &mut Salvage, image: &Image) {
             s.edit(slot).size = zerocopy::little_endian::U64::new(end);
         }
     }
-    for eno in 0..g.extent_count() {
+    for eno in Present::of(image).records(image, Zone::ExtentTable) {
         if !reached.contains(&eno) {
             let mut e = image.extent(eno);
             if e.is_valid() {

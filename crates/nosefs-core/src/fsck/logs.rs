@@ -15,10 +15,11 @@ pub(super) struct Pending {
     pub(super) blocks: HashSet<u64>,
 }
 
-pub(super) fn check_journals(image: &Image, report: &mut FsckReport) -> Pending {
+/// Reads only the logs on data pages (`present`): a log in a hole reads as zeros, an empty log.
+pub(super) fn check_journals(image: &Image, present: &Present, report: &mut FsckReport) -> Pending {
     let g = image.geometry();
     let mut pending = Pending::default();
-    for index in 0..g.dir_log_count() {
+    for index in present.touched_records(image, Zone::DirJournal) {
         let log = image.dir_log(index);
         if log.tail.get() == 0 {
             continue;
@@ -68,7 +69,7 @@ pub(super) fn check_journals(image: &Image, report: &mut FsckReport) -> Pending 
             }
         }
     }
-    for index in 0..g.file_log_count() {
+    for index in present.touched_records(image, Zone::FileJournal) {
         check_file_log(image, index, &mut pending, report);
     }
     pending
@@ -156,7 +157,8 @@ pub(super) fn check_file_log(
 /// applying it could follow a damaged link. Says what it did in `notes`.
 pub(super) fn repair_logs(image: &Image, replay_safe: bool, notes: &mut Vec<String>) {
     let g = image.geometry();
-    for index in 0..g.dir_log_count() {
+    let present = Present::of(image);
+    for index in present.touched_records(image, Zone::DirJournal) {
         let tail = image.dir_log(index).tail.get();
         if tail == 0 {
             continue;
@@ -171,7 +173,7 @@ pub(super) fn repair_logs(image: &Image, replay_safe: bool, notes: &mut Vec<Stri
             image.region().store_u64_persist(g.dir_log_offset(index), 0);
         }
     }
-    for index in 0..g.file_log_count() {
+    for index in present.touched_records(image, Zone::FileJournal) {
         if image.file_log(index).tail.get() == 0 {
             continue;
         }

@@ -25,11 +25,13 @@ mod chains;
 mod extents;
 mod logs;
 mod pinodes;
+mod present;
 mod repair;
 mod superblock;
 
 use blocks::check_bitmap;
 use logs::{check_journals, Pending};
+use present::Present;
 pub(crate) use superblock::repair_backup;
 use superblock::{check_superblock_extras, superblock_problem};
 pub use superblock::{restore_primary_superblock, upgrade, Upgrade};
@@ -207,22 +209,24 @@ fn check_image(image: &Image, notes: &mut Vec<String>) -> Vec<Problem> {
             .notes
             .push("image was not unmounted cleanly; mount will run recovery".into());
     }
+    let present = Present::of(image);
     check_superblock_extras(image, &mut report);
-    let pending = check_journals(image, &mut report);
-    let scan = Scan::read(image);
+    let pending = check_journals(image, &present, &mut report);
+    let scan = Scan::read(image, &present);
     let mut checker = Checker {
         image,
         geometry: image.geometry(),
         scan: &scan,
         pending: &pending,
+        present: &present,
         report: &mut report,
     };
     checker.check_marks();
     checker.check_chains();
     checker.check_pinodes();
     checker.check_extents();
-    let computed = blocks::referenced_blocks(image);
-    check_bitmap(image, &computed, &pending, &mut report);
+    let computed = blocks::referenced_blocks(image, &present);
+    check_bitmap(image, &computed, &pending, &present, &mut report);
     notes.append(&mut report.notes);
     report.problems
 }
@@ -315,12 +319,13 @@ struct Scan {
 }
 
 impl Scan {
-    fn read(image: &Image) -> Scan {
+    /// The valid pinodes, reading only the slots on data pages (`present`).
+    fn read(image: &Image, present: &Present) -> Scan {
         let mut scan = Scan {
             index_of_slot: vec![u32::MAX; image.geometry().pinode_count() as usize],
             ..Scan::default()
         };
-        for slot in 0..image.geometry().pinode_count() {
+        for slot in present.records(image, Zone::PinodeTable) {
             let p = image.pinode(slot);
             if !p.is_valid() {
                 continue;
@@ -353,6 +358,7 @@ struct Checker<'a> {
     geometry: &'a Geometry,
     scan: &'a Scan,
     pending: &'a Pending,
+    present: &'a Present,
     report: &'a mut FsckReport,
 }
 

@@ -48,7 +48,8 @@ pub(super) struct Salvage {
 impl Salvage {
     fn load(image: &Image) -> Salvage {
         let g = image.geometry();
-        let pinodes: BTreeMap<u64, Pinode> = (0..g.pinode_count())
+        let pinodes: BTreeMap<u64, Pinode> = Present::of(image)
+            .records(image, Zone::PinodeTable)
             .map(|slot| (slot, image.pinode(slot)))
             .filter(|(_, p)| p.is_valid())
             .collect();

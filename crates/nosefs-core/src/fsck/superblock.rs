@@ -108,9 +108,10 @@ fn highest_in_use(image: &Image, scan: &Scan) -> [Option<u64>; 3] {
         .map(|(_, p)| u64::from(p.long_name.get()))
         .filter(|&r| r < g.long_name_count())
         .max();
-    let extents = (1..g.extent_count())
-        .rev()
-        .find(|&e| image.extent(e).is_valid());
+    let extents = Present::of(image)
+        .records(image, Zone::ExtentTable)
+        .filter(|&e| e != 0 && image.extent(e).is_valid())
+        .last();
     [pinodes, long_names, extents]
 }
 
@@ -120,7 +121,7 @@ pub(super) fn repair_marks(image: &Image) {
     if !image.geometry().high_water_marks {
         return;
     }
-    let highest = highest_in_use(image, &Scan::read(image));
+    let highest = highest_in_use(image, &Scan::read(image, &Present::of(image)));
     for table in Table::ALL {
         let count = image.table_count(table);
         let mark = image.mark(table).clamp(lowest_mark(image, table), count);

@@ -286,6 +286,35 @@ impl Mapping {
         Ok(stat.f_bavail.saturating_mul(stat.f_frsize))
     }
 
+    /// The image file's data runs in `[offset, offset + len)` (`SEEK_DATA`, `SEEK_HOLE`):
+    /// sorted, disjoint `(offset, len)` pairs; `None` when the mapping keeps no file.
+    pub(super) fn data_runs(
+        &self,
+        offset: u64,
+        len: u64,
+    ) -> std::io::Result<Option<Vec<(u64, u64)>>> {
+        use rustix::fs::SeekFrom;
+        let Some(file) = self._file.as_ref() else {
+            return Ok(None);
+        };
+        let end = (offset + len).min(self.len);
+        let (mut at, mut runs) = (offset, Vec::new());
+        while at < end {
+            let data = match rustix::fs::seek(file, SeekFrom::Data(at)) {
+                Ok(data) => data,
+                Err(rustix::io::Errno::NXIO) => break, // holes to the end of the file
+                Err(e) => return Err(e.into()),
+            };
+            if data >= end {
+                break;
+            }
+            let hole = rustix::fs::seek(file, SeekFrom::Hole(data))?.min(end);
+            runs.push((data, hole - data));
+            at = hole;
+        }
+        Ok(Some(runs))
+    }
+
     /// Bytes of `[offset, offset + len)` that are holes in the image file (`SEEK_DATA`,
     /// `SEEK_HOLE`): pages its file system has yet to give.
     pub(super) fn hole_bytes(&self, offset: u64, len: u64) -> std::io::Result<u64> {

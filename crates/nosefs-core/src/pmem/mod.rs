@@ -231,6 +231,23 @@ impl Region {
         self.mapping.info()
     }
 
+    /// The pages of the image's file in `[offset, offset + len)` that hold data, as sorted,
+    /// disjoint `(offset, len)` runs (`SEEK_DATA`, `SEEK_HOLE`: a call per run, whatever the
+    /// range's size), for a shared
+    /// mapping of a regular file; `None` when that cannot be known (a device, anonymous memory,
+    /// a private copy whose stores the file does not see, a file system without `SEEK_DATA`).
+    /// A hole reads as zeros, but reading it through a shared mapping of a tmpfs file has the
+    /// kernel allocate the page (and kill the process with SIGBUS when the file system is
+    /// full), so a reader of whole tables (fsck) reads only these.
+    pub fn data_runs(&self, offset: u64, len: u64) -> Option<Vec<(u64, u64)>> {
+        let info = self.info();
+        let shared = matches!(info.access, Access::ReadOnly | Access::ReadWrite);
+        if self.recorder.is_some() || !shared || info.kind != MappingKind::File {
+            return None;
+        }
+        self.mapping.data_runs(offset, len).ok().flatten()
+    }
+
     /// The image's file, for reserving its pages ahead of stores ([`BackingFile`]): for a
     /// writable shared mapping of a regular file, whose holes its file system fills at the first
     /// store (or cannot: SIGBUS); `None` for other regions.
