@@ -1030,6 +1030,23 @@ fn a_full_file_system_under_the_image_answers_enospc_and_keeps_what_was_written(
         .status()
         .unwrap();
     assert!(filled.success());
+    // New names need pinode pages the tmpfs has no more room for: ENOSPC, and the shell lives on.
+    let created = run(
+        "n=0; for i in $(seq 3000); do touch $D/g$i 2>/dev/null || break; n=$i; done; \
+         echo $n; ls -A $D | wc -l",
+    );
+    // (`touch` creates, then sets the times: the one it stopped at may exist.)
+    let counts: Vec<u64> = created
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect();
+    assert!(
+        counts.len() == 2
+            && counts[0] > 0
+            && counts[0] < 3000
+            && (counts[0]..=counts[0] + 1).contains(&counts[1]),
+        "names made, then listed: {created}"
+    );
     let out = Command::new(nosefs())
         .arg("fsck")
         .arg(&image)

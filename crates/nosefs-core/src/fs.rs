@@ -197,6 +197,9 @@ impl Fs {
 
     /// Mounts an opened image (any backend, including a recording one).
     pub fn mount_image(image: Image, options: &MountOptions) -> Result<Fs> {
+        if !options.populate && !options.read_only {
+            crate::alloc::reserve_metadata(&image)?;
+        }
         let fs = crate::recovery::mount(image, options)?;
         if !options.populate && !options.read_only {
             fs.reserve_backing();

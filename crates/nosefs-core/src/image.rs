@@ -129,6 +129,25 @@ impl Image {
         self.region.store_u64_persist(table.mark_offset(), value);
     }
 
+    /// Has the image's file hold the pages of records `[from, to)` of `table` (`fallocate`),
+    /// about to be handed out fresh: a store into a hole its file system cannot fill is SIGBUS,
+    /// this is ENOSPC. `Ok` where nothing can be reserved (no file of its own, a file system
+    /// without `fallocate`).
+    pub fn reserve_records(&self, table: Table, from: u64, to: u64) -> std::io::Result<()> {
+        let zone = match table {
+            Table::Pinodes => Zone::PinodeTable,
+            Table::LongNames => Zone::LongNames,
+            Table::Extents => Zone::ExtentTable,
+        };
+        let span = self.geometry.span(zone);
+        let size = zone.record_bytes();
+        let to = to.min(span.count);
+        if from >= to {
+            return Ok(());
+        }
+        reserve(self.region(), span.offset + from * size, (to - from) * size)
+    }
+
     /// The number of records in `table`.
     pub fn table_count(&self, table: Table) -> u64 {
         match table {
@@ -184,5 +203,27 @@ impl Image {
         let mut bytes = vec![0u8; span.count as usize];
         self.region.read_bytes(span.offset, &mut bytes);
         bytes
+    }
+}
+
+/// `fallocate` of `[offset, offset + len)` in the region's file, where it has one; a file
+/// system that cannot reserve counts as done (as before reservations), ENOSPC does not.
+pub(crate) fn reserve(region: &crate::pmem::Region, offset: u64, len: u64) -> std::io::Result<()> {
+    let Some(file) = region.backing_file() else {
+        return Ok(());
+    };
+    loop {
+        match file.reserve(offset, len) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EOPNOTSUPP | libc::ENOSYS | libc::ENODEV | libc::EINVAL)
+                ) =>
+            {
+                return Ok(())
+            }
+            other => return other,
+        }
     }
 }

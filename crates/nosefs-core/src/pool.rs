@@ -122,6 +122,11 @@ impl SlotPools {
         }
         let table_end = fresh.end;
         if let Some((table, mark)) = fresh.table.as_mut() {
+            // Their pages held by the image's file first: a store into a hole its file system
+            // cannot fill (another program took the room) would be SIGBUS; this is ENOSPC.
+            if image.reserve_records(*table, first, end).is_err() {
+                return None;
+            }
             if end > *mark {
                 // Durable before any slot past the old mark is used (format::marks).
                 let raised = marks::raised(*mark, end, table_end);

@@ -15,8 +15,59 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use crate::error::{Error, Result};
+use crate::format::layout::Zone;
+use crate::format::marks::Table;
 use crate::format::BLOCK_SIZE;
+use crate::image::{reserve, Image};
 use crate::pmem::BackingFile;
+
+/// Has the image's file hold, before a writable mount's recovery stores anything, the pages of
+/// the metadata it stores into anywhere (the journals, the hash table, the bitmap) and of the
+/// tables below their high-water marks (a slot there may have been handed out and never
+/// written): the room kept for them ([`Backing`]'s margin) is only kept from noseFS's own
+/// blocks, and another program may have taken it. Slots past a mark are reserved as they are
+/// handed out (`pool::SlotPools`). ENOSPC, naming what it needed, when the file system has no
+/// room; a mount read-only needs none.
+pub(crate) fn reserve_metadata(image: &Image) -> Result<()> {
+    let g = image.geometry();
+    let mut ranges: Vec<(u64, u64)> = [Zone::DirJournal, Zone::FileJournal, Zone::HashTable]
+        .into_iter()
+        .chain(std::iter::once(Zone::Bitmap))
+        .map(|zone| {
+            let span = g.span(zone);
+            (span.offset, span.count * zone.record_bytes())
+        })
+        .collect();
+    if g.high_water_marks {
+        for table in Table::ALL {
+            let zone = match table {
+                Table::Pinodes => Zone::PinodeTable,
+                Table::LongNames => Zone::LongNames,
+                Table::Extents => Zone::ExtentTable,
+            };
+            let span = g.span(zone);
+            ranges.push((
+                span.offset,
+                image.mark(table).min(span.count) * zone.record_bytes(),
+            ));
+        }
+    }
+    for (offset, len) in ranges {
+        reserve(image.region(), offset, len).map_err(|e| {
+            let bytes: u64 = len;
+            Error::io(
+                format!(
+                    "the file system holding the image has no room for its metadata \
+                     ({} KiB at offset {offset}): free space there, or mount read-only",
+                    bytes.div_ceil(1024)
+                ),
+                e,
+            )
+        })?;
+    }
+    Ok(())
+}
 
 /// Blocks reserved at once: 1 MiB.
 pub(super) const CHUNK_BLOCKS: u64 = 256;

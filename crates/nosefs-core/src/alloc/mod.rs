@@ -29,7 +29,7 @@ use crate::pmem::Populator;
 mod backing;
 mod bits;
 mod runs;
-pub(crate) use backing::Backing;
+pub(crate) use backing::{reserve_metadata, Backing};
 use runs::FreeRuns;
 
 /// Blocks made ready ahead of a region's frontier: 4 MiB.
