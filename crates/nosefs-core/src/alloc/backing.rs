@@ -7,11 +7,11 @@
 //! every client. So the allocator has the pages of each chunk of the data zone reserved
 //! (`fallocate`, [`crate::pmem::BackingFile`]) before it hands out a block in it, once per chunk
 //! and mount, and an allocation in a chunk the file system has no room for fails: the write gets
-//! ENOSPC and nothing is lost. The room left must also hold the metadata zones' holes (pages the
-//! image has not touched yet, which a later create, a mount's recovery or fsck's scan fault in),
-//! so a chunk is refused while the file system's free space, less what the chunk needs, is
-//! under what those holes were at mount. A file system without `fallocate` reserves nothing (as
-//! before).
+//! ENOSPC and nothing is lost. The metadata is reserved the same way ([`reserve_metadata`] at a
+//! writable mount, fresh table slots as the pools hand them out), so what runs out answers
+//! ENOSPC; the data leaves [`MARGIN_BYTES`] free (or the metadata's holes, if fewer), so that
+//! names can still be made once the data has filled the file system. A file system without
+//! `fallocate` reserves nothing (as before).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -25,9 +25,9 @@ use crate::pmem::BackingFile;
 /// Has the image's file hold, before a writable mount's recovery stores anything, the pages of
 /// the metadata it stores into anywhere (the journals, the hash table, the bitmap) and of the
 /// tables below their high-water marks (a slot there may have been handed out and never
-/// written): the room kept for them ([`Backing`]'s margin) is only kept from noseFS's own
-/// blocks, and another program may have taken it. Slots past a mark are reserved as they are
-/// handed out (`pool::SlotPools`). ENOSPC, naming what it needed, when the file system has no
+/// written): a store into a hole its file system cannot fill is SIGBUS, and the room may have
+/// been taken by the image's own data or by another program. Slots past a mark are reserved as
+/// they are handed out (`pool::SlotPools`). ENOSPC, naming what it needed, when the file system has no
 /// room; a mount read-only needs none.
 pub(crate) fn reserve_metadata(image: &Image) -> Result<()> {
     let g = image.geometry();
@@ -72,10 +72,15 @@ pub(crate) fn reserve_metadata(image: &Image) -> Result<()> {
 /// Blocks reserved at once: 1 MiB.
 pub(super) const CHUNK_BLOCKS: u64 = 256;
 
+/// Room the data leaves free for the metadata's growth: pinode pages for thousands of names.
+/// (All of the metadata's holes, as before, kept an image much larger than its file system
+/// from writing any data at all.)
+pub(super) const MARGIN_BYTES: u64 = 1 << 20;
+
 /// Which chunks of the data zone the image's file holds pages for.
 pub(crate) struct Backing {
     file: Box<dyn BackingFile>,
-    /// Bytes of holes in the metadata zones at mount: kept free for them.
+    /// Bytes kept free for the metadata: [`MARGIN_BYTES`], or its holes at mount if fewer.
     margin_bytes: u64,
     /// Byte offset of data block 0 in the image.
     data_offset: u64,
@@ -100,11 +105,11 @@ impl Backing {
     /// zones before it.
     pub(crate) fn new(file: Box<dyn BackingFile>, data_offset: u64, blocks: u64) -> Backing {
         let chunks = blocks.div_ceil(CHUNK_BLOCKS);
-        // Unknown holes count as none: the margin is a courtesy to later faults, not a promise.
-        let margin_bytes = file.hole_bytes(0, data_offset).unwrap_or(0);
+        // Unknown holes count as none: the margin is a courtesy, not a promise.
+        let holes = file.hole_bytes(0, data_offset).unwrap_or(0);
         Backing {
             file,
-            margin_bytes,
+            margin_bytes: holes.min(MARGIN_BYTES),
             data_offset,
             reserved: (0..chunks.div_ceil(64))
                 .map(|_| AtomicU64::new(0))
