@@ -215,14 +215,7 @@ pub(crate) fn reserve(region: &crate::pmem::Region, offset: u64, len: u64) -> st
     loop {
         match file.reserve(offset, len) {
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e)
-                if matches!(
-                    e.raw_os_error(),
-                    Some(libc::EOPNOTSUPP | libc::ENOSYS | libc::ENODEV | libc::EINVAL)
-                ) =>
-            {
-                return Ok(())
-            }
+            Err(e) if crate::pmem::cannot_reserve(&e) => return Ok(()),
             other => return other,
         }
     }

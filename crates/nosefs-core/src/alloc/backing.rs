@@ -144,12 +144,7 @@ impl Backing {
                     return true;
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e)
-                    if matches!(
-                        e.raw_os_error(),
-                        Some(libc::EOPNOTSUPP | libc::ENOSYS | libc::ENODEV | libc::EINVAL)
-                    ) =>
-                {
+                Err(e) if crate::pmem::cannot_reserve(&e) => {
                     self.unsupported.store(true, Ordering::Relaxed);
                     return true;
                 }

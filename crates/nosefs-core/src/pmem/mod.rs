@@ -140,6 +140,15 @@ pub trait BackingFile: Send + Sync {
     fn hole_bytes(&self, offset: u64, len: u64) -> std::io::Result<u64>;
 }
 
+/// Whether a [`BackingFile::reserve`] failed because the file system cannot reserve at all (no
+/// `fallocate` for this file): then nothing is reserved, as before reservations existed.
+pub fn cannot_reserve(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EOPNOTSUPP | libc::ENOSYS | libc::ENODEV | libc::EINVAL)
+    )
+}
+
 /// [`BackingFile`] of a mapped image file.
 struct ImageFile(std::sync::Arc<Mapping>);
 
