@@ -18,6 +18,10 @@ use crate::image::Image;
 /// Fresh slots handed out in one batch into the allocating CPU's pool.
 const FRESH_BATCH: u64 = 64;
 
+/// Fresh slots whose pages are reserved in the image's file at once (`Image::reserve_records`):
+/// a system call per 16 batches, not per batch (one per batch made creates 7% slower).
+const RESERVE_AHEAD: u64 = 16 * FRESH_BATCH;
+
 /// Free slots of one table, split across CPUs, and the table's never-used tail.
 #[derive(Debug)]
 pub struct SlotPools {
@@ -32,6 +36,8 @@ struct Fresh {
     next: u64,
     end: u64,
     table: Option<(Table, u64)>,
+    /// Slots below this have their pages reserved since mount (at least `next`).
+    reserved: u64,
 }
 
 fn current_cpu() -> usize {
@@ -74,6 +80,7 @@ impl SlotPools {
                 next: fresh.start,
                 end: fresh.end,
                 table: table.map(|t| (t, fresh.start)),
+                reserved: fresh.start,
             }),
         }
     }
@@ -121,12 +128,22 @@ impl SlotPools {
             return None;
         }
         let table_end = fresh.end;
-        if let Some((table, mark)) = fresh.table.as_mut() {
+        if let Some((table, _)) = fresh.table {
             // Their pages held by the image's file first: a store into a hole its file system
             // cannot fill (another program took the room) would be SIGBUS; this is ENOSPC.
-            if image.reserve_records(*table, first, end).is_err() {
-                return None;
+            if end > fresh.reserved {
+                let ahead = (first + RESERVE_AHEAD).clamp(end, table_end);
+                if image.reserve_records(table, first, ahead).is_err() {
+                    if image.reserve_records(table, first, end).is_err() {
+                        return None;
+                    }
+                    fresh.reserved = end;
+                } else {
+                    fresh.reserved = ahead;
+                }
             }
+        }
+        if let Some((table, mark)) = fresh.table.as_mut() {
             if end > *mark {
                 // Durable before any slot past the old mark is used (format::marks).
                 let raised = marks::raised(*mark, end, table_end);
