@@ -261,6 +261,80 @@ PY
     m.unmount_and_fsck();
 }
 
+/// A read-only open brings the file's attributes with a word of the generation board
+/// (`Service::fstat_cached`): `fstat` answers from them without a request while nothing `stat`
+/// shows has changed, and shows every change by another client, by a program on the FUSE mount
+/// and by the process itself (a read noting the access time, fallocate's reserved blocks), as
+/// a fresh request would. Counted by `-o stats`: 1,000 fstats of an unchanged file ask nothing.
+#[test]
+fn fstat_of_a_read_only_description_follows_every_change() {
+    if !usable() {
+        return;
+    }
+    let stats = tempfile::NamedTempFile::new_in("/dev/shm").unwrap();
+    let stats_option = format!("stats={}", stats.path().display());
+    let m = mount_with(&["allow_other", &stats_option]);
+    let script = r#"
+import os, subprocess, sys
+path = os.environ["D"] + "/f"
+with open(path, "wb") as f:
+    f.write(b"hello")
+fd = os.open(path, os.O_RDONLY)
+def fields(st):
+    return (st.st_mode, st.st_size, st.st_nlink, st.st_uid, st.st_gid, st.st_mtime_ns,
+            st.st_ctime_ns, st.st_atime_ns, st.st_blocks)
+def check(what):
+    got, fresh = fields(os.fstat(fd)), fields(os.stat(path))
+    if got != fresh:
+        sys.exit(f"{what}: fstat {got}, stat {fresh}")
+    return got
+first = check("the open")
+for _ in range(1000):
+    os.fstat(fd)
+def changed(what, *argv, env=None):
+    before = fields(os.fstat(fd))
+    subprocess.run(list(argv), check=True, env=env)
+    if check(what) == before:
+        sys.exit(f"{what}: fstat unchanged")
+changed("chmod by another client", "chmod", "600", path)
+changed("an append by another client", "sh", "-c", f"printf more >> {path}")
+changed("a link by another client", "ln", path, path + ".2")
+changed("its unlink", "rm", path + ".2")
+changed("times set by another client", "touch", "-d", "2001-01-01", path)
+changed("chown by another client", "chown", "1:1", path)
+before = fields(os.fstat(fd))
+subprocess.run(["mv", path, path + ".r"], check=True)
+path = path + ".r"
+if check("a rename by another client") == before:
+    sys.exit("a rename by another client: fstat unchanged")
+outside = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+changed("a write through the FUSE mount", "sh", "-c", f"printf x >> {path}", env=outside)
+changed("a truncate through the FUSE mount", "truncate", "-s", "3", path, env=outside)
+before = fields(os.fstat(fd))
+os.pread(fd, 3, 0)  # the access time is older than the change: this read notes it
+if check("its own read") == before:
+    sys.exit("its own read: the access time did not move")
+changed("fallocate by another client", "fallocate", "-n", "-l", "1M", path)
+os.close(fd)
+print("ok")
+"#;
+    let out = m.run(&format!("python3 -c '{}'", script.replace('\'', "'\\''")));
+    assert!(
+        out.status.success() && text(&out).contains("ok"),
+        "{}",
+        text(&out)
+    );
+    m.unmount_and_fsck();
+    let table = std::fs::read_to_string(stats.path()).unwrap();
+    let fstats = table
+        .lines()
+        .find_map(|l| l.strip_prefix("fstat\t"))
+        .and_then(|rest| rest.split('\t').next()?.parse::<u64>().ok())
+        .unwrap_or(0);
+    // One per change seen (about a dozen), not one per call (over a thousand).
+    assert!(fstats < 100, "{table}");
+}
+
 /// A client whose user owns the image (root here) reads file data from its own view of the
 /// image after its first read of a file (`nosefs_core::file::direct`); every change by another
 /// client, by a program on the FUSE mount, a truncate and a mapping's stores are seen by its

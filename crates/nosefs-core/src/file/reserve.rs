@@ -179,6 +179,10 @@ impl Fs {
         }
         state.promised += more;
         state.reserved.clone_from(&ranges);
+        if ranges != before {
+            // `st_blocks` counts the reservation.
+            state.changed();
+        }
         drop(state);
         if ranges == before || !self.image.geometry().reservations {
             return Ok(());
@@ -186,6 +190,7 @@ impl Fs {
         if let Err(e) = self.store_reservation(&inode, &mut locked[0].1, &ranges) {
             let mut state = file.lock();
             state.reserved = before;
+            state.changed();
             let keep = need_blocks(&state.reserved, &state.map);
             self.give_back_promise(&mut state, keep);
             return Err(e);
