@@ -30,26 +30,6 @@ pub struct Opened {
     pub kind: OpenKind,
     /// Its handle.
     pub handle: Handle,
-    /// How a service may tell, later, that `attr` still holds (a daemon client: its generation
-    /// board's word for the file and the generation `attr` was read at), for
-    /// [`StatCache::new`].
-    pub holds_while: Option<(u64, u64)>,
-}
-
-/// A description's attributes as its open found them, and how to tell they still hold
-/// ([`Service::fstat_cached`]); empty once they may not.
-#[derive(Debug, Default)]
-pub struct StatCache(pub(crate) parking_lot::Mutex<Option<(u64, u64, Attr)>>);
-
-impl StatCache {
-    /// What `opened` brought, if it says how to tell that its attributes hold.
-    pub fn new(opened: &Opened) -> StatCache {
-        StatCache(parking_lot::Mutex::new(
-            opened
-                .holds_while
-                .map(|(word, generation)| (word, generation, opened.attr)),
-        ))
-    }
 }
 
 /// File-system statistics: data blocks, free data blocks, inodes, free inodes.
@@ -183,12 +163,6 @@ pub trait Service {
     fn ftruncate(&self, handle: Handle, size: u64) -> Result<(), Errno>;
     /// `fstat`.
     fn fstat(&self, handle: Handle) -> Result<Attr, Errno>;
-    /// `fstat` of a description whose open filled `cache`: a service that can tell the
-    /// attributes there still hold answers with them (a daemon client: no round trip).
-    fn fstat_cached(&self, handle: Handle, cache: &StatCache) -> Result<Attr, Errno> {
-        let _ = cache;
-        self.fstat(handle)
-    }
     /// The size of regular file `handle` now: `lseek(SEEK_END)`. `watch` is the caller's word
     /// for this description, zero at first, where a service may remember how to answer
     /// without asking (a daemon client: the word of its size board the daemon keeps).
@@ -306,7 +280,6 @@ impl Service for Local<'_> {
             attr,
             kind,
             handle: attr.ino,
-            holds_while: None,
         })
     }
 

@@ -173,8 +173,6 @@ pub struct OpenFile {
     pub size_watch: std::sync::atomic::AtomicU64,
     /// How the service answers reads without asking (`Service::read_cached`).
     pub read_cache: nosefs_daemon::service::ReadCache,
-    /// How the service answers `fstat` without asking (`Service::fstat_cached`).
-    pub stat_cache: nosefs_daemon::service::StatCache,
 }
 
 impl OpenFile {
@@ -192,7 +190,6 @@ impl OpenFile {
             lock_fd: parking_lot::Mutex::new(None),
             size_watch: std::sync::atomic::AtomicU64::new(0),
             read_cache: nosefs_daemon::service::ReadCache::default(),
-            stat_cache: nosefs_daemon::service::StatCache::default(),
         }
     }
 

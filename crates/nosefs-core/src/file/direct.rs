@@ -187,11 +187,7 @@ impl Fs {
             return Ok((self.read(ino, offset, buf)?, None));
         }
         let inode = self.inode(ino)?;
-        let file = self.file_of(&inode)?;
-        // The access is noted first: a new access time moves the generation (`stat` shows
-        // it), and the copy is made after that, at the generation it holds at.
-        self.note_access(&inode);
-        let state = file.lock();
+        let state = self.file_of(&inode)?.lock();
         if self.shadow_exists(ino) {
             drop(state);
             return Ok((self.read(ino, offset, buf)?, None));
@@ -199,6 +195,7 @@ impl Fs {
         let n = self.read_locked(&state, offset, buf);
         let mut map = direct_map(&state, offset);
         drop(state);
+        self.note_access(&inode);
         map.access_holds_ns = self.access_holds_ns(&inode);
         Ok((n, Some(map)))
     }

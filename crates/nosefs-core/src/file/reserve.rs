@@ -179,10 +179,6 @@ impl Fs {
         }
         state.promised += more;
         state.reserved.clone_from(&ranges);
-        if ranges != before {
-            // `st_blocks` counts the reservation.
-            state.changed();
-        }
         drop(state);
         if ranges == before || !self.image.geometry().reservations {
             return Ok(());
@@ -190,7 +186,6 @@ impl Fs {
         if let Err(e) = self.store_reservation(&inode, &mut locked[0].1, &ranges) {
             let mut state = file.lock();
             state.reserved = before;
-            state.changed();
             let keep = need_blocks(&state.reserved, &state.map);
             self.give_back_promise(&mut state, keep);
             return Err(e);

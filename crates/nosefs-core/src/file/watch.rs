@@ -5,11 +5,8 @@
 //!
 //! Beside the size a watcher is told the file's *generation*: a count, never reused, of the
 //! changes to its size or to which bytes it holds where (writes, truncates, punches, collapses,
-//! window rewrites, a mapping's shadow made, its space released), and to anything else `stat`
-//! reports (its change time moving: mode, owner, times, links, names, extended attributes; its
-//! access time noted; space reserved by fallocate). A client reading the file's bytes itself
-//! from the image ([`super::direct`]) checks it before and after its copy; a client answering
-//! `fstat` from the attributes its open brought checks that it has not moved.
+//! window rewrites, a mapping's shadow made, its space released). A client reading the file's
+//! bytes itself from the image ([`super::direct`]) checks it before and after its copy.
 
 use std::sync::Arc;
 
@@ -85,19 +82,16 @@ impl Fs {
     /// `generations`, its generation at every change of it too), until [`Fs::unwatch_size`]
     /// with the same sink and index (or until the file's space is released at its last close
     /// after its last name went). Watching again with `generations` adds them to a watch.
-    /// Returns the generation told now: attributes read after this call are at least as new
-    /// as it, so they hold while the watched generation stays it.
     pub fn watch_size(
         &self,
         ino: u64,
         sink: Arc<dyn SizeSink>,
         index: u32,
         generations: bool,
-    ) -> Result<u64> {
+    ) -> Result<()> {
         let inode = self.inode(ino)?;
         let mut state = self.file_of(&inode)?.lock();
-        let generation = state.generation;
-        sink.store(index, state.size, Some(generation));
+        sink.store(index, state.size, Some(state.generation));
         let same = |w: &&mut Watcher| {
             std::ptr::addr_eq(Arc::as_ptr(&w.sink), Arc::as_ptr(&sink)) && w.index == index
         };
@@ -109,7 +103,7 @@ impl Fs {
                 generations,
             }),
         }
-        Ok(generation)
+        Ok(())
     }
 
     /// Ends the watch of `ino` by `sink` at `index`; nothing if there is none.

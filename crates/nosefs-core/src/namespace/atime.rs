@@ -89,9 +89,5 @@ impl Fs {
             + ATIME_OFFSET;
         self.image.region().store_u64(offset, now as u64);
         self.image.region().flush(offset, 8);
-        // `stat` shows the new access time: attributes a daemon client kept end here.
-        if let Some(file) = inode.file_state() {
-            file.lock().changed();
-        }
     }
 }

@@ -8,11 +8,10 @@ use nosefs_core::vfs::{Found, Walked, XattrCall};
 use nosefs_core::Errno;
 
 use super::{decode, Remote};
-use crate::proto::{op, Dec, Enc, Malformed, DIRECT_MAP_BYTES};
+use crate::proto::{op, Dec, Enc, DIRECT_MAP_BYTES};
 use crate::read_cache::coarse_now_ns;
 use crate::service::{
-    CachedPieces, Handle, NameIn, Opened, OpenedPath, ReadCache, Service, StatCache, Statfs,
-    XattrTarget,
+    CachedPieces, Handle, NameIn, Opened, OpenedPath, ReadCache, Service, Statfs, XattrTarget,
 };
 use nosefs_core::file::direct::ImageView;
 
@@ -103,23 +102,6 @@ impl Remote {
     }
 }
 
-impl Remote {
-    /// An open's reply after its path: the attributes, kind, handle, and the word of the
-    /// generation board that says while the attributes hold (`u32::MAX`: none).
-    fn opened(&self, d: &mut Dec<'_>) -> Result<Opened, Malformed> {
-        let (attr, kind, handle) = (d.attr()?, d.kind()?, d.u64()?);
-        let (index, generation) = (d.u32()?, d.u64()?);
-        let holds_while =
-            (index != u32::MAX).then(|| (u64::from(self.id) << 32 | u64::from(index), generation));
-        Ok(Opened {
-            attr,
-            kind,
-            handle,
-            holds_while,
-        })
-    }
-}
-
 impl Service for Remote {
     fn walk(&self, path: Vec<u8>, follow_last: bool) -> Result<Walked, Errno> {
         let mut e = Enc::new(op::WALK);
@@ -159,7 +141,11 @@ impl Service for Remote {
         decode(&self.call(&e)?, |d| match d.walked()? {
             Walked::Outside(p) => Ok(OpenedPath::Outside(p)),
             Walked::Found(found) => {
-                let opened = self.opened(d)?;
+                let opened = Opened {
+                    attr: d.attr()?,
+                    kind: d.kind()?,
+                    handle: d.u64()?,
+                };
                 Ok(OpenedPath::Opened(Box::new(found), opened))
             }
         })
@@ -187,7 +173,11 @@ impl Service for Remote {
             0 => Ok(None),
             _ => {
                 let found = d.found()?;
-                let opened = self.opened(d)?;
+                let opened = Opened {
+                    attr: d.attr()?,
+                    kind: d.kind()?,
+                    handle: d.u64()?,
+                };
                 Ok(Some((Box::new(found), opened)))
             }
         })
@@ -209,7 +199,13 @@ impl Service for Remote {
     fn open(&self, found: &Found, flags: i32, mode: u32, umask: u32) -> Result<Opened, Errno> {
         let mut e = path_request(op::OPEN, found);
         e.u32(flags as u32).u32(mode).u32(umask);
-        decode(&self.call(&e)?, |d| self.opened(d))
+        decode(&self.call(&e)?, |d| {
+            Ok(Opened {
+                attr: d.attr()?,
+                kind: d.kind()?,
+                handle: d.u64()?,
+            })
+        })
     }
 
     fn close(&self, handle: Handle) {
@@ -310,27 +306,6 @@ impl Service for Remote {
         let mut e = Enc::new(op::FSTAT);
         e.u64(handle);
         decode(&self.call(&e)?, |d| d.attr())
-    }
-
-    /// The attributes the open brought while the file's word of the generation board still
-    /// holds the generation they were read at (every change `stat` would show moves it: the
-    /// size, the data, the change and access times, reserved space), else a round trip, and
-    /// the cache is emptied for good.
-    fn fstat_cached(&self, handle: Handle, cache: &StatCache) -> Result<Attr, Errno> {
-        let mut kept = cache.0.lock();
-        if let Some((word, generation, attr)) = *kept {
-            let ours = word >> 32 == u64::from(self.id);
-            let now = ours
-                .then(|| self.area.generation_word(word as u32))
-                .flatten()
-                .map(|w| w.load(Ordering::Acquire));
-            if now == Some(generation) {
-                return Ok(attr);
-            }
-            *kept = None;
-        }
-        drop(kept);
-        self.fstat(handle)
     }
 
     /// The size from the word of the size board the daemon keeps for this file, asked for at

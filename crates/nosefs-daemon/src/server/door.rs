@@ -80,6 +80,34 @@ pub(super) fn door(shared: Arc<Shared>, listener: OwnedFd, wake: OwnedFd) {
     workers.stop();
 }
 
+/// A word of `conn`'s size board that follows file `ino`'s size (one per file and connection,
+/// kept until the connection ends), or `u32::MAX` when the board is full; with `generations`,
+/// the same word of its generation board follows the file's generation from now on.
+pub(super) fn watch_size(
+    shared: &Shared,
+    conn: &Conn,
+    ino: u64,
+    generations: bool,
+) -> Result<u32, Errno> {
+    let mut watched = conn.watched.lock();
+    if let Some(&(index, following)) = watched.get(&ino) {
+        if following || !generations {
+            return Ok(index);
+        }
+    }
+    let index = watched.get(&ino).map_or(watched.len() as u32, |w| w.0);
+    if conn.area.size_word(index).is_none() {
+        return Ok(u32::MAX);
+    }
+    let sink: Arc<dyn nosefs_core::file::SizeSink> = conn.area.clone();
+    shared
+        .fs
+        .watch_size(ino, sink, index, generations)
+        .map_err(|e| e.errno())?;
+    watched.insert(ino, (index, generations));
+    Ok(index)
+}
+
 /// Ends a client: its server thread stops serving and then releases what it held
 /// ([`release_client`]). The door does not wait for that: a process's end (make's jobs end
 /// while others start) would otherwise keep the next process waiting at the door for the
@@ -109,7 +137,10 @@ impl Drop for ReleaseOnDrop<'_> {
 /// Releases what an ended client held (size watches, loans, descriptions), once no thread
 /// serves it any more: run by its server thread after it stopped serving.
 fn release_client(shared: &Shared, conn: &Conn) {
-    super::watches::unwatch_all(shared, conn);
+    let sink: Arc<dyn nosefs_core::file::SizeSink> = conn.area.clone();
+    for (ino, (index, _)) in conn.watched.lock().drain() {
+        shared.fs.unwatch_size(ino, &sink, index);
+    }
     // Loans the client never returned: the pages it stored and did not report are found by
     // comparison (O(file)), so nothing it stored is lost; on a thread of its own, so that the
     // door goes on admitting clients meanwhile.
@@ -289,7 +320,7 @@ fn admit(shared: &Arc<Shared>, socket: &OwnedFd, spare: &mut Option<Area>) -> Op
         prefix,
         held: Mutex::new(HashSet::new()),
         dead: AtomicBool::new(false),
-        watches: Mutex::new(super::watches::Watches::default()),
+        watched: Mutex::new(HashMap::new()),
         socket: rustix::io::fcntl_dupfd_cloexec(socket, 0).ok()?,
         loans: Mutex::new(HashMap::new()),
         next_loan: std::sync::atomic::AtomicU64::new(1),

@@ -187,7 +187,6 @@ pub(super) fn execute(
         op::CLOSE => {
             let token = d.u64()?;
             if conn.held.lock().remove(&token) {
-                super::watches::closed(shared, conn, token);
                 release(shared, token);
             }
         }
@@ -610,23 +609,7 @@ fn open(
     );
     drop(descriptions);
     conn.held.lock().insert(token);
-    // A read-only open of a regular file brings its attributes with a word that says while
-    // they hold, for `fstat` without a round trip (`Service::fstat_cached`): read after the
-    // watch starts, they are at least as new as its generation.
-    let watched = (opened.kind == OpenKind::File && accmode == libc::O_RDONLY)
-        .then(|| super::watches::watch_for_stat(shared, conn, opened.attr.ino, token))
-        .flatten()
-        .and_then(|(index, generation)| {
-            let attr = shared.fs.getattr(opened.attr.ino).ok()?;
-            Some((attr, index, generation))
-        });
-    let (attr, index, generation) = watched.unwrap_or((opened.attr, u32::MAX, 0));
-    reply
-        .attr(&attr)
-        .kind(opened.kind)
-        .u64(token)
-        .u32(index)
-        .u64(generation);
+    reply.attr(&opened.attr).kind(opened.kind).u64(token);
     Ok(())
 }
 

@@ -52,14 +52,12 @@ mod execute;
 mod loans;
 mod mounts;
 mod reuse;
-mod watches;
 
 pub use door::proc_cred;
-use door::{door, recred, release, release_ticket};
+use door::{door, recred, release, release_ticket, watch_size};
 use execute::execute;
 pub use loans::MAX_LOANS_PER_CONNECTION;
 use mounts::{is_mount_point, unescape};
-use watches::watch_size;
 
 /// How long a server thread keeps polling after its last request before it sleeps, once its
 /// CPU is wanted by another thread (see [`SERVER_SPIN_IDLE`]).
@@ -196,9 +194,9 @@ struct Conn {
     /// Tokens this connection holds a reference on.
     held: Mutex<HashSet<u64>>,
     dead: AtomicBool,
-    /// The words of its size and generation boards: which file each follows
-    /// ([`watches`]).
-    watches: Mutex<watches::Watches>,
+    /// The files whose sizes its board follows, by inode, with their words and whether the
+    /// generation board follows them too.
+    watched: Mutex<HashMap<u64, (u32, bool)>>,
     /// The socket it connected by: after the handshake it carries only the memfds of loans
     /// ([`op::SHADOW_LEND`]), daemon to client.
     socket: OwnedFd,

@@ -21,7 +21,7 @@ pub fn rename_in(a: (&OpenFile, &[u8]), b: (&OpenFile, &[u8]), flags: u32) -> Re
 /// Attributes of an open description.
 pub fn fstat(fd: i32) -> Result<Attr, Errno> {
     let file = file_of(fd)?;
-    with_service(|s| s.fstat_cached(file.handle, &file.stat_cache))
+    with_service(|s| s.fstat(file.handle))
 }
 
 /// Attributes of a path.

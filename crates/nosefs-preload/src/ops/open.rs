@@ -174,14 +174,13 @@ fn open_in_once(
 
 /// The descriptor of a description noseFS opened.
 fn opened_descriptor(found: &Found, opened: &Opened, flags: i32) -> Result<i32, Errno> {
-    let mut file = OpenFile::new(
+    let file = OpenFile::new(
         opened.attr.ino,
         opened.handle,
         opened.kind,
         flags & KEPT_OPEN_FLAGS,
         found.path.clone(),
     );
-    file.stat_cache = nosefs_daemon::service::StatCache::new(opened);
     if !state::daemon_mode() && !state::with_fs(|fs| Ok(file.count_open(fs)))? {
         return Err(Errno::ENOENT); // removed since it was found: see `service::open_again`
     }
